@@ -1,0 +1,114 @@
+"""Shared helpers of the benchmark scripts: timing statistics, tables, JSON, environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python benchmarks/x.py` puts benchmarks/, not the root, on the path
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+
+def sync(device: torch.device | str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device) -> float:
+    """Seconds one call of `fn` takes, the device drained before and after."""
+    sync(device)
+    start = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - start
+
+
+def summary(times: list[float]) -> dict:
+    """Median and spread (min, max, interquartile range) of a list of seconds."""
+    times = sorted(times)
+    q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
+    return {
+        "median_s": statistics.median(times),
+        "min_s": times[0],
+        "max_s": times[-1],
+        "iqr_s": q[2] - q[0],
+        "n": len(times),
+        "times_s": times,
+    }
+
+
+def ratio_summary(num: list[float], den: list[float]) -> dict:
+    """Per-repeat ratios num[i] / den[i] of paired, interleaved measurements: median and range.
+
+    Pairing the i-th runs of two contenders cancels most of the drift that other jobs on a
+    shared machine add to both (they ran within the same second or so)."""
+    ratios = sorted(a / b for a, b in zip(num, den))
+    return {"median": statistics.median(ratios), "min": ratios[0], "max": ratios[-1], "n": len(ratios)}
+
+
+def environment(device: str) -> dict:
+    env = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "processor": _cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"),
+        "device": device,
+    }
+    if torch.device(device).type == "cuda":
+        env["gpu"] = torch.cuda.get_device_name()
+    try:
+        env["load_average_1min"] = os.getloadavg()[0]
+    except OSError:
+        pass
+    return env
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def print_table(headers: list[str], rows: list[list], title: str | None = None) -> str:
+    """A markdown table (pastes into the README as is); returns it and prints it."""
+    cells = [[str(h) for h in headers]] + [[_fmt(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    text = ("\n" + title + "\n\n" if title else "") + "\n".join(lines)
+    print(text, flush=True)
+    return text
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        if value == 0 or 0.01 <= abs(value) < 1e5:
+            return f"{value:.3g}" if abs(value) < 100 else f"{value:,.0f}"
+        return f"{value:.3g}"
+    return str(value)
+
+
+def write_json(path: str | None, payload: dict) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(payload, indent=2, default=str))
+        print(f"wrote {path}")
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]

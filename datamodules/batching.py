@@ -1,0 +1,41 @@
+"""Turning (source, target) sentence pairs into padded id tensors."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import torch
+
+from .vocab import BOS, EOS, PAD, Tokenizer
+
+
+class Seq2SeqBatch(NamedTuple):
+    src: torch.Tensor  # (B, S) source ids, `<eos>`-terminated, right-padded with PAD
+    tgt: torch.Tensor  # (B, T) target ids, `<bos> ... <eos>`, right-padded with PAD
+
+
+def encode_source(tokenizer: Tokenizer, text: str, max_len: int | None = None) -> list[int]:
+    ids = tokenizer.encode(text)
+    if max_len is not None:
+        ids = ids[: max_len - 1]
+    return ids + [EOS]
+
+
+def encode_target(tokenizer: Tokenizer, text: str, max_len: int | None = None) -> list[int]:
+    ids = tokenizer.encode(text)
+    if max_len is not None:
+        ids = ids[: max_len - 2]
+    return [BOS] + ids + [EOS]
+
+
+def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD) -> torch.Tensor:
+    """Right-pad to the longest sequence of this batch: (B, max_len) long."""
+    out = torch.full((len(seqs), max(len(s) for s in seqs)), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
+    return out
+
+
+def collate_pairs(pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Seq2SeqBatch:
+    """A list of already-encoded (src_ids, tgt_ids) pairs → one padded batch."""
+    return Seq2SeqBatch(pad_sequences([p[0] for p in pairs]), pad_sequences([p[1] for p in pairs]))

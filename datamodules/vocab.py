@@ -1,0 +1,96 @@
+"""Token vocabularies shared by every translation data module and by `Seq2SeqTransformer`.
+
+Every tokenizer in the project (this word/char `Vocab`, the subword ones) uses the same four
+special ids, so the model, the collate function and the decoder can rely on them.
+A tokenizer serialises to plain JSON-able data (`to_dict`) so it can live in a checkpoint's
+hyperparameters and reload with `torch.load(weights_only=True)`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable, Literal, Protocol
+
+PAD, BOS, EOS, UNK = 0, 1, 2, 3
+SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+
+
+class Tokenizer(Protocol):
+    """What the translation task needs from a tokenizer."""
+
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, ids: Iterable[int]) -> str: ...
+    def __len__(self) -> int: ...
+    def to_dict(self) -> dict: ...
+
+
+class Vocab:
+    """A closed vocabulary over characters (`level="char"`, whitespace dropped: 我 是 → 我, 是)
+    or whitespace-separated words (`level="word"`). Unknown tokens map to `<unk>`."""
+
+    kind = "vocab"
+
+    def __init__(self, tokens: list[str], level: Literal["char", "word"] = "word"):
+        if level not in ("char", "word"):
+            raise ValueError(f"Vocab level must be 'char' or 'word', got {level!r}")
+        if tokens[: len(SPECIAL_TOKENS)] != SPECIAL_TOKENS:
+            tokens = SPECIAL_TOKENS + [t for t in tokens if t not in SPECIAL_TOKENS]
+        self.tokens = list(tokens)
+        self.level = level
+        self.index = {t: i for i, t in enumerate(self.tokens)}
+
+    @classmethod
+    def build(cls, texts: Iterable[str], level: Literal["char", "word"] = "word", min_freq: int = 1) -> "Vocab":
+        counts = Counter(tok for text in texts for tok in cls.split(text, level))
+        # Most frequent first, ties alphabetical: the same corpus always gives the same ids.
+        tokens = [t for t, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if c >= min_freq]
+        return cls(tokens, level)
+
+    @staticmethod
+    def split(text: str, level: str) -> list[str]:
+        return [ch for ch in text if not ch.isspace()] if level == "char" else text.split()
+
+    def encode(self, text: str) -> list[int]:
+        return [self.index.get(tok, UNK) for tok in self.split(text, self.level)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Tokens up to the first `<eos>`, specials other than `<unk>` skipped."""
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == EOS:
+                break
+            if i in (PAD, BOS):
+                continue
+            out.append(self.tokens[i])
+        return ("" if self.level == "char" else " ").join(out)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "level": self.level, "tokens": self.tokens}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Vocab":
+        return cls(data["tokens"], data["level"])
+
+
+_TOKENIZER_KINDS: dict[str, type] = {Vocab.kind: Vocab}
+
+
+def register_tokenizer(cls: type) -> type:
+    """Class decorator: lets `tokenizer_from_dict` rebuild this kind from its `to_dict()`."""
+    _TOKENIZER_KINDS[cls.kind] = cls
+    return cls
+
+
+def tokenizer_from_dict(data: dict) -> Tokenizer:
+    try:
+        cls = _TOKENIZER_KINDS[data["kind"]]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"Unknown tokenizer data (kind={data.get('kind') if isinstance(data, dict) else data!r}); "
+            f"known kinds: {sorted(_TOKENIZER_KINDS)}"
+        ) from None
+    return cls.from_dict(data)

@@ -1,0 +1,15 @@
+"""The Transformer core in plain PyTorch, and the networks of each task built on it."""
+
+from .attention import MultiHeadAttention
+from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from .seq2seq import Seq2SeqNet
+from .transformer import DecoderCache, Transformer
+
+__all__ = [
+    "DecoderCache",
+    "LearnedPositionalEncoding",
+    "MultiHeadAttention",
+    "Seq2SeqNet",
+    "SinusoidalPositionalEncoding",
+    "Transformer",
+]

@@ -1,0 +1,115 @@
+"""The translation network: token embeddings + positions → `Transformer` → vocabulary logits."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .positional import positional_encoding
+from .transformer import DecoderCache, Transformer
+
+
+class Seq2SeqNet(nn.Module):
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        d_model: int = 512,
+        nhead: int = 8,
+        num_encoder_layers: int = 6,
+        num_decoder_layers: int = 6,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: str = "relu",
+        norm_first: bool = False,
+        max_len: int = 256,
+        positional: str = "sinusoidal",
+        tie_embeddings: bool = False,
+        pad_id: int = 0,
+    ):
+        super().__init__()
+        self.pad_id, self.max_len, self.d_model = pad_id, max_len, d_model
+        self.src_embed = nn.Embedding(src_vocab_size, d_model, padding_idx=pad_id)
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, d_model, padding_idx=pad_id)
+        self.src_pos = positional_encoding(positional, d_model, max_len)
+        self.tgt_pos = positional_encoding(positional, d_model, max_len)
+        self.embed_dropout = nn.Dropout(dropout)
+        self.core = Transformer(
+            d_model, nhead, num_encoder_layers, num_decoder_layers, dim_feedforward, dropout, activation,
+            norm_first=norm_first,
+        )
+        self.generator = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        for emb in (self.src_embed, self.tgt_embed):
+            # Scaled by sqrt(d_model) in forward, so start at unit variance / sqrt(d_model).
+            nn.init.normal_(emb.weight, std=d_model**-0.5)
+            emb.weight.data[pad_id].zero_()
+        if tie_embeddings:
+            self.generator.weight = self.tgt_embed.weight
+        self.embed_scale = math.sqrt(d_model)
+
+    def _check_len(self, length: int) -> None:
+        if length > self.max_len:
+            raise ValueError(f"sequence of {length} tokens exceeds the model's max_len={self.max_len}")
+
+    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, S) ids → memory (B, S, D) and its padding mask (B, S), True = padding."""
+        self._check_len(src.size(1))
+        src_pad = src.eq(self.pad_id)
+        x = self.embed_dropout(self.src_pos(self.src_embed(src) * self.embed_scale))
+        return self.core.encode(x, src_pad), src_pad
+
+    def decode(
+        self,
+        tgt: torch.Tensor,  # (B, T) ids: the whole prefix, or only the new ones with a cache
+        memory: torch.Tensor,  # (B, S, D)
+        src_pad: torch.Tensor,  # (B, S)
+        cache: DecoderCache | None = None,
+        need_weights: bool = False,
+    ):
+        """→ logits (B, T, V) (and cross-attention weights per layer when asked)."""
+        offset = cache.length if cache is not None else 0
+        self._check_len(offset + tgt.size(1))
+        # Targets are right-padded (see datamodules.batching), so the causal mask already hides
+        # every padded key from every real query: no target padding mask, and SDPA keeps its
+        # fast causal path. Outputs at padded positions are ignored by the loss.
+        x = self.embed_dropout(self.tgt_pos(self.tgt_embed(tgt) * self.embed_scale, offset))
+        out = self.core.decode(x, memory, None, src_pad, cache, need_weights)
+        if need_weights:
+            return self.generator(out[0]), out[1]
+        return self.generator(out)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: (B, S) source ids, (B, T) target input ids → (B, T, V) logits."""
+        memory, src_pad = self.encode(src)
+        return self.decode(tgt, memory, src_pad)
+
+    @torch.no_grad()
+    def greedy_decode(
+        self, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int, use_cache: bool = True
+    ) -> torch.Tensor:
+        """(B, S) source ids → (B, ≤ max_len + 1) target ids starting with `<bos>`; each row
+        is padded with `pad_id` after its `<eos>`. Stops when every row has emitted `<eos>`."""
+        memory, src_pad = self.encode(src)
+        B = src.size(0)
+        max_len = min(max_len, self.max_len - 1)
+        ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
+        finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+        cache = self.core.new_cache() if use_cache else None
+        for _ in range(max_len):
+            step_input = ys[:, -1:] if use_cache else ys
+            logits = self.decode(step_input, memory, src_pad, cache)[:, -1]  # (B, V)
+            next_token = logits.argmax(dim=-1)
+            next_token = next_token.masked_fill(finished, self.pad_id)
+            ys = torch.cat([ys, next_token[:, None]], dim=1)
+            finished |= next_token.eq(eos_id)
+            if finished.all():
+                break
+        return ys
+
+    @torch.no_grad()
+    def beam_search(self, src, bos_id, eos_id, max_len, beam_size=4, length_penalty=1.0, use_cache=True):
+        """Beam search over (B, S) sources; see models.beam_search."""
+        from .beam_search import beam_search
+        return beam_search(self, src, bos_id, eos_id, max_len, beam_size, length_penalty, use_cache)

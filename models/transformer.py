@@ -1,0 +1,156 @@
+"""The encoder–decoder Transformer on embeddings (Vaswani et al., 2017), batch-first.
+
+Argument names and defaults follow `torch.nn.Transformer`, including its final LayerNorm after
+each stack (present in post-norm too), so `Transformer.from_torch` can copy its weights.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .layers import DecoderLayer, EncoderLayer
+from .masks import causal_mask, padding_mask
+
+
+class DecoderCache:
+    """Keys/values for incremental decoding, one entry per decoder layer.
+
+    Self-attention keys/values grow by the new tokens at every step; cross-attention ones are
+    projected from the memory on the first step and reused after that.
+    """
+
+    def __init__(self, num_layers: int):
+        self.layers = [{"self": {}, "cross": {}} for _ in range(num_layers)]
+
+    @property
+    def length(self) -> int:
+        """Number of target positions already decoded (the offset of the next position)."""
+        first = self.layers[0]["self"]
+        return first["k"].size(2) if "k" in first else 0
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows `index` (beam search: the beams that survive a step), in place."""
+        for layer in self.layers:
+            for kv in layer.values():
+                for name in kv:
+                    kv[name] = kv[name].index_select(0, index)
+
+
+class Transformer(nn.Module):
+    def __init__(
+        self,
+        d_model: int = 512,
+        nhead: int = 8,
+        num_encoder_layers: int = 6,
+        num_decoder_layers: int = 6,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: str = "relu",
+        layer_norm_eps: float = 1e-5,
+        norm_first: bool = False,
+        bias: bool = True,
+    ):
+        super().__init__()
+        layer_args = (d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, norm_first, bias)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(num_encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(num_decoder_layers))
+        self.encoder_norm = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.decoder_norm = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.d_model, self.nhead = d_model, nhead
+
+    def encode(self, src: torch.Tensor, src_key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, S, D) source embeddings → (B, S, D) memory. Mask: (B, S) bool, True = padding."""
+        mask = padding_mask(src_key_padding_mask)
+        x = src
+        for layer in self.encoder_layers:
+            x = layer(x, mask)
+        return self.encoder_norm(x)
+
+    def decode(
+        self,
+        tgt: torch.Tensor,  # (B, T, D) target embeddings: the whole prefix, or only the new steps with a cache
+        memory: torch.Tensor | None,  # (B, S, D); may be None once `cache` holds the cross keys/values
+        tgt_key_padding_mask: torch.Tensor | None = None,  # (B, past + T) bool, True = padding
+        memory_key_padding_mask: torch.Tensor | None = None,  # (B, S) bool, True = padding
+        cache: DecoderCache | None = None,
+        need_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+        """Causal decoding. With `need_weights`, also returns each layer's cross-attention
+        weights, (B, H, T, S), for plotting (a slower matmul-softmax path)."""
+        past = cache.length if cache is not None else 0
+        # The common training case (no cache, no target padding) keeps SDPA's own causal path.
+        is_causal = past == 0 and tgt_key_padding_mask is None and tgt.size(1) > 1
+        self_mask = None if is_causal else causal_mask(tgt.size(1), tgt_key_padding_mask, past, tgt.device)
+        memory_mask = padding_mask(memory_key_padding_mask)
+        x, weights = tgt, []
+        for i, layer in enumerate(self.decoder_layers):
+            layer_cache = cache.layers[i] if cache is not None else None
+            x, w = layer(x, memory, self_mask, memory_mask, is_causal, layer_cache, need_weights)
+            weights.append(w)
+        x = self.decoder_norm(x)
+        return (x, weights) if need_weights else x
+
+    def forward(
+        self,
+        src: torch.Tensor,  # (B, S, D)
+        tgt: torch.Tensor,  # (B, T, D)
+        src_key_padding_mask: torch.Tensor | None = None,
+        tgt_key_padding_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # (B, T, D)
+        memory = self.encode(src, src_key_padding_mask)
+        return self.decode(tgt, memory, tgt_key_padding_mask, src_key_padding_mask)
+
+    def new_cache(self) -> DecoderCache:
+        return DecoderCache(len(self.decoder_layers))
+
+    @classmethod
+    def from_torch(cls, module: nn.Transformer) -> "Transformer":
+        """A `Transformer` with the weights of a batch-first or sequence-first `torch.nn.Transformer`."""
+        enc0, dec0 = module.encoder.layers[0], module.decoder.layers[0]
+        attn = enc0.self_attn
+        model = cls(
+            d_model=attn.embed_dim,
+            nhead=attn.num_heads,
+            num_encoder_layers=len(module.encoder.layers),
+            num_decoder_layers=len(module.decoder.layers),
+            dim_feedforward=enc0.linear1.out_features,
+            dropout=enc0.dropout.p,
+            activation=_activation_name(enc0.activation),
+            layer_norm_eps=enc0.norm1.eps,
+            norm_first=enc0.norm_first,
+            bias=attn.in_proj_bias is not None,
+        )
+        model.to(device=attn.in_proj_weight.device, dtype=attn.in_proj_weight.dtype)
+        model.load_state_dict(_convert_torch_state_dict(module.state_dict()))
+        return model
+
+
+def _activation_name(activation) -> str:
+    import torch.nn.functional as F
+
+    if activation in (F.relu, "relu") or isinstance(activation, nn.ReLU):
+        return "relu"
+    if activation in (F.gelu, "gelu") or isinstance(activation, nn.GELU):
+        return "gelu"
+    raise ValueError(f"Only relu and gelu activations can be converted, got {activation!r}")
+
+
+def _convert_torch_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Rename torch.nn.Transformer's keys to ours; split cross-attention's in_proj into q and kv."""
+    out = {}
+    for key, value in state.items():
+        key = key.replace("encoder.layers.", "encoder_layers.").replace("decoder.layers.", "decoder_layers.")
+        key = key.replace("encoder.norm.", "encoder_norm.").replace("decoder.norm.", "decoder_norm.")
+        key = key.replace("multihead_attn.", "cross_attn.")
+        key = key.replace(".linear1.", ".ff.linear1.").replace(".linear2.", ".ff.linear2.")
+        if ".cross_attn.in_proj_" in key:
+            d = value.size(0) // 3
+            suffix = key.rsplit("in_proj_", 1)[1]  # "weight" or "bias"
+            prefix = key.split(".cross_attn.")[0] + ".cross_attn."
+            out[prefix + "q_proj." + suffix] = value[:d]
+            out[prefix + "kv_proj." + suffix] = value[d:]
+            continue
+        key = key.replace(".self_attn.in_proj_", ".self_attn.qkv_proj.")
+        out[key] = value
+    return out

@@ -1,0 +1,185 @@
+"""Training logic for `models.mnist_net.MnistNet`: loss, metrics, optimiser, test-set figures.
+
+The network itself (tokens, encoder, heads) lives in models/mnist_net.py.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
+
+from models.mnist_net import MnistNet
+
+from .schedules import warmup_lr_lambda
+
+
+class MnistSequenceClassifier(L.LightningModule):
+    def __init__(
+        self,
+        tokens: Literal["rows", "patches"] = "patches",
+        patch_size: int = 7,
+        head: Literal["decoder", "cls", "mean"] = "decoder",
+        num_queries: int = 1,
+        d_model: int = 128,
+        nhead: int = 4,
+        num_encoder_layers: int = 4,
+        num_decoder_layers: int = 1,
+        dim_feedforward: int = 256,
+        dropout: float = 0.1,
+        activation: Literal["relu", "gelu"] = "gelu",
+        norm_first: bool = True,
+        lr: float = 1e-3,  # peak learning rate, reached after warm-up
+        weight_decay: float = 0.05,  # on weight matrices only, not on biases and LayerNorms
+        warmup_fraction: float = 0.05,  # of all training steps; then cosine decay to zero
+        label_smoothing: float = 0.0,
+        num_misclassified_shown: int = 64,  # test digits in the misclassified grid
+    ):
+        super().__init__()
+        self.save_hyperparameters()  # plain str/int/float/bool only: checkpoints load with weights_only=True
+        self.net = MnistNet(
+            tokens=tokens,
+            patch_size=patch_size,
+            head=head,
+            num_queries=num_queries,
+            d_model=d_model,
+            nhead=nhead,
+            num_encoder_layers=num_encoder_layers,
+            num_decoder_layers=num_decoder_layers,
+            dim_feedforward=dim_feedforward,
+            dropout=dropout,
+            activation=activation,
+            norm_first=norm_first,
+        )
+        # One metric object per stage: their running states must not mix.
+        self.train_acc = MulticlassAccuracy(num_classes=10, average="micro")
+        self.val_acc = MulticlassAccuracy(num_classes=10, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes=10, average="micro")
+        self.test_confmat = MulticlassConfusionMatrix(num_classes=10)
+        self._misclassified: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:  # (B, 1, 28, 28) → (B, 10) logits
+        return self.net(images)
+
+    # ---- steps -------------------------------------------------------------------------------
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        images, labels = batch  # (B, 1, 28, 28), (B,)
+        logits = self(images)  # (B, 10)
+        loss = F.cross_entropy(logits, labels, label_smoothing=self.hparams.label_smoothing)
+        self.train_acc(logits.argmax(-1), labels)
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True)
+        return loss
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        images, labels = batch
+        logits = self(images)
+        self.val_acc(logits.argmax(-1), labels)
+        self.log("val/loss", F.cross_entropy(logits, labels))
+        self.log("val/acc", self.val_acc, prog_bar=True)
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        images, labels = batch
+        logits = self(images)
+        preds = logits.argmax(-1)  # (B,)
+        self.test_acc(preds, labels)
+        self.test_confmat.update(preds, labels)
+        self.log("test/loss", F.cross_entropy(logits, labels))
+        self.log("test/acc", self.test_acc)
+        # Keep the first few mistakes (on CPU) for the grid drawn at the end of the test.
+        room = self.hparams.num_misclassified_shown - sum(len(m[0]) for m in self._misclassified)
+        wrong = (preds != labels).nonzero().squeeze(1)[:room]
+        if len(wrong):
+            self._misclassified.append((images[wrong].cpu(), preds[wrong].cpu(), labels[wrong].cpu()))
+
+    def predict_step(self, batch, batch_idx: int) -> torch.Tensor:
+        return self(batch[0]).argmax(-1)  # (B,) predicted digits
+
+    # ---- test-set figures --------------------------------------------------------------------
+
+    def on_test_epoch_start(self) -> None:
+        self._misclassified = []
+
+    def on_test_epoch_end(self) -> None:
+        confmat = self.test_confmat.compute().cpu()  # (10, 10), summed over every process
+        self.test_confmat.reset()
+        # log_dir broadcasts from rank 0, so every rank must ask for it before rank 0 writes.
+        out_dir = Path(self.trainer.log_dir or self.trainer.default_root_dir)
+        if self.trainer.is_global_zero:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            figures = {"test/confusion_matrix": plot_confusion_matrix(confmat)}
+            if self._misclassified:
+                images, preds, labels = (torch.cat(t) for t in zip(*self._misclassified))
+                figures["test/misclassified"] = plot_misclassified(images, preds, labels)
+            for key, fig in figures.items():
+                path = out_dir / f"{key.replace('/', '_')}.png"
+                fig.savefig(path, dpi=120)
+                self._log_figure(key, fig, path)
+        self._misclassified = []
+
+    def _log_figure(self, key: str, fig: Figure, path: Path) -> None:
+        for logger in self.loggers:
+            if hasattr(logger, "log_image"):  # WandbLogger
+                logger.log_image(key=key, images=[str(path)])
+            elif hasattr(logger.experiment, "add_figure"):  # TensorBoardLogger's SummaryWriter
+                logger.experiment.add_figure(key, fig, global_step=self.global_step, close=False)
+
+    # ---- optimisation ------------------------------------------------------------------------
+
+    def configure_optimizers(self):
+        # Decay weight matrices (and the learned tokens/positions); not biases or LayerNorm gains.
+        params = [p for p in self.parameters() if p.requires_grad]
+        groups = [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": self.hparams.weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ]
+        optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr)
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warmup = int(self.hparams.warmup_fraction * total)
+        # A plain function: LambdaLR stores None for it, so the checkpoint stays tensors-and-plain-data.
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_lr_lambda("cosine", warmup, total))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def plot_confusion_matrix(confmat: torch.Tensor) -> Figure:
+    """(10, 10) counts, rows = true digit, columns = predicted digit → a Figure (Agg canvas)."""
+    fig = Figure(figsize=(6, 5.5))
+    FigureCanvasAgg(fig)  # render with Agg without touching pyplot's global backend
+    ax = fig.add_subplot()
+    cm = confmat.numpy()
+    im = ax.imshow(cm, cmap="Blues")
+    fig.colorbar(im, ax=ax)
+    for i in range(cm.shape[0]):
+        for j in range(cm.shape[1]):
+            color = "white" if cm[i, j] > cm.max() / 2 else "black"
+            ax.text(j, i, str(cm[i, j]), ha="center", va="center", fontsize=7, color=color)
+    ax.set(xticks=range(10), yticks=range(10), xlabel="predicted", ylabel="true")
+    accuracy = cm.trace() / max(1, cm.sum())
+    ax.set_title(f"MNIST test confusion matrix (accuracy {100 * accuracy:.2f} %)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_misclassified(images: torch.Tensor, preds: torch.Tensor, labels: torch.Tensor) -> Figure:
+    """A grid of (N, 1, 28, 28) digits, each titled `true→predicted`."""
+    n = len(images)
+    cols = min(8, n)
+    rows = math.ceil(n / cols)
+    fig = Figure(figsize=(1.3 * cols, 1.5 * rows))
+    FigureCanvasAgg(fig)
+    for k in range(n):
+        ax = fig.add_subplot(rows, cols, k + 1)
+        ax.imshow(images[k, 0].float().numpy(), cmap="gray")  # imshow rescales, so normalised is fine
+        ax.set_title(f"{labels[k].item()}→{preds[k].item()}", fontsize=9, color="red")
+        ax.axis("off")
+    fig.suptitle("Misclassified test digits (true→predicted)")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,231 @@
+"""MNIST: the data module on real IDX files, the network's layouts and heads, the Lightning task."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import urllib.error
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from datamodules.errors import DataNotFoundError
+from datamodules.mnist import MEAN, RAW_FILES, STD, MNISTDataModule
+from models.mnist_net import MnistNet
+from tasks.mnist import MnistSequenceClassifier
+
+SHARED_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"  # ../shared/data/mnist from the repo root
+TINY = dict(d_model=32, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=64, dropout=0.0)
+
+
+def quiet_trainer(tmp_path, **kwargs) -> L.Trainer:
+    kwargs.setdefault("logger", False)
+    kwargs.setdefault("enable_checkpointing", False)
+    return L.Trainer(
+        accelerator="cpu", default_root_dir=tmp_path, enable_progress_bar=False, enable_model_summary=False, **kwargs
+    )
+
+
+# ---- data module on real IDX files -------------------------------------------------------------
+
+
+def write_idx(path: Path, array: torch.Tensor, compress: bool) -> None:
+    """The IDX format MNIST ships in: magic (0, 0, dtype 0x08 = ubyte, ndim), big-endian dims, bytes."""
+    header = struct.pack(">BBBB", 0, 0, 0x08, array.dim()) + struct.pack(f">{array.dim()}I", *array.shape)
+    data = header + array.to(torch.uint8).numpy().tobytes()
+    if compress:
+        path = path.with_name(path.name + ".gz")
+        data = gzip.compress(data)
+    path.write_bytes(data)
+
+
+def fake_mnist(root: Path, n_train: int = 60, n_test: int = 20) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random digits in torchvision's layout; training files gzipped, test files plain."""
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    g = torch.Generator().manual_seed(0)
+    train_x, test_x = (torch.randint(0, 256, (n, 28, 28), generator=g) for n in (n_train, n_test))
+    train_y, test_y = torch.arange(n_train) % 10, (torch.arange(n_test) * 3) % 10
+    write_idx(raw / "train-images-idx3-ubyte", train_x, compress=True)
+    write_idx(raw / "train-labels-idx1-ubyte", train_y, compress=True)
+    write_idx(raw / "t10k-images-idx3-ubyte", test_x, compress=False)
+    write_idx(raw / "t10k-labels-idx1-ubyte", test_y, compress=False)
+    return test_x, test_y
+
+
+def test_datamodule_reads_idx_files_and_splits(tmp_path):
+    test_x, test_y = fake_mnist(tmp_path)
+    dm = MNISTDataModule(str(tmp_path), batch_size=16, val_size=12, download=False)
+    dm.prepare_data()  # gunzips the training files; must not try the network
+    dm.setup("fit")
+    dm.setup("test")
+    assert (len(dm.train_set), len(dm.val_set), len(dm.test_set)) == (48, 12, 20)
+    assert not set(dm.train_set.indices) & set(dm.val_set.indices)
+
+    images, labels = next(iter(dm.train_dataloader()))
+    assert images.shape == (16, 1, 28, 28) and images.dtype == torch.float32
+    assert labels.shape == (16,) and labels.dtype == torch.int64
+
+    # The test set is the plain file, normalised with MNIST's mean and std, in file order.
+    images, labels = next(iter(dm.test_dataloader()))
+    torch.testing.assert_close(images[:, 0], (test_x[:16].float() / 255 - MEAN) / STD)
+    assert labels.tolist() == test_y[:16].tolist()
+
+
+def test_split_is_fixed_by_seed_and_val_size_may_be_a_fraction(tmp_path):
+    fake_mnist(tmp_path, n_train=50)
+    splits = []
+    for _ in range(2):
+        dm = MNISTDataModule(str(tmp_path), val_size=0.2, download=False)
+        dm.prepare_data()
+        dm.setup("fit")
+        splits.append(dm.val_set.indices)
+    assert len(splits[0]) == 10 and splits[0] == splits[1]
+    with pytest.raises(ValueError, match="val_size"):
+        bad = MNISTDataModule(str(tmp_path), val_size=50, download=False)
+        bad.setup("fit")
+
+
+def test_augmentation_only_touches_training_images(tmp_path):
+    fake_mnist(tmp_path)
+    dm = MNISTDataModule(str(tmp_path), val_size=10, augment=True, download=False)
+    dm.prepare_data()
+    dm.setup("fit")
+    augmented, plain = dm.train_set.dataset, dm.val_set.dataset  # two views of the same files
+    torch.testing.assert_close(plain[0][0], plain[0][0])  # validation: deterministic
+    torch.manual_seed(0)
+    assert any(not torch.equal(augmented[0][0], plain[0][0]) for _ in range(3))  # training: random affine
+
+
+def test_missing_files_raise_one_clear_error(tmp_path):
+    dm = MNISTDataModule(str(tmp_path / "nowhere"), download=False)
+    with pytest.raises(DataNotFoundError) as info:
+        dm.prepare_data()
+    message = str(info.value)
+    assert str((tmp_path / "nowhere" / "MNIST" / "raw").resolve()) in message
+    assert all(name in message for name in RAW_FILES)
+    assert isinstance(info.value, FileNotFoundError)
+
+
+def test_failed_download_gives_the_same_error_without_urllib_traceback(tmp_path, monkeypatch):
+    def offline(self):
+        raise urllib.error.URLError("no network")
+
+    monkeypatch.setattr("torchvision.datasets.MNIST.download", offline)
+    dm = MNISTDataModule(str(tmp_path), download=True)
+    with pytest.raises(DataNotFoundError, match="downloading them failed") as info:
+        dm.prepare_data()
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert all(name in str(info.value) for name in RAW_FILES)
+
+
+# ---- network -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "tokens, patch_size, num_tokens", [("rows", 7, 28), ("patches", 4, 49), ("patches", 7, 16)]
+)
+@pytest.mark.parametrize("head", ["decoder", "cls", "mean"])
+def test_every_layout_and_head_gives_logits(tokens, patch_size, num_tokens, head):
+    net = MnistNet(tokens=tokens, patch_size=patch_size, head=head, **TINY)
+    assert net.num_tokens == num_tokens
+    logits = net(torch.randn(3, 1, 28, 28))
+    assert logits.shape == (3, 10) and torch.isfinite(logits).all()
+    assert (len(net.core.decoder_layers) > 0) == (head == "decoder")  # pooling heads build no decoder
+
+
+def test_decoder_head_with_several_queries():
+    net = MnistNet(head="decoder", num_queries=4, **TINY)
+    assert net(torch.randn(2, 1, 28, 28)).shape == (2, 10)
+
+
+def test_tokens_are_rows_or_patches_in_reading_order():
+    image = torch.arange(28 * 28.0).reshape(1, 1, 28, 28)
+    rows = MnistNet(tokens="rows", **TINY).tokenize(image)  # (1, 28, 28)
+    torch.testing.assert_close(rows[0], image[0, 0])
+    patches = MnistNet(tokens="patches", patch_size=7, **TINY).tokenize(image)  # (1, 16, 49)
+    torch.testing.assert_close(patches[0, 0], image[0, 0, :7, :7].flatten())
+    torch.testing.assert_close(patches[0, 1], image[0, 0, :7, 7:14].flatten())  # left to right first
+    torch.testing.assert_close(patches[0, 4], image[0, 0, 7:14, :7].flatten())
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="patch_size"):
+        MnistNet(patch_size=5)
+    with pytest.raises(ValueError, match="head"):
+        MnistNet(head="max")
+
+
+# ---- Lightning task ----------------------------------------------------------------------------
+
+
+def random_digits(n: int, seed: int = 0) -> TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    return TensorDataset(torch.randn(n, 1, 28, 28, generator=g), torch.randint(0, 10, (n,), generator=g))
+
+
+@pytest.mark.parametrize("tokens, head", [("patches", "decoder"), ("rows", "cls")])
+def test_overfits_a_small_batch(tmp_path, tokens, head):
+    L.seed_everything(0)
+    model = MnistSequenceClassifier(tokens=tokens, head=head, **TINY, lr=3e-3, weight_decay=0.0)
+    data = random_digits(32)  # random labels: only memorising gets them right
+    trainer = quiet_trainer(tmp_path, max_epochs=150, log_every_n_steps=50)
+    trainer.fit(model, DataLoader(data, batch_size=32))  # one batch, 150 steps of warm-up + cosine
+    images, labels = data.tensors
+    model.eval()
+    assert trainer.callback_metrics["train/loss"] < 0.05
+    assert (model(images).argmax(-1) == labels).all()
+
+
+def test_checkpoint_round_trip_without_datamodule(tmp_path):
+    L.seed_everything(0)
+    model = MnistSequenceClassifier(tokens="rows", head="decoder", num_queries=2, **TINY)
+    trainer = quiet_trainer(tmp_path, max_steps=2)
+    trainer.fit(model, DataLoader(random_digits(16), batch_size=8))
+    path = tmp_path / "model.ckpt"
+    trainer.save_checkpoint(path)
+
+    assert torch.load(path, weights_only=True)["hyper_parameters"]["tokens"] == "rows"  # plain data only
+    loaded = MnistSequenceClassifier.load_from_checkpoint(path, map_location="cpu").eval()
+    assert loaded.hparams.num_queries == 2
+    images = random_digits(4, seed=1).tensors[0]
+    model.eval()
+    torch.testing.assert_close(loaded(images), model(images), rtol=0, atol=0)
+
+
+def test_test_end_saves_and_logs_confusion_matrix_and_misclassified_digits(tmp_path):
+    class ImageLogger(L.pytorch.loggers.CSVLogger):  # stands in for WandbLogger's log_image
+        logged = []
+
+        def log_image(self, key, images, **kwargs):
+            self.logged.append(key)
+            assert Path(images[0]).is_file()
+
+    logger = ImageLogger(tmp_path)
+    model = MnistSequenceClassifier(**TINY, num_misclassified_shown=5)
+    trainer = quiet_trainer(tmp_path, logger=logger)
+    (metrics,) = trainer.test(model, DataLoader(random_digits(40), batch_size=16), verbose=False)
+    assert 0.0 <= metrics["test/acc"] <= 1.0
+    out = Path(trainer.log_dir)
+    assert (out / "test_confusion_matrix.png").stat().st_size > 1000
+    assert (out / "test_misclassified.png").stat().st_size > 1000
+    assert logger.logged == ["test/confusion_matrix", "test/misclassified"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED_MNIST / "MNIST" / "raw").is_dir(), reason=f"real MNIST not found at {SHARED_MNIST}")
+def test_trains_on_real_mnist_subset_far_above_chance(tmp_path):
+    L.seed_everything(0)
+    dm = MNISTDataModule(str(SHARED_MNIST), batch_size=32, val_size=500, download=False)
+    model = MnistSequenceClassifier(
+        tokens="patches", patch_size=7, head="cls", d_model=64, nhead=4, num_encoder_layers=2,
+        dim_feedforward=128, dropout=0.0, lr=2e-3,
+    )  # fmt: skip
+    trainer = quiet_trainer(tmp_path, max_epochs=1, limit_val_batches=0)
+    trainer.fit(model, dm)
+    (metrics,) = trainer.test(model, dm, verbose=False)
+    assert len(dm.test_set) == 10_000
+    assert metrics["test/acc"] > 0.8, metrics  # chance is 0.1
