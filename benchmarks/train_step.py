@@ -58,6 +58,7 @@ def parse_args(argv=None):
     p.add_argument("--no-matmul", action="store_true", help="skip the matmul-softmax row")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--progress", action="store_true", help="print each repeat's times to stderr")
     p.add_argument("--json", default=None, help="write the results to this path")
     p.add_argument("--tiny", action="store_true", help="a few seconds at a toy size (CI smoke test)")
     args = p.parse_args(argv)
@@ -233,6 +234,9 @@ def run(args) -> dict:
             order.reverse()
         for c in order:
             c.times.append(timed(c.step, device))
+        if args.progress:
+            print(f"repeat {r + 1}/{args.repeats}: " + ", ".join(f"{c.name} {c.times[-1] * 1e3:.0f} ms" for c in contenders),
+                  file=sys.stderr, flush=True)
     if not args.no_memory:
         for c in contenders:
             c.peak_bytes = peak_step_memory(c, device)

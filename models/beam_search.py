@@ -101,7 +101,7 @@ def beam_search(
             break
 
     # The best finished hypothesis, or the best live one where none finished within max_len.
-    has_fin = fin_score > 0  # (B,)
+    has_fin = fin_score > neg_inf  # (B,)
     best = torch.where(has_fin[:, None], fin_seq, live_seqs[:, 0])  # (B, t+1)
     lengths = torch.where(has_fin, fin_len, live_seqs.size(2))  # (B,)
     return best[:, : int(lengths.max())]

@@ -105,16 +105,29 @@ def test_batched_equals_alone(seed, beam_size, length_penalty):
         assert strip(batched[i]) == strip(alone[0])
 
 
-def test_beam_improves_model_score_over_greedy_on_average():
-    """Not a theorem per sentence, but over a few sentences a wider beam should not lose."""
-    net, src = make_net(0, eos_bias=0.0), make_sources(0)
+def test_float32_cached_uncached_and_batched_agree():
+    """The float32 net of real use agrees too (no near-tie flips on these inputs)."""
+    net, src = make_net(2), make_sources(2)
+    net.float()
+    decode = net.decode
+    net.decode = lambda *args, **kwargs: decode(*args, **kwargs).float()
+    out = net.beam_search(src, BOS, EOS, 12, beam_size=3)
+    assert torch.equal(out, net.beam_search(src, BOS, EOS, 12, beam_size=3, use_cache=False))
+    for i, n in enumerate((7, 3, 5, 1, 6)):
+        assert strip(out[i]) == strip(net.beam_search(src[i : i + 1, :n], BOS, EOS, 12, beam_size=3)[0])
 
-    def total(out):
-        return sum(sequence_logprob(net, src[i : i + 1], strip(out[i])) for i in range(src.size(0)))
 
-    greedy = net.greedy_decode(src, BOS, EOS, 10)
-    beam = net.beam_search(src, BOS, EOS, 10, beam_size=6, length_penalty=0.0)
-    assert total(beam) >= total(greedy) - 1e-9
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_beam_scores_at_least_greedy_on_finished_sentences(seed):
+    """Not a theorem per sentence (a beam can drop greedy's path), but it holds on these nets,
+    and by a wide margin: untrained nets make the short hypotheses likelier."""
+    net, src = make_net(seed), make_sources(seed)
+    greedy = net.greedy_decode(src, BOS, EOS, 12)
+    beam = net.beam_search(src, BOS, EOS, 12, beam_size=6, length_penalty=0.0)
+    for i in range(src.size(0)):
+        if EOS in strip(greedy[i]):
+            g = sequence_logprob(net, src[i : i + 1], strip(greedy[i]))
+            assert sequence_logprob(net, src[i : i + 1], strip(beam[i])) >= g - 1e-9
 
 
 # --------------------------------------------------------------------------- exact search oracle

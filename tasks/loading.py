@@ -1,0 +1,76 @@
+"""Loading checkpoints, and turning user errors into one clear line for the scripts."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from pathlib import Path
+from typing import Callable, TypeVar
+
+import lightning as L
+import torch
+
+from datamodules.errors import CorpusFormatError, DataNotFoundError
+
+M = TypeVar("M", bound=L.LightningModule)
+
+
+class CheckpointError(Exception):
+    """A checkpoint is missing, unreadable, or not of the task that was asked for."""
+
+
+class InputError(ValueError):
+    """Input that a script or `translate` refuses (an empty sentence, say); the message says why."""
+
+
+def load_checkpoint(cls: type[M], path: str | Path, map_location: str | torch.device = "cpu") -> M:
+    """`cls.load_from_checkpoint(path)`, with one clear `CheckpointError` for a missing, truncated
+    or corrupt file, or a checkpoint of another task."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch.load fails in many ways on a bad file; each means unreadable
+        raise CheckpointError(f"{path} is not a readable checkpoint (truncated or corrupt?): {_first_line(err)}") from None
+    if not isinstance(state, dict) or "state_dict" not in state:
+        raise CheckpointError(f"{path} is not a Lightning checkpoint (no state_dict)")
+    hparams = state.get("hyper_parameters", {})
+    # LightningCLI records the class; for other checkpoints, hyperparameters the class does not take
+    # give a checkpoint of another task away.
+    found = hparams.get("_class_path", "").rsplit(".", 1)[-1]
+    accepted = set(inspect.signature(cls.__init__).parameters) | {"_class_path", "_instantiator"}
+    if (found and found != cls.__name__) or not set(hparams) <= accepted:
+        other = f"a {found} checkpoint" if found else "a checkpoint of another model"
+        raise CheckpointError(f"{path} holds {other}, not a {cls.__name__} one")
+    try:
+        return cls.load_from_checkpoint(path, map_location=map_location)
+    except (RuntimeError, KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(f"{path} does not fit {cls.__name__}: {_first_line(err)}") from None
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+USER_ERRORS = (CheckpointError, InputError, DataNotFoundError, CorpusFormatError)
+
+
+def exit_on_user_error(main: Callable[..., None]) -> Callable[..., None]:
+    """Decorate a script's `main`: a user error prints one line on stderr and exits with status 2;
+    anything else is a bug and keeps its traceback."""
+
+    @functools.wraps(main)
+    def wrapper(*args, **kwargs):
+        try:
+            return main(*args, **kwargs)
+        except USER_ERRORS as err:
+            print(f"error: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            raise SystemExit(130) from None
+
+    return wrapper
