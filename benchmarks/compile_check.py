@@ -182,6 +182,8 @@ def main(argv=None) -> dict:
         print_table(["src len", "output tokens", "new graphs", "graphs so far", "first call s (incl. compile)",
                      "eager ms", "compiled ms", "same tokens as eager"], decode_rows,
                     f"torch.compile, greedy decoding with the cache: {size}")
+    graph_breaks = dict(torch._dynamo.utils.counters.get("graph_break", {}))
+    print(f"graph breaks: {sum(graph_breaks.values())}" + "".join(f"\n  {n} x {k[:160]}" for k, n in graph_breaks.items()))
     recompiles_after_second = sum(r["new_graphs"] for r in train_results[2:])
     verdict = ("no recompilation after the second length" if recompiles_after_second == 0
                else f"{recompiles_after_second} graphs compiled after the second length: recompiling per length")
@@ -189,6 +191,8 @@ def main(argv=None) -> dict:
     payload = {"benchmark": "compile_check", "config": vars(args), "environment": environment(args.device),
                "train": train_results, "decode": decode_results,
                "train_graphs_after_second_length": recompiles_after_second,
+               "train_graphs_first_length": train_results[0]["new_graphs"],
+               "graph_breaks": graph_breaks,
                "recompile_reasons": dict(torch._dynamo.utils.counters.get("recompiles", {}))}
     write_json(args.json, payload)
     return payload

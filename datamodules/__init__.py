@@ -4,13 +4,14 @@ from . import tokenizers as _tokenizers  # noqa: F401  (registers the subword ki
 from .batching import Seq2SeqBatch, collate_pairs
 from .corpus import ParallelCorpusDataModule, TokenBudgetBatchSampler
 from .errors import CorpusFormatError, DataNotFoundError
+from .mnist import MNISTDataModule
 from .tokenizers import SubwordTokenizer, train_tokenizer
 from .toy import ToyTranslationDataModule
 from .vocab import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Vocab, tokenizer_from_dict
 
 __all__ = [
     "BOS", "EOS", "PAD", "SPECIAL_TOKENS", "UNK",
-    "CorpusFormatError", "DataNotFoundError", "ParallelCorpusDataModule", "Seq2SeqBatch", "SubwordTokenizer",
+    "CorpusFormatError", "DataNotFoundError", "MNISTDataModule", "ParallelCorpusDataModule", "Seq2SeqBatch", "SubwordTokenizer",
     "TokenBudgetBatchSampler", "ToyTranslationDataModule", "Vocab", "collate_pairs", "tokenizer_from_dict",
     "train_tokenizer",
 ]

@@ -76,7 +76,7 @@ class MNISTDataModule(L.LightningDataModule):
     def _require_files(self, tried_download: bool) -> None:
         missing = self._missing()
         if missing:
-            how = "downloading them failed (offline?)" if tried_download else "no download was tried (download=False)"
+            how = "downloading them failed (offline?)" if tried_download else "download=False"
             raise DataNotFoundError(
                 f"MNIST files not found in {self.raw_dir.resolve()} and {how}. Expected the four "
                 f"raw IDX files there (each may also be .gz): {', '.join(RAW_FILES)}. Missing: "

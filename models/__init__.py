@@ -1,12 +1,14 @@
 """The Transformer core in plain PyTorch, and the networks of each task built on it."""
 
 from .attention import MultiHeadAttention
+from .mnist_net import MnistNet
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from .seq2seq import Seq2SeqNet
 from .transformer import DecoderCache, Transformer
 
 __all__ = [
     "DecoderCache",
+    "MnistNet",
     "LearnedPositionalEncoding",
     "MultiHeadAttention",
     "Seq2SeqNet",

@@ -80,7 +80,9 @@ class Transformer(nn.Module):
         weights, (B, H, T, S), for plotting (a slower matmul-softmax path)."""
         past = cache.length if cache is not None else 0
         # The common training case (no cache, no target padding) keeps SDPA's own causal path.
-        is_causal = past == 0 and tgt_key_padding_mask is None and tgt.size(1) > 1
+        # Written as a conditional expression so that torch.compile(dynamic=True) gets a plain bool
+        # rather than a symbolic one, which SDPA rejects (a graph break in every decoder layer).
+        is_causal = True if past == 0 and tgt_key_padding_mask is None and tgt.size(1) > 1 else False  # noqa: SIM210
         self_mask = None if is_causal else causal_mask(tgt.size(1), tgt_key_padding_mask, past, tgt.device)
         memory_mask = padding_mask(memory_key_padding_mask)
         x, weights = tgt, []

@@ -11,20 +11,42 @@ Any `--trainer.*`, `--model.*`, `--data.*` and `--checkpoint.*` option works as 
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
+from tasks.callbacks import TrainingDivergedError  # noqa: E402
 from tasks.cli import DEFAULT_CONFIG, TransformerCLI, run_fit  # noqa: E402
+from tasks.loading import USER_ERRORS, exit_on_user_error  # noqa: E402
 
 
+@exit_on_user_error
 def main(args: list[str] | None = None) -> None:
+    """Bad input (a missing data folder, a malformed corpus, a missing or corrupt --ckpt_path, a
+    checkpoint of the other task) ends with one line on stderr and exit status 2; a loss that becomes
+    NaN with one line and status 1; a config error with jsonargparse's usage message and status 2."""
     args = list(sys.argv[1:] if args is None else args)
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter")  # we pass sys.argv on purpose
     if not any(a == "-c" or a.startswith("--config") for a in args):
         args = ["--config", str(DEFAULT_CONFIG)] + args
-    cli = TransformerCLI(args=args)
-    run_fit(cli)
+    try:
+        try:
+            cli = TransformerCLI(args=args)
+        except ValueError as err:
+            # jsonargparse wraps errors raised while linking data → model (a data module reading its
+            # files for the tokenizers) in a ValueError; the user error is its cause.
+            cause = err.__cause__
+            while cause is not None and not isinstance(cause, USER_ERRORS):
+                cause = cause.__cause__
+            if cause is None:
+                raise
+            raise cause from None
+        run_fit(cli)
+    except TrainingDivergedError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
+
+from .callbacks import AtomicCheckpointIO, FiniteLossCheck, LogConfigCallback, RngStateCallback
+from .loading import CheckpointError
+from .loggers import AutoWandbLogger, run_dir, sync_command
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "toy_translation.yaml"
@@ -18,8 +24,18 @@ def _tokenizers_of(datamodule) -> dict | None:
 
 
 class TransformerCLI(LightningCLI):
+    """Every recipe gets, without a line of YAML: W&B logging that goes offline by itself
+    (`--trainer.logger CSVLogger` / `TensorBoardLogger` switch it), best and last checkpoints
+    (`--checkpoint.*`), RNG states in checkpoints for an exact resume, a stop with one line on a NaN
+    loss, and checkpoints written atomically."""
+
     def __init__(self, args=None, **kwargs):
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        kwargs.setdefault("save_config_callback", LogConfigCallback)
+        trainer_defaults = kwargs.setdefault("trainer_defaults", {})
+        # Persistent callbacks: always present, whatever --trainer.callbacks adds.
+        trainer_defaults.setdefault("callbacks", [RngStateCallback(), FiniteLossCheck()])
+        args = _default_logger_save_dir(list(sys.argv[1:] if args is None else args))
         super().__init__(
             L.LightningModule,
             L.LightningDataModule,
@@ -29,6 +45,12 @@ class TransformerCLI(LightningCLI):
             args=args,
             **kwargs,
         )
+
+    def init_parser(self, **kwargs):
+        parser = super().init_parser(**kwargs)
+        # A usage error is the error line and a tip to run --help, not 150 lines of usage first.
+        parser.print_usage = lambda file=None: None
+        return parser
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--ckpt_path", type=str | None, default=None,
@@ -44,13 +66,53 @@ class TransformerCLI(LightningCLI):
             "checkpoint.auto_insert_metric_name": False,
             "checkpoint.save_last": True,
         })
+        # W&B by default; `--trainer.logger CSVLogger` (or TensorBoardLogger, or false) instead.
+        parser.set_defaults({"trainer.logger": {"class_path": f"{AutoWandbLogger.__module__}.AutoWandbLogger"}})
         # Translation models get their tokenizers from the data module they are trained on.
         parser.link_arguments("data", "model.init_args.tokenizers", compute_fn=_tokenizers_of, apply_on="instantiate")
 
 
+    def before_instantiate_classes(self) -> None:
+        # Loggers write under trainer.default_root_dir unless told otherwise.
+        config = self.config
+        root = config.trainer.get("default_root_dir") or "."
+        loggers = config.trainer.get("logger")
+        for logger in loggers if isinstance(loggers, list) else [loggers]:
+            init_args = getattr(logger, "init_args", None) if hasattr(logger, "class_path") else None
+            if init_args is not None and "save_dir" in init_args and not init_args.get("save_dir"):
+                init_args["save_dir"] = root
+
+    def instantiate_trainer(self, **kwargs) -> L.Trainer:
+        trainer = super().instantiate_trainer(**kwargs)
+        # Atomic checkpoint writes, unless a CheckpointIO plugin was chosen on purpose.
+        if trainer.strategy._checkpoint_io is None:
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        return trainer
+
+
+def _default_logger_save_dir(args: list[str]) -> list[str]:
+    """`--trainer.logger CSVLogger` (or TensorBoardLogger, …) without `--trainer.logger.save_dir`:
+    give it an empty save_dir, which `before_instantiate_classes` turns into trainer.default_root_dir
+    (CSVLogger and TensorBoardLogger make save_dir a required argument)."""
+    for i, arg in enumerate(args):
+        if arg == "--trainer.logger" and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--trainer.logger="):
+            value = arg.split("=", 1)[1]
+        else:
+            continue
+        if value.lower() not in ("true", "false", "null", "none") and not value.lstrip().startswith(("{", "[")):
+            if not any(a.startswith("--trainer.logger.save_dir") for a in args):
+                return args + ["--trainer.logger.save_dir", ""]
+    return args
+
+
 def run_fit(cli: TransformerCLI) -> None:
     trainer, model, datamodule = cli.trainer, cli.model, cli.datamodule
-    trainer.fit(model, datamodule=datamodule, ckpt_path=resolve_ckpt_path(cli.config.ckpt_path, trainer))
+    ckpt_path = resolve_ckpt_path(cli.config.ckpt_path, trainer)
+    if ckpt_path is not None:
+        check_resume_checkpoint(ckpt_path, model)
+    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if cli.config.test and _has_split(datamodule, "test_dataloader"):
         trainer.test(model, datamodule=datamodule, ckpt_path="best" if best else None)
@@ -65,9 +127,39 @@ def resolve_ckpt_path(ckpt_path: str | None, trainer: L.Trainer) -> str | None:
         return ckpt_path
     candidates = sorted(Path(trainer.default_root_dir).rglob("last*.ckpt"), key=lambda p: p.stat().st_mtime)
     if not candidates:
-        raise FileNotFoundError(f"--ckpt_path last: no last.ckpt under {trainer.default_root_dir} to resume from")
+        raise CheckpointError(f"--ckpt_path last: no last.ckpt under {trainer.default_root_dir} to resume from")
     rank_zero_info(f"Resuming from {candidates[-1]}")
     return str(candidates[-1])
+
+
+def check_resume_checkpoint(path: str, model: L.LightningModule) -> None:
+    """One clear `CheckpointError` before training, rather than a traceback from inside `fit`, when
+    `--ckpt_path` is missing, unreadable, of another task, or of another model size."""
+    if "://" in path:
+        return  # remote: Lightning reads it
+    file = Path(path)
+    if not file.is_file():
+        raise CheckpointError(f"--ckpt_path {path}: no such checkpoint file")
+    try:
+        # mmap: only what is looked at is read, so a big checkpoint costs nothing here.
+        state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise CheckpointError(f"--ckpt_path {path} is not a readable checkpoint (truncated or corrupt?): {first}") from None
+    if not isinstance(state, dict) or "state_dict" not in state or "loops" not in state:
+        raise CheckpointError(f"--ckpt_path {path} is not a Lightning training checkpoint (no state_dict or loop state)")
+    found = (state.get("hyper_parameters") or {}).get("_class_path", "")
+    if found and found.rsplit(".", 1)[-1] != type(model).__name__:
+        raise CheckpointError(f"--ckpt_path {path} holds a {found} checkpoint, but this run trains a {type(model).__name__}")
+    ours = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    theirs = {k: tuple(v.shape) for k, v in state["state_dict"].items()}
+    if set(ours) != set(theirs):
+        raise CheckpointError(f"--ckpt_path {path} holds a checkpoint of another model: its parameter names differ")
+    if ours != theirs:
+        name = next(k for k in ours if ours[k] != theirs[k])
+        raise CheckpointError(
+            f"--ckpt_path {path} does not fit this model's sizes ({name}: {theirs[name]} in the checkpoint, {ours[name]} here)"
+        )
 
 
 def _has_split(datamodule, hook: str) -> bool:
@@ -93,4 +185,9 @@ def summarize(trainer: L.Trainer, model: L.LightningModule, datamodule, best: st
             lines.append(f"  {name}: {value.item():.4f}")
     if trainer.logger is not None and trainer.log_dir:
         lines.append(f"  logs: {trainer.log_dir}")
+    for logger in trainer.loggers:
+        if run_dir(logger):
+            lines.append(f"  W&B run: {run_dir(logger)}")
+        if sync_command(logger):
+            lines.append(f"  offline W&B run; upload it with: {sync_command(logger)}")
     rank_zero_info("\n".join(lines))

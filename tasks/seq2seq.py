@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 import lightning as L
+from lightning.pytorch.utilities import rank_zero_info
 import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
@@ -13,6 +14,8 @@ from datamodules.batching import Seq2SeqBatch, encode_source, pad_sequences
 from datamodules.vocab import BOS, EOS, PAD, tokenizer_from_dict
 from models import Seq2SeqNet
 
+from .figures import attention_figure, save_and_log_figure
+from .metrics import compute_translation_metrics, translation_metrics, update_translation_metrics
 from .schedules import Schedule, warmup_lr_lambda
 
 
@@ -41,6 +44,15 @@ class Seq2SeqTransformer(L.LightningModule):
         betas: tuple[float, float] = (0.9, 0.98),
         warmup_steps: int = 4000,
         lr_schedule: Schedule = "inverse_sqrt",
+        bleu_every_n_epochs: int = 1,
+        bleu_val_sentences: int = 200,
+        attention_maps: int = 3,
+        eval_beam_size: int = 4,
+        length_penalty: float = 1.0,
+        max_len_a: float = 1.5,
+        max_len_b: int = 10,
+        eval_batch_size: int = 64,
+        compile: bool = False,
     ):
         super().__init__()
         if not tokenizers or set(tokenizers) != {"src", "tgt"}:
@@ -60,6 +72,12 @@ class Seq2SeqTransformer(L.LightningModule):
         self.train_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=PAD)
         self.val_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=PAD)
         self.test_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=PAD)
+        # Corpus BLEU/chrF per stage (states are not saved in checkpoints).
+        self.val_text_metrics = translation_metrics()
+        self.test_text_metrics = translation_metrics()
+        if compile:
+            # nn.Module.compile compiles in place: parameter names (and checkpoints) stay unchanged.
+            self.net.compile(dynamic=True)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         return self.net(src, tgt_in)  # (B, T, V)
@@ -85,6 +103,93 @@ class Seq2SeqTransformer(L.LightningModule):
 
     def test_step(self, batch: Seq2SeqBatch, batch_idx: int) -> None:
         self._step(batch, "test", self.test_acc)
+
+    # ----------------------------------------------------------------------------------------
+    # BLEU / chrF and attention maps
+    #
+    # References are the data module's raw sentences (`val_pairs()` / `test_pairs()`), not ids
+    # decoded back to text: batches are length-sorted tensors, and decoding ids would hand SacreBLEU
+    # the tokenizer's normalised text (NFKC, <unk>s, a word Vocab's lost punctuation spacing) instead
+    # of the true detokenised reference. A data module without `*_pairs()` gets no BLEU.
+
+    def _bleu_due(self) -> bool:
+        n = self.hparams.bleu_every_n_epochs
+        trainer = self._trainer
+        return bool(n) and n > 0 and trainer is not None and not trainer.sanity_checking \
+            and (self.current_epoch + 1) % n == 0
+
+    def _pairs(self, stage: str) -> list[tuple[str, str]]:
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        get = getattr(datamodule, f"{stage}_pairs", None)
+        return list(get()) if callable(get) else []
+
+    def _score(self, pairs, metrics, stage: str, beam_size: int) -> None:
+        if not pairs:
+            return
+        hyps = self.translate_many([s for s, _ in pairs], beam_size=beam_size)
+        update_translation_metrics(metrics, hyps, [r for _, r in pairs])
+        scores = compute_translation_metrics(metrics)
+        for metric in metrics.values():
+            metric.reset()
+        for name, value in scores.items():
+            self.log(f"{stage}/{name}", value, prog_bar=name == "bleu", batch_size=len(pairs))
+        rank_zero_info(
+            f"epoch {self.current_epoch} step {self.global_step}: {stage}/bleu={scores['bleu']:.2f} "
+            f"{stage}/chrf={scores['chrf']:.2f} on {len(pairs)} sentences ({'greedy' if beam_size == 1 else f'beam {beam_size}'})"
+        )
+
+    def on_validation_epoch_end(self) -> None:
+        if not self._bleu_due():
+            return
+        pairs = self._pairs("val")
+        self._score(pairs[: self.hparams.bleu_val_sentences], self.val_text_metrics, "val", beam_size=1)
+        if self.hparams.attention_maps > 0 and pairs:
+            self.plot_attention([s for s, _ in pairs[: self.hparams.attention_maps]], f"attention/epoch{self.current_epoch}")
+
+    def on_test_epoch_end(self) -> None:
+        self._score(self._pairs("test"), self.test_text_metrics, "test", beam_size=self.hparams.eval_beam_size)
+
+    def _pieces(self, tokenizer, ids: list[int]) -> list[str]:
+        specials = {PAD: "<pad>", BOS: "<bos>", EOS: "<eos>"}
+        inner = getattr(tokenizer, "tokenizer", None)  # a SubwordTokenizer's Hugging Face tokenizer
+        out = []
+        for i in ids:
+            if i in specials:
+                out.append(specials[i])
+            elif inner is not None:
+                out.append(inner.id_to_token(i) or "?")
+            else:
+                out.append(tokenizer.tokens[i] if hasattr(tokenizer, "tokens") else str(i))
+        return out
+
+    @torch.no_grad()
+    def attention_weights(self, sentence: str, layer: int = -1) -> tuple[torch.Tensor, list[str], list[str]]:
+        """Greedy-translate one sentence and return the decoder's cross-attention over the source,
+        averaged over heads, of `layer`: ((T, S) weights, source pieces, output pieces)."""
+        was_training = self.training
+        self.eval()
+        try:
+            src = self.encode_sources([sentence])
+            out = self.net.greedy_decode(src, BOS, EOS, self._default_max_len(src))[0].tolist()
+            if EOS in out:
+                out = out[: out.index(EOS) + 1]
+            memory, src_pad = self.net.encode(src)
+            tgt_in = torch.tensor([out[:-1] if len(out) > 1 else out], device=src.device)
+            _, weights = self.net.decode(tgt_in, memory, src_pad, need_weights=True)
+        finally:
+            self.train(was_training)
+        w = weights[layer][0].float().mean(0).cpu()  # (T, S)
+        return w, self._pieces(self.src_tokenizer, src[0].tolist()), self._pieces(self.tgt_tokenizer, out[1:])
+
+    def plot_attention(self, sentences: list[str], prefix: str) -> list:
+        paths = []
+        for i, sentence in enumerate(sentences):
+            weights, src_tokens, out_tokens = self.attention_weights(sentence)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # glyphs missing from the font (e.g. CJK) draw as boxes
+                fig = attention_figure(weights.numpy(), src_tokens, out_tokens, title=sentence[:80])
+                paths.append(save_and_log_figure(self, fig, f"{prefix}_{i}"))
+        return paths
 
     def configure_optimizers(self):
         hp = self.hparams
@@ -118,12 +223,29 @@ class Seq2SeqTransformer(L.LightningModule):
             ids.append(encode_source(self.src_tokenizer, sentence, self.net.max_len))
         return pad_sequences(ids, PAD).to(self.device)
 
+    def _default_max_len(self, src: torch.Tensor) -> int:
+        """a·S + b output tokens for an (B, S) source batch (max_len_a, max_len_b), within the model's positions."""
+        return int(self.hparams.max_len_a * src.size(1) + self.hparams.max_len_b)
+
+    @torch.no_grad()
+    def translate_many(self, sentences: list[str], beam_size: int = 1, batch_size: int | None = None, **kwargs) -> list[str]:
+        """`translate` over many sentences in batches of similar length; results in input order."""
+        batch_size = batch_size or self.hparams.eval_batch_size
+        order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+        out: list[str | None] = [None] * len(sentences)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            for i, hyp in zip(chunk, self.translate([sentences[i] for i in chunk], beam_size=beam_size, **kwargs)):
+                out[i] = hyp
+        return out
+
     @torch.no_grad()
     def translate(
         self, sentences: list[str], beam_size: int = 1, max_len: int | None = None, use_cache: bool = True, **beam_kwargs
     ) -> list[str]:
-        """Translate a batch of sentences. `max_len` caps the output tokens (default: twice the
-        longest source plus 10, within the model's positions)."""
+        """Translate a batch of sentences. `max_len` caps the output tokens (default:
+        max_len_a × longest source + max_len_b, within the model's positions). With `beam_size` > 1,
+        beam search with the module's `length_penalty` unless `beam_kwargs` gives one."""
         if isinstance(sentences, str):
             sentences = [sentences]
         if not sentences:
@@ -132,11 +254,13 @@ class Seq2SeqTransformer(L.LightningModule):
         self.eval()
         try:
             src = self.encode_sources(sentences)
-            limit = max_len if max_len is not None else 2 * src.size(1) + 10
+            limit = max_len if max_len is not None else self._default_max_len(src)
+            limit = min(limit, self.net.max_len - 1)
             if beam_size == 1:
                 out = self.net.greedy_decode(src, BOS, EOS, limit, use_cache=use_cache)
             else:
-                out = self.net.beam_search(src, BOS, EOS, limit, beam_size=beam_size, **beam_kwargs)
+                beam_kwargs.setdefault("length_penalty", self.hparams.length_penalty)
+                out = self.net.beam_search(src, BOS, EOS, limit, beam_size=beam_size, use_cache=use_cache, **beam_kwargs)
         finally:
             self.train(was_training)
         return [self.tgt_tokenizer.decode(row.tolist()) for row in out]

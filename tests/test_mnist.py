@@ -17,7 +17,7 @@ from datamodules.mnist import MEAN, RAW_FILES, STD, MNISTDataModule
 from models.mnist_net import MnistNet
 from tasks.mnist import MnistSequenceClassifier
 
-SHARED_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"  # ../shared/data/mnist from the repo root
+SHARED_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"  # ../shared/data/mnist
 TINY = dict(d_model=32, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=64, dropout=0.0)
 
 
@@ -25,7 +25,11 @@ def quiet_trainer(tmp_path, **kwargs) -> L.Trainer:
     kwargs.setdefault("logger", False)
     kwargs.setdefault("enable_checkpointing", False)
     return L.Trainer(
-        accelerator="cpu", default_root_dir=tmp_path, enable_progress_bar=False, enable_model_summary=False, **kwargs
+        accelerator="cpu",
+        default_root_dir=tmp_path,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **kwargs,
     )
 
 
@@ -216,7 +220,9 @@ def test_test_end_saves_and_logs_confusion_matrix_and_misclassified_digits(tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (SHARED_MNIST / "MNIST" / "raw").is_dir(), reason=f"real MNIST not found at {SHARED_MNIST}")
+@pytest.mark.skipif(
+    not (SHARED_MNIST / "MNIST" / "raw").is_dir(), reason=f"real MNIST (5k subset) not found at {SHARED_MNIST}"
+)
 def test_trains_on_real_mnist_subset_far_above_chance(tmp_path):
     L.seed_everything(0)
     dm = MNISTDataModule(str(SHARED_MNIST), batch_size=32, val_size=500, download=False)
@@ -224,7 +230,7 @@ def test_trains_on_real_mnist_subset_far_above_chance(tmp_path):
         tokens="patches", patch_size=7, head="cls", d_model=64, nhead=4, num_encoder_layers=2,
         dim_feedforward=128, dropout=0.0, lr=2e-3,
     )  # fmt: skip
-    trainer = quiet_trainer(tmp_path, max_epochs=1, limit_val_batches=0)
+    trainer = quiet_trainer(tmp_path, max_epochs=3, limit_val_batches=0)  # ~420 steps, ~30 s on one core
     trainer.fit(model, dm)
     (metrics,) = trainer.test(model, dm, verbose=False)
     assert len(dm.test_set) == 10_000

@@ -1,0 +1,91 @@
+"""Translate with a trained checkpoint.
+
+    python scripts/translate.py --ckpt runs/multi30k/.../epoch012-step2899.ckpt "Ein Hund rennt."
+    python scripts/translate.py --ckpt CKPT --beam-size 1 < sentences.txt > translations.txt
+
+With sentences as arguments, prints one translation per argument (an empty argument is an error).
+With none, reads standard input line by line and prints one line per input line, in order, in
+chunks of --batch-size lines so that output streams while input is still coming; an empty input
+line gives an empty output line, which keeps the output aligned with the input.
+A missing or unreadable checkpoint, or an empty argument, is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Iterable, Iterator
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
+
+from tasks.loading import InputError, exit_on_user_error, load_checkpoint  # noqa: E402
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ckpt", required=True, help="a Seq2SeqTransformer checkpoint (.ckpt)")
+    parser.add_argument("--beam-size", type=int, default=4, help="beam width; 1 = greedy (default: 4)")
+    parser.add_argument("--length-penalty", type=float, default=None,
+                        help="GNMT length penalty alpha for beam search (default: the checkpoint's)")
+    parser.add_argument("--max-len", type=int, default=None,
+                        help="most output tokens (default: max_len_a x source length + max_len_b)")
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default: 32)")
+    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    parser.add_argument("sentences", nargs="*", help="sentences to translate (default: standard input, one a line)")
+    args = parser.parse_args(argv)
+    if args.beam_size < 1:
+        parser.error("--beam-size must be at least 1")
+    if args.batch_size < 1:
+        parser.error("--batch-size must be at least 1")
+    if args.max_len is not None and args.max_len < 1:
+        parser.error("--max-len must be at least 1")
+    return args
+
+
+def chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
+    chunk: list[str] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def translate_chunk(model, lines: list[str], args: argparse.Namespace) -> list[str]:
+    """Translations of `lines`, "" for blank ones (kept in place so output lines match input lines)."""
+    kwargs = {} if args.length_penalty is None or args.beam_size == 1 else {"length_penalty": args.length_penalty}
+    todo = [i for i, line in enumerate(lines) if line.strip()]
+    out = [""] * len(lines)
+    if todo:
+        hyps = model.translate([lines[i].strip() for i in todo], beam_size=args.beam_size, max_len=args.max_len, **kwargs)
+        for i, hyp in zip(todo, hyps):
+            out[i] = hyp
+    return out
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    for i, sentence in enumerate(args.sentences, 1):
+        if not sentence.strip():
+            raise InputError(f"argument {i} is an empty sentence: there is nothing to translate")
+    from tasks import Seq2SeqTransformer
+
+    model = load_checkpoint(Seq2SeqTransformer, args.ckpt, map_location=args.device)
+    model.eval()
+    if args.sentences:
+        source: Iterable[str] = args.sentences
+    else:
+        source = (line.rstrip("\r\n") for line in sys.stdin)
+    for chunk in chunks(source, args.batch_size):
+        for hyp in translate_chunk(model, chunk, args):
+            print(hyp)
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

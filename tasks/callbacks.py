@@ -1,0 +1,129 @@
+"""Callbacks and a checkpoint plugin that every recipe gets from the CLI (tasks/cli.py):
+
+- `RngStateCallback`: random-number generator states in each checkpoint, for an exact resume.
+- `FiniteLossCheck`: stop with one clear line when the training loss becomes NaN or infinite.
+- `AtomicCheckpointIO`: a checkpoint is written to a temporary file and renamed over the old one,
+  so an interrupted save never leaves a truncated `last.ckpt` in place of a good one.
+- `LogConfigCallback`: the full resolved config saved next to the logs and sent to W&B.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+import yaml
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.cli import SaveConfigCallback
+from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+
+class TrainingDivergedError(RuntimeError):
+    """The training loss became NaN or infinite; the message names the step and epoch."""
+
+
+class RngStateCallback(Callback):
+    """Saves the torch (CPU and CUDA), Python and NumPy generator states in each checkpoint, as
+    tensors and plain lists (the checkpoint still loads with `torch.load(weights_only=True)`), and
+    puts them back when training resumes. Lightning restores weights, optimiser, schedulers and loop
+    counters but not these, so without it dropout after a resume draws other masks.
+
+    The states are restored in `on_train_start`, after the sanity check and the data loader setup,
+    right before the first resumed step. Under DDP the checkpoint holds rank zero's states and every
+    rank gets them (ranks are seeded alike by `seed_everything` anyway)."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        version, mt, gauss = random.getstate()
+        np_kind, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+        state = {
+            "torch": torch.get_rng_state(),
+            "python": [version, list(mt), gauss],
+            "numpy": [np_kind, torch.from_numpy(np_keys.astype(np.int64)), int(np_pos), int(np_has_gauss), float(np_gauss)],
+        }
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._pending = state_dict
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._pending is None:
+            return
+        state, self._pending = self._pending, None
+        torch.set_rng_state(state["torch"])
+        version, mt, gauss = state["python"]
+        random.setstate((version, tuple(mt), gauss))
+        kind, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+        if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class FiniteLossCheck(Callback):
+    """Raises `TrainingDivergedError` ("the training loss became nan at step N (epoch E)") before the
+    backward pass of a step whose loss is NaN or infinite, so no NaN update is applied and no
+    checkpoint of a diverged model is saved.
+
+    The check reads one boolean from the device: free on a CPU, one host–device sync per checked
+    step on a GPU (cheap next to a step, but it stops the CPU running ahead of the GPU). Set
+    `every_n_steps` > 1 to check less often, or 0 to switch the check off."""
+
+    def __init__(self, every_n_steps: int = 1) -> None:
+        self.every_n_steps = every_n_steps
+
+    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
+        if not self.every_n_steps or trainer.global_step % self.every_n_steps:
+            return
+        if not bool(torch.isfinite(loss.detach()).all()):
+            raise TrainingDivergedError(
+                f"the training loss became {loss.detach().float().mean().item()} at step {trainer.global_step} "
+                f"(epoch {trainer.current_epoch}); try a lower --model.init_args.lr, a longer warm-up, "
+                "or --trainer.gradient_clip_val 1.0"
+            )
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """`TorchCheckpointIO` that writes `<dir>/.<name>.tmp-<pid>`, flushes it to disk and renames it
+    onto `<name>` (`os.replace` is atomic within a file system): a reader, or a resume after a crash,
+    sees the old checkpoint or the new one, never half of one. Remote paths (s3://…) keep the
+    default behaviour."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__}.save_checkpoint takes no storage_options, got {storage_options}")
+        if "://" in str(path):
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+class LogConfigCallback(SaveConfigCallback):
+    """LightningCLI's config.yaml in the log folder, and the same resolved config in the W&B run's
+    config (rank zero only: Lightning calls `save_config` there)."""
+
+    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
+        if not loggers:
+            return
+        config = yaml.safe_load(self.parser.dump(self.config, skip_none=False, skip_check=True))
+        for logger in loggers:
+            logger.experiment.config.update({"config": config}, allow_val_change=True)

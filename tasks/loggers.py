@@ -1,0 +1,124 @@
+"""Weights & Biases as the default logger, deciding online/offline *before* `wandb.init`.
+
+A run logs online only when it can: `WANDB_MODE` does not say otherwise, an API key is known
+(`WANDB_API_KEY` or a `~/.netrc` entry for api.wandb.ai) and the W&B server answers an HTTPS
+request within ~2 s. Otherwise the run is written offline under `<save_dir>/wandb/offline-run-*` and the end
+of `scripts/fit.py` prints the `wandb sync …` command that uploads it later. No login prompt, ever.
+"""
+
+from __future__ import annotations
+
+import netrc
+import os
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlparse
+
+from lightning.pytorch.loggers import Logger, WandbLogger
+from lightning.pytorch.utilities import rank_zero_info
+
+DEFAULT_PROJECT = "transformer-lightning"
+CONNECT_TIMEOUT_S = 2.0
+
+
+def _api_key() -> str | None:
+    if os.environ.get("WANDB_API_KEY"):
+        return os.environ["WANDB_API_KEY"]
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    try:
+        auth = netrc.netrc(os.environ.get("NETRC")).authenticators(host)
+    except (OSError, netrc.NetrcParseError):
+        return None
+    return auth[2] if auth and auth[2] else None
+
+
+def _reachable(url: str, timeout: float = CONNECT_TIMEOUT_S) -> bool:
+    """Whether the W&B server answers an HTTP(S) request within `timeout` s (any HTTP status counts:
+    a TCP connect alone proves nothing behind a proxy or sandbox that accepts every connection).
+    Name resolution has no timeout of its own, so the check runs in a daemon thread that is
+    abandoned when it takes too long."""
+    ok = []
+
+    def probe() -> None:
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
+            ok.append(True)
+        except urllib.error.HTTPError:
+            ok.append(True)  # the server answered
+        except Exception:  # URLError, timeouts, TLS errors, ...
+            pass
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout + 0.5)
+    return bool(ok)
+
+
+def offline_reason() -> str | None:
+    """Why this run must log offline, or None when W&B is usable online."""
+    mode = os.environ.get("WANDB_MODE", "").strip().lower()
+    if mode in ("offline", "dryrun"):
+        return f"WANDB_MODE={mode}"
+    if os.environ.get("WANDB_OFFLINE", "").lower() in ("1", "true"):
+        return "WANDB_OFFLINE is set"
+    if not _api_key():
+        return "no W&B API key (set WANDB_API_KEY or run `wandb login` once)"
+    url = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
+    if not _reachable(url):
+        return f"{url} is unreachable"
+    return None
+
+
+class AutoWandbLogger(WandbLogger):
+    """`WandbLogger` that never prompts or hangs: `offline=None` (the default) decides by itself
+    (see `offline_reason`). `save_dir=None` means `trainer.default_root_dir` (filled in by the CLI)."""
+
+    def __init__(
+        self,
+        name: str | None = None,
+        save_dir: str | None = None,
+        version: str | None = None,
+        offline: bool | None = None,
+        project: str = DEFAULT_PROJECT,
+        log_model: bool | str = False,
+        **kwargs,
+    ):
+        os.environ.setdefault("WANDB_SILENT", "true")  # wandb's banner lines; our summary says what matters
+        self.offline_reason = None
+        if offline is None:
+            self.offline_reason = offline_reason()
+            offline = self.offline_reason is not None
+        save_dir = save_dir or "."
+        Path(save_dir).mkdir(parents=True, exist_ok=True)
+        # No interactive login, and no wait on a server that is not there.
+        kwargs.setdefault("settings", _quiet_settings())
+        super().__init__(
+            name=name, save_dir=save_dir, version=version, offline=offline, project=project, log_model=log_model,
+            **kwargs,
+        )
+        if self._wandb_init.get("anonymous") is None:
+            self._wandb_init.pop("anonymous", None)  # wandb warns about the key even when it is None
+        if offline and self.offline_reason:
+            rank_zero_info(f"W&B logs offline: {self.offline_reason}.")
+
+
+def _quiet_settings():
+    import wandb
+
+    return wandb.Settings(silent=True, console="off", init_timeout=60)
+
+
+def run_dir(logger: Logger | None) -> str | None:
+    """The W&B run's local folder (…/wandb/offline-run-…), when `logger` is a W&B logger with a run."""
+    if isinstance(logger, WandbLogger) and logger._experiment is not None:
+        return str(Path(logger.experiment.dir).parent)
+    return None
+
+
+def sync_command(logger: Logger | None) -> str | None:
+    """`wandb sync <run dir>` for an offline W&B run, else None."""
+    if isinstance(logger, WandbLogger) and logger._offline and run_dir(logger):
+        return f"wandb sync {run_dir(logger)}"
+    return None

@@ -1,0 +1,270 @@
+"""Bad input gets one clear line and a non-zero exit, never a traceback, and loses nothing:
+checkpoints (missing, truncated, corrupt, of the other task), data (missing folder, malformed
+corpus line), sentences (empty, too long, unknown characters), a NaN loss, an interrupted save."""
+
+import os
+import signal
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from datamodules import UNK, ToyTranslationDataModule
+from tasks import Seq2SeqTransformer
+from tasks.cli import check_resume_checkpoint
+from tasks.loading import CheckpointError, load_checkpoint
+from tests.conftest import ROOT
+
+SCRIPTS = ROOT / "scripts"
+FIT = [sys.executable, str(SCRIPTS / "fit.py")]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+TOY = dict(d_model=64, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=128, max_len=32)  # the recipe's sizes
+
+
+def run(cmd: list[str], timeout: int = 900, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=timeout, **kwargs)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> str:
+    """Non-zero exit; no traceback; exactly one `error: …` line, the last thing on stderr, naming `words`."""
+    assert result.returncode != 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == errors[0]
+    for word in words:
+        assert word in errors[0], errors[0]
+    return errors[0]
+
+
+# ---------------------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory) -> dict[str, Path]:
+    """A good toy checkpoint (the recipe's sizes, one step), its truncated and corrupt copies, an
+    MNIST one, and a toy one of another size."""
+    root = tmp_path_factory.mktemp("ckpts")
+    torch.manual_seed(0)
+    dm = ToyTranslationDataModule()
+
+    def save(model, name):
+        trainer = L.Trainer(max_steps=1, limit_val_batches=0, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+        trainer.fit(model, train_dataloaders=dm.train_dataloader())
+        trainer.save_checkpoint(root / name)
+        return root / name
+
+    out = {"good": save(Seq2SeqTransformer(tokenizers=dm.tokenizers, **TOY), "good.ckpt")}
+    data = out["good"].read_bytes()
+    (root / "truncated.ckpt").write_bytes(data[: len(data) // 2])
+    (root / "corrupt.ckpt").write_bytes(b"not a checkpoint at all\n" * 100)
+    out["truncated"], out["corrupt"] = root / "truncated.ckpt", root / "corrupt.ckpt"
+    out["bigger"] = save(Seq2SeqTransformer(tokenizers=dm.tokenizers, **{**TOY, "d_model": 32}), "bigger.ckpt")
+    from tasks.mnist import MnistSequenceClassifier
+
+    mnist = MnistSequenceClassifier(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32)
+    torch.save({"state_dict": mnist.state_dict(), "loops": {}, "epoch": 0, "global_step": 0,
+                "hyper_parameters": {**mnist.hparams, "_class_path": "tasks.MnistSequenceClassifier"}}, root / "mnist.ckpt")
+    out["mnist"] = root / "mnist.ckpt"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+
+
+@pytest.mark.parametrize("kind, words", [
+    ("missing", ["not found"]), ("truncated", ["truncated or corrupt"]), ("corrupt", ["truncated or corrupt"]),
+    ("mnist", ["MnistSequenceClassifier", "not a Seq2SeqTransformer"]),
+])
+def test_load_checkpoint_says_what_is_wrong(ckpts, kind, words):
+    path = ckpts.get(kind, ckpts["good"].parent / "missing.ckpt")
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(Seq2SeqTransformer, path)
+    assert all(w in str(err.value) for w in words) and "\n" not in str(err.value)
+    assert str(path) in str(err.value)
+
+
+def test_good_checkpoint_is_plain_data_and_loads(ckpts):
+    torch.load(ckpts["good"], weights_only=True)
+    model = load_checkpoint(Seq2SeqTransformer, ckpts["good"])
+    check_resume_checkpoint(str(ckpts["good"]), model)  # no error
+
+
+@pytest.mark.parametrize("kind, words", [
+    ("missing", ["no such checkpoint"]), ("truncated", ["truncated or corrupt"]), ("corrupt", ["truncated or corrupt"]),
+    ("mnist", ["MnistSequenceClassifier", "Seq2SeqTransformer"]), ("bigger", ["does not fit this model's sizes"]),
+])
+def test_resume_checkpoint_is_checked_before_training(ckpts, kind, words):
+    model = Seq2SeqTransformer(tokenizers=ToyTranslationDataModule().tokenizers, **TOY)
+    path = ckpts.get(kind, ckpts["good"].parent / "missing.ckpt")
+    with pytest.raises(CheckpointError) as err:
+        check_resume_checkpoint(str(path), model)
+    assert all(w in str(err.value) for w in words) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["truncated", "mnist"])
+def test_fit_with_a_bad_ckpt_path_is_one_line(ckpts, tmp_path, kind):
+    result = run([*FIT, "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false",
+                  "--ckpt_path", str(ckpts[kind])])
+    assert_one_line_error(result, str(ckpts[kind]))
+    assert not list(tmp_path.rglob("*.ckpt"))  # nothing trained, nothing written
+
+
+def test_fit_resume_last_without_a_checkpoint(tmp_path):
+    result = run([*FIT, "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false", "--ckpt_path", "last"])
+    assert_one_line_error(result, "no last.ckpt")
+
+
+def test_fit_config_typos_are_short(tmp_path):
+    for extra in (["--config", str(tmp_path / "nope.yaml")], ["--trainer.max_epochz", "3"]):
+        result = run([*FIT, *extra])
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) <= 3, result.stderr  # the error and a --help tip, no usage dump
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+
+@pytest.mark.parametrize("recipe", ["cmn_eng", "mnist"])
+def test_fit_with_a_missing_data_folder(tmp_path, recipe):
+    import tasks
+
+    if recipe == "mnist" and not (hasattr(tasks, "MnistSequenceClassifier") and (ROOT / "configs" / "mnist.yaml").exists()):
+        pytest.skip("the MNIST recipe is not there")
+    missing = tmp_path / "no-such-folder"
+    result = run([*FIT, "--config", f"configs/{recipe}.yaml", "--data.init_args.data_dir", str(missing),
+                  "--data.init_args.download", "false", "--trainer.default_root_dir", str(tmp_path),
+                  "--trainer.logger", "false"])
+    assert_one_line_error(result, str(missing))
+
+
+def test_fit_with_a_malformed_corpus_line(tmp_path):
+    data = tmp_path / "cmn-eng"
+    data.mkdir()
+    lines = [f"Sentence {i}.\t句子{i}。\tCC-BY" for i in range(40)]
+    lines[17] = "No tab on this line"
+    (data / "cmn.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run([*FIT, "--config", "configs/cmn_eng.yaml", "--data.init_args.data_dir", str(data),
+                  "--data.init_args.download", "false", "--trainer.default_root_dir", str(tmp_path / "run"),
+                  "--trainer.logger", "false"])
+    assert_one_line_error(result, "cmn.txt", "line 18")
+
+
+# ---------------------------------------------------------------------------------------------- sentences
+
+
+@pytest.fixture(scope="module")
+def toy_model(ckpts):
+    return load_checkpoint(Seq2SeqTransformer, ckpts["good"])
+
+
+def test_empty_sentence_is_refused(toy_model):
+    for empty in ("", "   "):
+        with pytest.raises(ValueError, match="empty"):
+            toy_model.translate([empty])
+
+
+def test_overlong_sentence_is_truncated_with_a_warning(toy_model):
+    long = " ".join("我是学生" * 20)  # 80 characters > max_len=32 positions
+    with pytest.warns(UserWarning, match="truncated to the model's max_len=32"):
+        out = toy_model.translate([long])
+    assert isinstance(out[0], str)
+
+
+def test_unknown_characters_become_unk(toy_model):
+    assert toy_model.src_tokenizer.encode("我 是 猫")[-1] == UNK
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning either: <unk> is ordinary input
+        assert isinstance(toy_model.translate(["猫 狗 鱼"])[0], str)
+
+
+def test_translate_script_bad_input(ckpts, tmp_path):
+    if not (SCRIPTS / "translate.py").exists():
+        pytest.skip("scripts/translate.py not written yet")
+    translate = [sys.executable, str(SCRIPTS / "translate.py")]
+    assert_one_line_error(run([*translate, "--ckpt", str(tmp_path / "none.ckpt"), "我 是"]), "none.ckpt")
+    assert_one_line_error(run([*translate, "--ckpt", str(ckpts["mnist"]), "我 是"]), "MnistSequenceClassifier")
+    assert_one_line_error(run([*translate, "--ckpt", str(ckpts["good"]), "  "]), "empty")
+
+
+def test_evaluate_script_bad_input(ckpts, tmp_path):
+    if not (SCRIPTS / "evaluate.py").exists():
+        pytest.skip("scripts/evaluate.py not written yet")
+    evaluate = [sys.executable, str(SCRIPTS / "evaluate.py")]
+    src = tmp_path / "src.txt"
+    src.write_text("我 是 学 生\n", encoding="utf-8")
+    result = run([*evaluate, "--ckpt", str(ckpts["truncated"]), "--src", str(src), "--ref", str(src)])
+    assert_one_line_error(result, "truncated or corrupt")
+    result = run([*evaluate, "--ckpt", str(ckpts["good"]), "--src", str(src), "--ref", str(tmp_path / "no-ref.txt")])
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
+# ---------------------------------------------------------------------------------------------- training
+
+
+class PoisonWeightsAt(Callback):
+    """Test helper, loaded by scripts/fit.py through --trainer.callbacks: NaN weights from step `step`."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.step:
+            with torch.no_grad():
+                next(pl_module.parameters()).fill_(float("nan"))
+
+
+def test_nan_loss_stops_with_the_step(tmp_path):
+    poison = '{"class_path": "tests.test_bad_input.PoisonWeightsAt", "init_args": {"step": 5}}'
+    result = run([*FIT, "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false",
+                  "--trainer.enable_progress_bar", "false", f"--trainer.callbacks+={poison}"])
+    line = assert_one_line_error(result, "loss became nan at step 5 (epoch 0)")
+    assert result.returncode == 1, line
+    assert not list(tmp_path.rglob("*.ckpt"))  # no checkpoint of a diverged model
+
+
+class KillDuringSave(Callback):
+    """Test helper: the `n`-th checkpoint save writes half a file and the process dies by SIGKILL."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def setup(self, trainer, pl_module, stage):
+        real_save, calls = torch.save, [0]
+
+        def dying_save(obj, f, *args, **kwargs):
+            calls[0] += 1
+            if calls[0] < self.n:
+                return real_save(obj, f, *args, **kwargs)
+            import io
+
+            buffer = io.BytesIO()
+            real_save(obj, buffer)
+            f.write(buffer.getvalue()[: buffer.tell() // 2])
+            f.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        torch.save = dying_save
+
+
+def test_killed_while_saving_keeps_the_previous_checkpoint(tmp_path):
+    # Epoch 0 writes the best checkpoint and last.ckpt (saves 1 and 2); epoch 1 dies by SIGKILL halfway
+    # through its first save (a new best, or last.ckpt when the loss did not improve).
+    kill = '{"class_path": "tests.test_bad_input.KillDuringSave", "init_args": {"n": 3}}'
+    common = ["--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false", "--trainer.enable_progress_bar",
+              "false", "--trainer.limit_train_batches", "2", "--test", "false"]
+    result = run([*FIT, *common, "--trainer.max_epochs", "3", f"--trainer.callbacks+={kill}"])
+    assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+    ckpts = {p.name: p for p in tmp_path.rglob("*.ckpt")}
+    assert set(ckpts) == {"epoch000-step2.ckpt", "last.ckpt"}, ckpts  # no half-written file under a real name
+    for path in ckpts.values():
+        assert torch.load(path, weights_only=True)["global_step"] == 2  # whole, readable
+    resumed = run([*FIT, *common, "--trainer.max_epochs", "2", "--ckpt_path", "last"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert torch.load(ckpts["last.ckpt"], weights_only=True)["global_step"] == 4

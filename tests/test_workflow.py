@@ -1,0 +1,278 @@
+"""The paths a new user takes: W&B offline by itself, switching loggers, exact resume after SIGKILL,
+atomic checkpoints, DDP on a CPU, bf16-mixed on a CPU, and the quickstart notebook."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from datamodules.toy import TOY_PAIRS
+from tests.conftest import ROOT
+
+FIT = [sys.executable, str(ROOT / "scripts" / "fit.py")]
+# No key and offline mode: W&B must neither prompt nor wait; one thread per tiny model.
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+ENV.pop("WANDB_API_KEY", None)
+
+
+def fit(root: Path, *extra: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    cmd = [*FIT, "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env or ENV, timeout=timeout)
+
+
+class PauseAtStep(Callback):
+    """Test helper, loaded by scripts/fit.py through --trainer.callbacks: after optimizer step `step`,
+    write `marker` and wait to be killed."""
+
+    def __init__(self, step: int, marker: str):
+        self.step, self.marker = step, marker
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            Path(self.marker).write_text(f"{trainer.current_epoch} {batch_idx}")
+            time.sleep(3600)
+
+
+# ---------------------------------------------------------------------------------------------- W&B
+
+
+def test_offline_reason_never_waits(monkeypatch):
+    from tasks import loggers
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert "WANDB_MODE" in loggers.offline_reason()
+    monkeypatch.delenv("WANDB_MODE")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(ROOT / "no-such-netrc"))
+    assert "API key" in loggers.offline_reason()
+    # A key but a server that accepts the connection and never answers: give up after ~2 s.
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        start = time.monotonic()
+        assert "unreachable" in loggers.offline_reason()
+        assert time.monotonic() - start < 5
+    monkeypatch.setenv("WANDB_BASE_URL", "http://no-such-host.invalid")
+    assert "unreachable" in loggers.offline_reason()
+
+
+def test_default_logger_is_wandb_offline_with_config_and_sync_hint(tmp_path):
+    env = {k: v for k, v in ENV.items() if k != "WANDB_MODE"}  # no key: must go offline by itself
+    env["NETRC"] = str(tmp_path / "no-netrc")
+    result = fit(tmp_path, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout + result.stderr
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1, runs
+    assert f"wandb sync {runs[0]}" in out and "best checkpoint" in out
+    record = next(runs[0].glob("*.wandb")).read_bytes()
+    assert b"d_model" in record and b"ToyTranslationDataModule" in record  # hparams and the full config
+    assert b"val/loss" in record
+    assert list(tmp_path.rglob("last.ckpt"))
+
+
+@pytest.mark.parametrize("logger, produces", [("CSVLogger", "metrics.csv"), ("TensorBoardLogger", "events.out.tfevents*")])
+def test_logger_switch(tmp_path, logger, produces):
+    result = fit(tmp_path, "--trainer.logger", logger, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+                 "--test", "false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert list(tmp_path.rglob(produces)) and not (tmp_path / "wandb").exists()
+    assert list(tmp_path.rglob("last.ckpt"))
+
+
+# ---------------------------------------------------------------------------------------------- exact resume
+
+
+def _weights(ckpt: Path) -> dict:
+    return torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+
+
+@pytest.mark.slow
+def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(tmp_path):
+    # 16 batches per epoch, 3 epochs = 48 steps; a last.ckpt every 4 steps (the last one at step 48).
+    common = ["--trainer.max_epochs", "3", "--trainer.logger", "CSVLogger", "--checkpoint.every_n_train_steps", "4",
+              "--test", "false"]
+    a = fit(tmp_path / "a", *common)
+    assert a.returncode == 0, a.stderr[-3000:]
+
+    b_root, marker = tmp_path / "b", tmp_path / "paused"
+    pause = ('{"class_path": "tests.test_workflow.PauseAtStep", '
+             f'"init_args": {{"step": 22, "marker": "{marker}"}}}}')
+    cmd = [*FIT, "--trainer.default_root_dir", str(b_root), "--trainer.enable_progress_bar", "false", *common,
+           f"--trainer.callbacks+={pause}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 900
+        while not marker.exists():
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "run B never reached step 22"
+            time.sleep(0.2)
+        assert marker.read_text() == "1 5"  # mid-epoch: epoch 1, its 6th batch; last.ckpt is from step 20
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    killed_last = next(b_root.rglob("last.ckpt"))
+    assert torch.load(killed_last, weights_only=True)["global_step"] == 20
+
+    resumed = fit(b_root, *common, "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"Resuming from {killed_last}" in resumed.stdout + resumed.stderr
+    a_last = next((tmp_path / "a").rglob("last.ckpt"))
+    b_last = max(b_root.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)
+    assert b_last != killed_last
+    assert torch.load(a_last, weights_only=True)["global_step"] == torch.load(b_last, weights_only=True)["global_step"] == 48
+    wa, wb = _weights(a_last), _weights(b_last)
+    assert wa.keys() == wb.keys()
+    different = [k for k in wa if not torch.equal(wa[k], wb[k])]
+    assert not different, f"resumed run differs in {different[:5]}"
+
+
+def test_rng_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
+    import random
+
+    import numpy as np
+
+    from tasks.callbacks import RngStateCallback
+
+    cb = RngStateCallback()
+    torch.manual_seed(1), random.seed(1), np.random.seed(1)
+    torch.save({"callbacks": {"rng": cb.state_dict()}}, tmp_path / "x.ckpt")
+    expected = (torch.rand(3), random.random(), np.random.rand())
+    state = torch.load(tmp_path / "x.ckpt", weights_only=True)["callbacks"]["rng"]
+    torch.manual_seed(2), random.seed(2), np.random.seed(2)
+    cb.load_state_dict(state)
+    cb.on_train_start(None, None)
+    again = (torch.rand(3), random.random(), np.random.rand())
+    assert torch.equal(expected[0], again[0]) and expected[1:] == again[1:]
+
+
+def test_toy_loader_resumes_mid_epoch_in_the_same_order():
+    from datamodules import ToyTranslationDataModule
+
+    def order(loader):
+        return [src.tolist() for src, _ in loader]
+
+    dm = ToyTranslationDataModule(repeats=4)
+    loader = dm.train_dataloader()
+    loader.batch_sampler.sampler.set_epoch(3)
+    full = order(loader)
+    assert full != order(_at_epoch(dm.train_dataloader(), 4))  # another epoch, another order
+    it = iter(loader)
+    for _ in range(2):
+        next(it)
+    state = loader.state_dict()
+    assert state == {"epoch": 3, "batches_yielded": 2}
+    fresh = _at_epoch(dm.train_dataloader(), 3)
+    fresh.load_state_dict(state)
+    assert order(fresh) == full[2:]
+    assert order(fresh) == full  # only the first pass after a resume skips
+
+
+def _at_epoch(loader, epoch):
+    loader.batch_sampler.sampler.set_epoch(epoch)
+    return loader
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+
+
+def test_interrupted_checkpoint_write_keeps_the_old_checkpoint(tmp_path, monkeypatch):
+    from tasks.callbacks import AtomicCheckpointIO
+
+    io, path = AtomicCheckpointIO(), tmp_path / "last.ckpt"
+    io.save_checkpoint({"state_dict": {"w": torch.ones(3)}, "epoch": 1}, path)
+
+    def crash(obj, f, *args, **kwargs):
+        f.write(b"PK\x03\x04 half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(OSError, match="disk full"):
+        io.save_checkpoint({"state_dict": {"w": torch.zeros(3)}, "epoch": 2}, path)
+    monkeypatch.undo()
+    state = torch.load(path, weights_only=True)
+    assert state["epoch"] == 1 and torch.equal(state["state_dict"]["w"], torch.ones(3))
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no temporary file left behind
+
+
+def test_fit_writes_checkpoints_atomically(tmp_path):
+    from lightning.pytorch import Trainer
+
+    from tasks.callbacks import AtomicCheckpointIO
+    from tasks.cli import TransformerCLI
+
+    cli = TransformerCLI(args=["--config", str(ROOT / "configs" / "toy_translation.yaml"),
+                               "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false"])
+    assert isinstance(cli.trainer, Trainer) and isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+    names = {type(c).__name__ for c in cli.trainer.callbacks}
+    assert {"RngStateCallback", "FiniteLossCheck", "ModelCheckpoint"} <= names
+
+
+# ---------------------------------------------------------------------------------------------- scale, precision
+
+
+@pytest.mark.slow
+def test_ddp_two_cpu_processes_make_one_wandb_run(tmp_path):
+    result = fit(tmp_path, "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
+                 "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "4")
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1, runs  # rank zero only
+    out = result.stdout + result.stderr
+    assert out.count("Summary") == 1 and "best checkpoint" in out
+    assert torch.load(next(tmp_path.rglob("last.ckpt")), weights_only=True)["global_step"] == 4  # 2 epochs × 2 steps
+
+
+def test_bf16_mixed_on_cpu(tmp_path):
+    result = fit(tmp_path, "--trainer.precision", "bf16-mixed", "--trainer.logger", "CSVLogger",
+                 "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "4", "--test", "false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = next(tmp_path.rglob("metrics.csv")).read_text().splitlines()
+    header = metrics[0].split(",")
+    losses = [float(row.split(",")[header.index("val/loss")]) for row in metrics[1:]
+              if row.split(",")[header.index("val/loss")]]
+    assert losses and all(torch.isfinite(torch.tensor(losses)))
+
+
+# ---------------------------------------------------------------------------------------------- notebook
+
+
+@pytest.mark.slow
+def test_quickstart_notebook_runs(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    nb = nbformat.read(ROOT / "notebooks" / "quickstart.ipynb", as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit the notebook without outputs"
+    # A kernel spec of our own: this very interpreter (the project's venv), whatever kernels the
+    # machine has installed under "python3", and a quiet, single-threaded environment.
+    spec = tmp_path / "kernels" / "quickstart"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "quickstart", "language": "python",
+        "env": {"OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "QUICKSTART_ROOT": str(tmp_path / "run"),
+                "MPLBACKEND": "module://matplotlib_inline.backend_inline"},
+    }))
+    km = KernelManager(kernel_name="quickstart", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")]))
+    client = nbclient.NotebookClient(nb, km=km, timeout=600, resources={"metadata": {"path": str(ROOT / "notebooks")}})
+    client.execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    text = "".join(o.get("text", "") for o in outputs)
+    for src, tgt in TOY_PAIRS:
+        assert f"{src}  →  {tgt}" in text
+    assert "error: checkpoint not found" in text
+    assert any("image/png" in o.get("data", {}) for o in outputs)  # the attention map
+    assert list((tmp_path / "run").rglob("last.ckpt"))
