@@ -23,7 +23,7 @@ import math
 import sys
 import types
 
-from _common import environment, print_table, ratio_summary, resolve_dtype, summary, sync, timed, write_json
+from _common import environment, print_table, ratio_summary, summary, sync, timed, write_json
 
 import torch
 import torch.nn.functional as F

@@ -14,18 +14,22 @@ class Seq2SeqBatch(NamedTuple):
     tgt: torch.Tensor  # (B, T) target ids, `<bos> ... <eos>`, right-padded with PAD
 
 
+def frame_source(ids: Sequence[int], max_len: int | None = None) -> list[int]:
+    """Source ids → `ids <eos>`, at most `max_len` long."""
+    return [*ids[: None if max_len is None else max_len - 1], EOS]
+
+
+def frame_target(ids: Sequence[int], max_len: int | None = None) -> list[int]:
+    """Target ids → `<bos> ids <eos>`, at most `max_len` long."""
+    return [BOS, *ids[: None if max_len is None else max_len - 2], EOS]
+
+
 def encode_source(tokenizer: Tokenizer, text: str, max_len: int | None = None) -> list[int]:
-    ids = tokenizer.encode(text)
-    if max_len is not None:
-        ids = ids[: max_len - 1]
-    return ids + [EOS]
+    return frame_source(tokenizer.encode(text), max_len)
 
 
 def encode_target(tokenizer: Tokenizer, text: str, max_len: int | None = None) -> list[int]:
-    ids = tokenizer.encode(text)
-    if max_len is not None:
-        ids = ids[: max_len - 2]
-    return [BOS] + ids + [EOS]
+    return frame_target(tokenizer.encode(text), max_len)
 
 
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD) -> torch.Tensor:

@@ -19,10 +19,10 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Sampler
 
-from .batching import collate_pairs
+from .batching import collate_pairs, frame_source, frame_target
 from .errors import CorpusFormatError, DataNotFoundError
 from .tokenizers import SubwordTokenizer, TokenizerKind, train_tokenizer
-from .vocab import BOS, EOS, Tokenizer, tokenizer_from_dict
+from .vocab import Tokenizer, tokenizer_from_dict
 
 Pair = tuple[str, str]
 ENGLISH = ("en", "eng")
@@ -364,7 +364,7 @@ class ParallelCorpusDataModule(L.LightningDataModule):
                 # An empty sentence (a blank line in an aligned corpus) teaches nothing: drop it from training.
                 if split == "train" and (not s or not t):
                     continue
-                encoded.append(([*s[: h.max_len - 1], EOS], [BOS, *t[: h.max_len - 2], EOS]))
+                encoded.append((frame_source(s, h.max_len), frame_target(t, h.max_len)))
             self._encoded[split] = encoded
             action = "dropped" if split == "train" and h.overlong == "drop" else "truncated"
             batches = self._sampler(split).batches()

@@ -14,7 +14,7 @@ from typing import Iterable, Literal
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
-from .vocab import BOS, EOS, PAD, SPECIAL_TOKENS, Vocab, register_tokenizer
+from .vocab import SPECIAL_TOKENS, Vocab, content_ids, register_tokenizer
 
 TokenizerKind = Literal["bpe", "unigram", "char", "word"]
 
@@ -69,14 +69,7 @@ class SubwordTokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of the pieces up to the first `<eos>`; `<pad>`/`<bos>` skipped, `<unk>` kept visible."""
-        out = []
-        for i in ids:
-            i = int(i)
-            if i == EOS:
-                break
-            if i not in (PAD, BOS):
-                out.append(i)
-        return self.tokenizer.decode(out, skip_special_tokens=False)
+        return self.tokenizer.decode(content_ids(ids), skip_special_tokens=False)
 
     def __len__(self) -> int:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)

@@ -15,6 +15,17 @@ PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
 
+def content_ids(ids: Iterable[int]) -> list[int]:
+    """The ids a decoder produced before its first `<eos>`, with `<pad>` and `<bos>` dropped."""
+    out = []
+    for i in map(int, ids):
+        if i == EOS:
+            break
+        if i not in (PAD, BOS):
+            out.append(i)
+    return out
+
+
 class Tokenizer(Protocol):
     """What the translation task needs from a tokenizer."""
 
@@ -55,15 +66,7 @@ class Vocab:
 
     def decode(self, ids: Iterable[int]) -> str:
         """Tokens up to the first `<eos>`, specials other than `<unk>` skipped."""
-        out = []
-        for i in ids:
-            i = int(i)
-            if i == EOS:
-                break
-            if i in (PAD, BOS):
-                continue
-            out.append(self.tokens[i])
-        return ("" if self.level == "char" else " ").join(out)
+        return ("" if self.level == "char" else " ").join(self.tokens[i] for i in content_ids(ids))
 
     def __len__(self) -> int:
         return len(self.tokens)

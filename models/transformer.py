@@ -109,7 +109,7 @@ class Transformer(nn.Module):
     @classmethod
     def from_torch(cls, module: nn.Transformer) -> "Transformer":
         """A `Transformer` with the weights of a batch-first or sequence-first `torch.nn.Transformer`."""
-        enc0, dec0 = module.encoder.layers[0], module.decoder.layers[0]
+        enc0 = module.encoder.layers[0]
         attn = enc0.self_attn
         model = cls(
             d_model=attn.embed_dim,

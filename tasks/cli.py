@@ -116,8 +116,10 @@ def run_fit(cli: TransformerCLI) -> None:
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if cli.config.test and _has_split(datamodule, "test_dataloader"):
         trainer.test(model, datamodule=datamodule, ckpt_path="best" if best else None)
+    # log_dir broadcasts from rank zero under DDP: every rank must ask for it, not rank zero alone.
+    log_dir = trainer.log_dir if trainer.logger is not None else None
     if trainer.is_global_zero:
-        summarize(trainer, model, datamodule, best)
+        summarize(trainer, model, datamodule, best, log_dir)
 
 
 def resolve_ckpt_path(ckpt_path: str | None, trainer: L.Trainer) -> str | None:
@@ -167,7 +169,7 @@ def _has_split(datamodule, hook: str) -> bool:
     return getattr(type(datamodule), hook) is not getattr(L.LightningDataModule, hook)
 
 
-def summarize(trainer: L.Trainer, model: L.LightningModule, datamodule, best: str) -> None:
+def summarize(trainer: L.Trainer, model: L.LightningModule, datamodule, best: str, log_dir: str | None = None) -> None:
     if best and hasattr(model, "translate") and hasattr(datamodule, "val_pairs"):
         best_model = type(model).load_from_checkpoint(best, map_location="cpu")
         pairs = datamodule.val_pairs()[:10]
@@ -183,8 +185,8 @@ def summarize(trainer: L.Trainer, model: L.LightningModule, datamodule, best: st
     for name, value in sorted(trainer.callback_metrics.items()):
         if name.startswith("test/"):
             lines.append(f"  {name}: {value.item():.4f}")
-    if trainer.logger is not None and trainer.log_dir:
-        lines.append(f"  logs: {trainer.log_dir}")
+    if log_dir:
+        lines.append(f"  logs: {log_dir}")
     for logger in trainer.loggers:
         if run_dir(logger):
             lines.append(f"  W&B run: {run_dir(logger)}")

@@ -24,25 +24,28 @@ def figure_dir(module) -> Path:
     return Path(log_dir or trainer.default_root_dir)
 
 
-def save_and_log_figure(module, fig, name: str) -> Path | None:
-    """Save `fig` as `<log dir>/<name>.png` and log it to every logger of `module`'s trainer that
-    takes images (W&B: `log_image`; TensorBoard: `add_figure`). Closes the figure. Returns the PNG's
+def save_and_log_figure(module, fig, name: str, key: str | None = None) -> Path | None:
+    """Save `fig` as `<log dir>/<name>.png` and log it under `key` (default: `name`) to every logger
+    of `module`'s trainer that takes images (W&B: `log_image`; TensorBoard: `add_figure`). Closes the
+    figure. Call it on every rank: finding the log dir is a collective under DDP. Returns the PNG's
     path, or None on non-zero ranks (which only close the figure)."""
     trainer = getattr(module, "_trainer", None)
+    key = key or name.replace(os.sep, "/")
     try:
+        out_dir = figure_dir(module)  # every rank: trainer.log_dir broadcasts from rank zero
         if trainer is not None and not trainer.is_global_zero:
             return None
-        path = figure_dir(module) / f"{name}.png"
+        path = out_dir / f"{name}.png"
         os.makedirs(path.parent, exist_ok=True)
         fig.savefig(path, dpi=100, bbox_inches="tight")
         step = trainer.global_step if trainer is not None else 0
         for logger in (trainer.loggers if trainer is not None else []):
             if hasattr(logger, "log_image"):  # WandbLogger and friends
-                logger.log_image(key=name.replace(os.sep, "/"), images=[str(path)], step=step)
+                logger.log_image(key=key, images=[str(path)], step=step)
             else:
                 experiment = getattr(logger, "experiment", None)
                 if hasattr(experiment, "add_figure"):  # TensorBoard's SummaryWriter
-                    experiment.add_figure(name, fig, global_step=step, close=False)
+                    experiment.add_figure(key, fig, global_step=step, close=False)
         return path
     finally:
         plt.close(fig)

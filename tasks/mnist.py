@@ -6,7 +6,6 @@ The network itself (tokens, encoder, heads) lives in models/mnist_net.py.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Literal
 
 import lightning as L
@@ -18,6 +17,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 
 from models.mnist_net import MnistNet
 
+from .figures import save_and_log_figure
 from .schedules import warmup_lr_lambda
 
 
@@ -111,26 +111,13 @@ class MnistSequenceClassifier(L.LightningModule):
     def on_test_epoch_end(self) -> None:
         confmat = self.test_confmat.compute().cpu()  # (10, 10), summed over every process
         self.test_confmat.reset()
-        # log_dir broadcasts from rank 0, so every rank must ask for it before rank 0 writes.
-        out_dir = Path(self.trainer.log_dir or self.trainer.default_root_dir)
-        if self.trainer.is_global_zero:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            figures = {"test/confusion_matrix": plot_confusion_matrix(confmat)}
-            if self._misclassified:
-                images, preds, labels = (torch.cat(t) for t in zip(*self._misclassified))
-                figures["test/misclassified"] = plot_misclassified(images, preds, labels)
-            for key, fig in figures.items():
-                path = out_dir / f"{key.replace('/', '_')}.png"
-                fig.savefig(path, dpi=120)
-                self._log_figure(key, fig, path)
+        figures = {"test/confusion_matrix": plot_confusion_matrix(confmat)}
+        if self._misclassified:
+            images, preds, labels = (torch.cat(t) for t in zip(*self._misclassified))
+            figures["test/misclassified"] = plot_misclassified(images, preds, labels)
+        for key, fig in figures.items():  # every rank calls: finding the log dir is a collective
+            save_and_log_figure(self, fig, key.replace("/", "_"), key=key)
         self._misclassified = []
-
-    def _log_figure(self, key: str, fig: Figure, path: Path) -> None:
-        for logger in self.loggers:
-            if hasattr(logger, "log_image"):  # WandbLogger
-                logger.log_image(key=key, images=[str(path)])
-            elif hasattr(logger.experiment, "add_figure"):  # TensorBoardLogger's SummaryWriter
-                logger.experiment.add_figure(key, fig, global_step=self.global_step, close=False)
 
     # ---- optimisation ------------------------------------------------------------------------
 
