@@ -83,7 +83,7 @@ class MnistSequenceClassifier(L.LightningModule):
         images, labels = batch
         logits = self(images)
         self.val_acc(logits.argmax(-1), labels)
-        self.log("val/loss", F.cross_entropy(logits, labels))
+        self.log("val/loss", F.cross_entropy(logits, labels), sync_dist=True)  # averaged over processes
         self.log("val/acc", self.val_acc, prog_bar=True)
 
     def test_step(self, batch, batch_idx: int) -> None:
@@ -92,7 +92,7 @@ class MnistSequenceClassifier(L.LightningModule):
         preds = logits.argmax(-1)  # (B,)
         self.test_acc(preds, labels)
         self.test_confmat.update(preds, labels)
-        self.log("test/loss", F.cross_entropy(logits, labels))
+        self.log("test/loss", F.cross_entropy(logits, labels), sync_dist=True)
         self.log("test/acc", self.test_acc)
         # Keep the first few mistakes (on CPU) for the grid drawn at the end of the test.
         room = self.hparams.num_misclassified_shown - sum(len(m[0]) for m in self._misclassified)

@@ -91,7 +91,9 @@ class Seq2SeqTransformer(L.LightningModule):
         )
         accuracy(logits.flatten(0, 1), tgt_out.flatten())
         on_step = stage == "train"
-        self.log(f"{stage}/loss", loss, prog_bar=True, on_step=on_step, on_epoch=not on_step, batch_size=src.size(0))
+        # Epoch-level losses are averaged over every process (checkpoints monitor val/loss); a no-op on one.
+        self.log(f"{stage}/loss", loss, prog_bar=True, on_step=on_step, on_epoch=not on_step, batch_size=src.size(0),
+                 sync_dist=not on_step)
         self.log(f"{stage}/acc", accuracy, prog_bar=stage != "train", on_step=False, on_epoch=True)
         return loss
 
