@@ -6,13 +6,12 @@ import sys
 from pathlib import Path
 
 import lightning as L
-import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
 from .callbacks import AtomicCheckpointIO, FiniteLossCheck, LogConfigCallback, RngStateCallback
-from .loading import CheckpointError
+from .loading import CheckpointError, read_checkpoint
 from .loggers import AutoWandbLogger, run_dir, sync_command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,17 +138,9 @@ def check_resume_checkpoint(path: str, model: L.LightningModule) -> None:
     `--ckpt_path` is missing, unreadable, of another task, or of another model size."""
     if "://" in path:
         return  # remote: Lightning reads it
-    file = Path(path)
-    if not file.is_file():
-        raise CheckpointError(f"--ckpt_path {path}: no such checkpoint file")
-    try:
-        # mmap: only what is looked at is read, so a big checkpoint costs nothing here.
-        state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise CheckpointError(f"--ckpt_path {path} is not a readable checkpoint (truncated or corrupt?): {first}") from None
-    if not isinstance(state, dict) or "state_dict" not in state or "loops" not in state:
-        raise CheckpointError(f"--ckpt_path {path} is not a Lightning training checkpoint (no state_dict or loop state)")
+    state = read_checkpoint(path)
+    if "loops" not in state:
+        raise CheckpointError(f"--ckpt_path {path} is not a Lightning training checkpoint (no loop state to resume)")
     found = (state.get("hyper_parameters") or {}).get("_class_path", "")
     if found and found.rsplit(".", 1)[-1] != type(model).__name__:
         raise CheckpointError(f"--ckpt_path {path} holds a {found} checkpoint, but this run trains a {type(model).__name__}")

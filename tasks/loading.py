@@ -24,18 +24,26 @@ class InputError(ValueError):
     """Input that a script or `translate` refuses (an empty sentence, say); the message says why."""
 
 
-def load_checkpoint(cls: type[M], path: str | Path, map_location: str | torch.device = "cpu") -> M:
-    """`cls.load_from_checkpoint(path)`, with one clear `CheckpointError` for a missing, truncated
-    or corrupt file, or a checkpoint of another task."""
+def read_checkpoint(path: str | Path) -> dict:
+    """A checkpoint file's contents (tensors memory-mapped, plain data only), or one clear
+    `CheckpointError` when it is missing, truncated, corrupt or not a Lightning checkpoint."""
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
+        raise CheckpointError(f"checkpoint not found: {path} (no such checkpoint file)")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        # mmap: only what is looked at is read, so checking a big checkpoint costs little.
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as err:  # torch.load fails in many ways on a bad file; each means unreadable
         raise CheckpointError(f"{path} is not a readable checkpoint (truncated or corrupt?): {_first_line(err)}") from None
     if not isinstance(state, dict) or "state_dict" not in state:
         raise CheckpointError(f"{path} is not a Lightning checkpoint (no state_dict)")
+    return state
+
+
+def load_checkpoint(cls: type[M], path: str | Path, map_location: str | torch.device = "cpu") -> M:
+    """`cls.load_from_checkpoint(path)`, with one clear `CheckpointError` for a missing, truncated
+    or corrupt file, or a checkpoint of another task."""
+    state = read_checkpoint(path)
     hparams = state.get("hyper_parameters", {})
     # LightningCLI records the class; for other checkpoints, hyperparameters the class does not take
     # give a checkpoint of another task away.
