@@ -10,11 +10,12 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
-from datamodules.batching import Seq2SeqBatch, encode_source, pad_sequences
+from datamodules.batching import Seq2SeqBatch, frame_source, pad_sequences
 from datamodules.vocab import BOS, EOS, PAD, tokenizer_from_dict
 from models import Seq2SeqNet
 
 from .figures import attention_figure, save_and_log_figure
+from .loading import InputError
 from .metrics import compute_translation_metrics, translation_metrics, update_translation_metrics
 from .schedules import Schedule, warmup_lr_lambda
 
@@ -215,14 +216,14 @@ class Seq2SeqTransformer(L.LightningModule):
         ids = []
         for i, sentence in enumerate(sentences):
             if not isinstance(sentence, str) or not sentence.strip():
-                raise ValueError(f"sentence {i} is empty: there is nothing to translate")
+                raise InputError(f"sentence {i} is empty: there is nothing to translate")
             encoded = self.src_tokenizer.encode(sentence)
             if len(encoded) + 1 > self.net.max_len:
                 warnings.warn(
                     f"sentence {i} has {len(encoded)} tokens; truncated to the model's max_len={self.net.max_len}",
                     stacklevel=3,
                 )
-            ids.append(encode_source(self.src_tokenizer, sentence, self.net.max_len))
+            ids.append(frame_source(encoded, self.net.max_len))
         return pad_sequences(ids, PAD).to(self.device)
 
     def _default_max_len(self, src: torch.Tensor) -> int:
