@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from .batching import collate_pairs, frame_source, frame_target
 from .errors import CorpusFormatError, DataNotFoundError
+from .resumable import ResumableDataLoader, shard_of
 from .tokenizers import SubwordTokenizer, TokenizerKind, train_tokenizer
 from .vocab import Tokenizer, tokenizer_from_dict
 
@@ -116,6 +117,10 @@ class _EpochSetter:
     def set_epoch(self, epoch: int) -> None:
         self.owner.set_epoch(epoch)
 
+    @property
+    def epoch(self) -> int:
+        return self.owner.epoch
+
 
 class TokenBudgetBatchSampler(Sampler[list[int]]):
     """Batches of example indices whose padded size `len(batch) * max(lengths in batch)` stays ≤ `max_tokens`.
@@ -128,7 +133,10 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     Sorting everything keeps the sequence of lengths, hence the packing and the count, identical.
     Without `shuffle`: the same batches, in length order, every time.
     With `num_replicas` > 1 each rank takes every `num_replicas`-th batch, all ranks the same count.
+    The next pass leaves out its first `skip` batches (set by `resumable.ResumableDataLoader` on resume).
     """
+
+    skip = 0
 
     def __init__(
         self,
@@ -180,7 +188,8 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         return out
 
     def __iter__(self) -> Iterator[list[int]]:
-        return iter(self.batches())
+        skip, self.skip = self.skip, 0
+        return iter(self.batches()[skip:])
 
     def __len__(self) -> int:
         return len(self.batches())
@@ -375,8 +384,7 @@ class ParallelCorpusDataModule(L.LightningDataModule):
             )
 
     def _sampler(self, split: str) -> TokenBudgetBatchSampler:
-        trainer = getattr(self, "trainer", None)
-        world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        world, rank = shard_of(self)
         return TokenBudgetBatchSampler(
             [max(len(s), len(t)) for s, t in self._encoded[split]],
             self.hparams.max_tokens,
@@ -389,7 +397,9 @@ class ParallelCorpusDataModule(L.LightningDataModule):
     def _loader(self, split: str) -> DataLoader:
         self.setup()
         # A custom batch sampler does its own DDP sharding: run multi-GPU with Trainer(use_distributed_sampler=False).
-        return DataLoader(
+        # The training loader resumes mid-epoch (see resumable.py); evaluation loaders always run whole.
+        loader_class = ResumableDataLoader if split == "train" else DataLoader
+        return loader_class(
             self._encoded[split],
             batch_sampler=self._sampler(split),
             collate_fn=collate_pairs,

@@ -3,23 +3,31 @@
 Files live in torchvision's layout, `<data_dir>/MNIST/raw/` (the four IDX files, plain or
 .gz). Any number of training images works: `../shared/data/mnist` holds a 5,000-image training
 subset with the full 10,000-image test set.
+
+The images are normalised once, into one tensor (60,000 images are 188 MB of float32), and the
+augmentation is a random affine applied to a whole batch after it reaches the device. Per-image
+PIL transforms cost more than the model itself at this size: 13 s an epoch of the 4,500-image
+subset on one CPU core, against 3 s this way.
 """
 
 from __future__ import annotations
 
 import gzip
+import math
 import shutil
 from pathlib import Path
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Subset
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Subset, TensorDataset
 from torchvision import datasets
-from torchvision.transforms import v2
 
 from .errors import DataNotFoundError
+from .resumable import ResumableDataLoader, ShuffleSampler, shard_of
 
 MEAN, STD = 0.1307, 0.3081  # of the 60,000 training images' pixels, scaled to [0, 1]
+BACKGROUND = (0.0 - MEAN) / STD  # a black pixel, normalised
 RAW_FILES = (
     "train-images-idx3-ubyte",
     "train-labels-idx1-ubyte",
@@ -35,7 +43,7 @@ class MNISTDataModule(L.LightningDataModule):
         batch_size: int = 128,
         num_workers: int = 0,
         val_size: int | float = 0.1,  # int: number of training images held out; float: fraction of them
-        augment: bool = False,  # small random affine on training images only
+        augment: bool = False,  # small random affine on training batches only (see random_affine)
         seed: int = 42,  # fixes the train/val split, independent of the global seed
         download: bool = True,  # try the internet in prepare_data when the files are absent
     ):
@@ -85,18 +93,12 @@ class MNISTDataModule(L.LightningDataModule):
 
     # ---- datasets ----------------------------------------------------------------------------
 
-    def _transform(self, train: bool) -> v2.Compose:
-        steps = []
-        if train and self.augment:
-            # Digits stay legible under a few degrees of rotation, a couple of pixels of shift and
-            # ±10 % zoom; flips would turn some digits into others, so none.
-            steps.append(v2.RandomAffine(degrees=10, translate=(0.1, 0.1), scale=(0.9, 1.1)))
-        steps += [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize([MEAN], [STD])]
-        return v2.Compose(steps)
-
-    def _dataset(self, train: bool, augment: bool) -> datasets.MNIST:
+    def _dataset(self, train: bool) -> TensorDataset:
+        """The training or test file as ((N, 1, 28, 28) normalised float images, (N,) int64 labels)."""
         self._require_files(tried_download=self.download)  # the clear error, not torchvision's
-        return datasets.MNIST(self.data_dir, train=train, transform=self._transform(augment), download=False)
+        mnist = datasets.MNIST(self.data_dir, train=train, download=False)
+        images = (mnist.data.unsqueeze(1).float() / 255 - MEAN) / STD  # (N, 1, 28, 28)
+        return TensorDataset(images, mnist.targets.long())
 
     def _split(self, n: int) -> tuple[list[int], list[int]]:
         """Fixed-seed (train, val) index split of the n training images."""
@@ -108,33 +110,66 @@ class MNISTDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         if stage in ("fit", "validate", None) and self.train_set is None:
-            # Two views of the same files: augmented for training, plain for validation.
-            train_view, val_view = self._dataset(True, augment=True), self._dataset(True, augment=False)
-            train_idx, val_idx = self._split(len(train_view))
-            self.train_set, self.val_set = Subset(train_view, train_idx), Subset(val_view, val_idx)
+            images = self._dataset(train=True)
+            train_idx, val_idx = self._split(len(images))
+            self.train_set, self.val_set = Subset(images, train_idx), Subset(images, val_idx)
         if stage in ("test", "predict", None) and self.test_set is None:
-            self.test_set = self._dataset(False, augment=False)
+            self.test_set = self._dataset(train=False)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        """Lightning calls this on each batch once it is on the device: augment training batches there."""
+        images, labels = batch
+        if self.augment and self.trainer is not None and self.trainer.training:
+            images = random_affine(images)
+        return images, labels
 
     # ---- loaders -----------------------------------------------------------------------------
 
-    def _loader(self, dataset, shuffle: bool) -> DataLoader:
-        return DataLoader(
+    def _loader(self, dataset, loader_class: type[DataLoader] = DataLoader, **kwargs) -> DataLoader:
+        return loader_class(
             dataset,
             batch_size=self.batch_size,
-            shuffle=shuffle,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             pin_memory=torch.cuda.is_available(),
+            **kwargs,
         )
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
+        # Shuffled from (seed, epoch) alone and resumable mid-epoch: see resumable.py.
+        sampler = ShuffleSampler(self.train_set, self.seed, *shard_of(self))
+        return self._loader(self.train_set, ResumableDataLoader, sampler=sampler)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
+        return self._loader(self.val_set)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
+        return self._loader(self.test_set)
 
     def predict_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
+        return self._loader(self.test_set)
+
+
+def random_affine(
+    images: torch.Tensor,  # (B, 1, H, W) normalised
+    degrees: float = 10.0,  # rotation in [-degrees, degrees]
+    translate: float = 0.1,  # shift in [-translate, translate] of the image side, each axis
+    scale: tuple[float, float] = (0.9, 1.1),  # zoom factor range
+) -> torch.Tensor:
+    """A random rotation, shift and zoom per image, for a whole batch at once, on its device.
+
+    Digits stay legible under a few degrees of rotation, a couple of pixels of shift and ±10 % zoom
+    (torchvision's RandomAffine(10, (0.1, 0.1), (0.9, 1.1)) draws from the same ranges); flips would
+    turn some digits into others, so none. Pixels from outside the image are black.
+    """
+    B = images.size(0)
+    u = torch.rand(B, 4, device=images.device) * 2 - 1  # (B, 4) in [-1, 1)
+    angle = u[:, 0] * math.radians(degrees)
+    zoom = scale[0] + (u[:, 1] + 1) / 2 * (scale[1] - scale[0])
+    shift = u[:, 2:] * 2 * translate  # grid coordinates span [-1, 1]: the side is 2 long
+    cos, sin = torch.cos(angle) / zoom, torch.sin(angle) / zoom
+    # affine_grid maps each output pixel to where it samples the input: the inverse transform.
+    theta = torch.stack([torch.stack([cos, -sin, shift[:, 0]], 1), torch.stack([sin, cos, shift[:, 1]], 1)], 1)
+    grid = F.affine_grid(theta.to(images.dtype), list(images.shape), align_corners=False)  # (B, H, W, 2)
+    # grid_sample fills with zeros; shift so that zero is the black background.
+    return F.grid_sample(images - BACKGROUND, grid, align_corners=False) + BACKGROUND

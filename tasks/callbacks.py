@@ -1,6 +1,8 @@
 """Callbacks and a checkpoint plugin that every recipe gets from the CLI (tasks/cli.py):
 
 - `RngStateCallback`: random-number generator states in each checkpoint, for an exact resume.
+- `LoaderStateRestore`: the training loader's position reaches it on resume even when the model's
+  `configure_optimizers` asked for `trainer.estimated_stepping_batches` (a Lightning bug).
 - `FiniteLossCheck`: stop with one clear line when the training loss becomes NaN or infinite.
 - `AtomicCheckpointIO`: a checkpoint is written to a temporary file and renamed over the old one,
   so an interrupted save never leaves a truncated `last.ckpt` in place of a good one.
@@ -67,6 +69,22 @@ class RngStateCallback(Callback):
         np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
         if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class LoaderStateRestore(Callback):
+    """Works around Lightning issue #20550 (open in 2.6): when `configure_optimizers` reads
+    `trainer.estimated_stepping_batches`, the training loader is set up before the checkpoint is
+    restored, and the loader states the checkpoint holds are never handed to it, so a run resumed
+    mid-epoch starts that epoch over. Here they are handed over in `on_train_start`, which comes before
+    the epoch's first batch is drawn (`ResumableDataLoader` reads its state when iteration starts)."""
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        fit_loop = trainer.fit_loop
+        states = getattr(fit_loop, "_combined_loader_states_to_load", None)
+        loader = getattr(fit_loop, "_combined_loader", None)
+        if states and loader is not None:
+            loader._load_state_dicts(states)
+            fit_loop._combined_loader_states_to_load = []
 
 
 class FiniteLossCheck(Callback):

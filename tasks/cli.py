@@ -10,7 +10,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
-from .callbacks import AtomicCheckpointIO, FiniteLossCheck, LogConfigCallback, RngStateCallback
+from .callbacks import AtomicCheckpointIO, FiniteLossCheck, LoaderStateRestore, LogConfigCallback, RngStateCallback
 from .loading import CheckpointError, read_checkpoint
 from .loggers import AutoWandbLogger, run_dir, sync_command
 
@@ -33,7 +33,7 @@ class TransformerCLI(LightningCLI):
         kwargs.setdefault("save_config_callback", LogConfigCallback)
         trainer_defaults = kwargs.setdefault("trainer_defaults", {})
         # Persistent callbacks: always present, whatever --trainer.callbacks adds.
-        trainer_defaults.setdefault("callbacks", [RngStateCallback(), FiniteLossCheck()])
+        trainer_defaults.setdefault("callbacks", [RngStateCallback(), LoaderStateRestore(), FiniteLossCheck()])
         args = _default_logger_save_dir(list(sys.argv[1:] if args is None else args))
         super().__init__(
             L.LightningModule,

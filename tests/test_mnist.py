@@ -6,6 +6,7 @@ import gzip
 import struct
 import urllib.error
 from pathlib import Path
+from types import SimpleNamespace
 
 import lightning as L
 import pytest
@@ -13,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from datamodules.errors import DataNotFoundError
-from datamodules.mnist import MEAN, RAW_FILES, STD, MNISTDataModule
+from datamodules.mnist import BACKGROUND, MEAN, RAW_FILES, STD, MNISTDataModule, random_affine
 from models.mnist_net import MnistNet
 from tasks.mnist import MnistSequenceClassifier
 
@@ -93,15 +94,49 @@ def test_split_is_fixed_by_seed_and_val_size_may_be_a_fraction(tmp_path):
         bad.setup("fit")
 
 
-def test_augmentation_only_touches_training_images(tmp_path):
+def test_augmentation_only_touches_training_batches(tmp_path):
     fake_mnist(tmp_path)
-    dm = MNISTDataModule(str(tmp_path), val_size=10, augment=True, download=False)
-    dm.prepare_data()
+    dm = MNISTDataModule(str(tmp_path), batch_size=8, val_size=10, augment=True, download=False)
     dm.setup("fit")
-    augmented, plain = dm.train_set.dataset, dm.val_set.dataset  # two views of the same files
-    torch.testing.assert_close(plain[0][0], plain[0][0])  # validation: deterministic
-    torch.manual_seed(0)
-    assert any(not torch.equal(augmented[0][0], plain[0][0]) for _ in range(3))  # training: random affine
+    images, labels = next(iter(dm.train_dataloader()))
+    dm.trainer = SimpleNamespace(training=False)  # validating, testing, predicting: untouched
+    out_images, out_labels = dm.on_after_batch_transfer((images, labels), 0)
+    assert torch.equal(out_images, images) and torch.equal(out_labels, labels)
+    dm.trainer = SimpleNamespace(training=True)
+    out_images, out_labels = dm.on_after_batch_transfer((images, labels), 0)
+    assert out_images.shape == images.shape and torch.equal(out_labels, labels)
+    assert all(not torch.equal(a, b) for a, b in zip(out_images, images))  # a transform of its own per image
+
+
+def test_random_affine_identity_background_and_ranges():
+    images = (torch.rand(16, 1, 28, 28) - MEAN) / STD
+    identity = random_affine(images, degrees=0, translate=0, scale=(1, 1))
+    torch.testing.assert_close(identity, images)  # grid points fall on pixel centres
+    blank = torch.full((4, 1, 28, 28), BACKGROUND)
+    torch.testing.assert_close(random_affine(blank), blank)  # what comes in from outside is black
+    # A shift of at most 10 % (2.8 px) moves a centred dot's centre of mass by at most that much.
+    dot = torch.full((256, 1, 28, 28), BACKGROUND)
+    dot[:, :, 13:15, 13:15] = (1 - MEAN) / STD
+    moved = random_affine(dot, degrees=0, scale=(1, 1)) - BACKGROUND  # (N, 1, 28, 28) ink
+    coords = torch.arange(28.0)
+    centre_x = (moved.sum(2).squeeze(1) * coords).sum(1) / moved.sum((1, 2, 3))
+    assert (centre_x - 13.5).abs().max() <= 2.8 + 1e-4
+    assert (centre_x - 13.5).abs().max() > 1.5  # and it does move them
+
+
+def test_ddp_shards_are_disjoint_and_shuffled(tmp_path):
+    fake_mnist(tmp_path, n_train=60)
+    shards = []
+    for rank in range(2):
+        dm = MNISTDataModule(str(tmp_path), batch_size=5, val_size=10, download=False)
+        dm.trainer = SimpleNamespace(world_size=2, global_rank=rank)
+        dm.setup("fit")
+        loader = dm.train_dataloader()
+        loader.sampler.set_epoch(1)
+        shards.append([i for i in loader.sampler])
+    assert len(shards[0]) == len(shards[1]) == 25 and not set(shards[0]) & set(shards[1])
+    assert sorted(shards[0] + shards[1]) == list(range(50))
+    assert shards[0] != sorted(shards[0])
 
 
 def test_missing_files_raise_one_clear_error(tmp_path):

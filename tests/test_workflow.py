@@ -24,7 +24,8 @@ ENV.pop("WANDB_API_KEY", None)
 
 
 def fit(root: Path, *extra: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
-    cmd = [*FIT, "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false", *extra]
+    # After `extra`: a --config there would otherwise override the root directory.
+    cmd = [*FIT, *extra, "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false"]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env or ENV, timeout=timeout)
 
 
@@ -95,18 +96,46 @@ def _weights(ckpt: Path) -> dict:
     return torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
 
 
+def _recipe(kind: str, data: Path) -> list[str]:
+    """Command-line arguments of a small run of each data module, on data written to `data`."""
+    if kind == "toy":  # 16 batches an epoch
+        return []
+    if kind == "mnist":  # random digits, 100 training images in batches of 8: 13 batches an epoch
+        from tests.test_mnist import fake_mnist
+
+        fake_mnist(data, n_train=110)
+        return ["--config", str(ROOT / "configs" / "mnist_subset.yaml"), "--data.data_dir", str(data),
+                "--data.init_args.val_size", "10", "--data.init_args.batch_size", "8",
+                "--model.init_args.d_model", "16", "--model.init_args.num_encoder_layers", "1",
+                "--model.init_args.dim_feedforward", "32"]  # augmentation and dropout stay on
+    from tests.test_corpus import chinese, english, write_tatoeba
+
+    write_tatoeba(data / "cmn.txt", list(zip(english(), chinese())))  # 16 batches of 384 tokens
+    return ["--config", str(ROOT / "configs" / "cmn_eng.yaml"), "--data.init_args.data_dir", str(data),
+            "--data.init_args.max_tokens", "384", "--data.init_args.src_vocab_size", "60",
+            "--data.init_args.tgt_vocab_size", "80", "--model.init_args.d_model", "16",
+            "--model.init_args.nhead", "2", "--model.init_args.dim_feedforward", "32",
+            "--model.init_args.num_encoder_layers", "1", "--model.init_args.num_decoder_layers", "1",
+            "--model.init_args.warmup_steps", "10", "--model.init_args.bleu_every_n_epochs", "100"]
+
+
 @pytest.mark.slow
-def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(tmp_path):
-    # 16 batches per epoch, 3 epochs = 48 steps; a last.ckpt every 4 steps (the last one at step 48).
-    common = ["--trainer.max_epochs", "3", "--trainer.logger", "CSVLogger", "--checkpoint.every_n_train_steps", "4",
-              "--test", "false"]
+@pytest.mark.parametrize("kind", ["toy", "mnist", "corpus"])
+def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(tmp_path, kind):
+    # 3 epochs; a last.ckpt every 4 steps. Run B is killed at step 22, in its second epoch, two steps
+    # after the last.ckpt of step 20; resumed, it must end where the uninterrupted run A ends.
+    common = [*_recipe(kind, tmp_path / "data"), "--trainer.max_epochs", "3", "--trainer.logger", "CSVLogger",
+              "--checkpoint.every_n_train_steps", "4", "--test", "false"]
     a = fit(tmp_path / "a", *common)
     assert a.returncode == 0, a.stderr[-3000:]
+    a_last = next((tmp_path / "a").rglob("last.ckpt"))
+    steps = torch.load(a_last, weights_only=True)["global_step"]
+    assert 11 <= steps // 3 <= 19  # so steps 20 to 22 lie in the second epoch, not at its start
 
     b_root, marker = tmp_path / "b", tmp_path / "paused"
     pause = ('{"class_path": "tests.test_workflow.PauseAtStep", '
              f'"init_args": {{"step": 22, "marker": "{marker}"}}}}')
-    cmd = [*FIT, "--trainer.default_root_dir", str(b_root), "--trainer.enable_progress_bar", "false", *common,
+    cmd = [*FIT, *common, "--trainer.default_root_dir", str(b_root), "--trainer.enable_progress_bar", "false",
            f"--trainer.callbacks+={pause}"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -115,21 +144,23 @@ def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(tmp_path):
             assert proc.poll() is None, proc.stderr.read()[-3000:]
             assert time.monotonic() < deadline, "run B never reached step 22"
             time.sleep(0.2)
-        assert marker.read_text() == "1 5"  # mid-epoch: epoch 1, its 6th batch; last.ckpt is from step 20
+        epoch, batch_idx = map(int, marker.read_text().split())
+        assert epoch == 1 and batch_idx >= 2  # mid-epoch, and so is last.ckpt, two steps earlier
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
     killed_last = next(b_root.rglob("last.ckpt"))
-    assert torch.load(killed_last, weights_only=True)["global_step"] == 20
+    killed = torch.load(killed_last, weights_only=True)
+    assert killed["global_step"] == 20
+    assert killed["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [{"epoch": 1, "batches_yielded": batch_idx - 1}]
 
     resumed = fit(b_root, *common, "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Resuming from {killed_last}" in resumed.stdout + resumed.stderr
-    a_last = next((tmp_path / "a").rglob("last.ckpt"))
     b_last = max(b_root.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)
     assert b_last != killed_last
-    assert torch.load(a_last, weights_only=True)["global_step"] == torch.load(b_last, weights_only=True)["global_step"] == 48
+    assert torch.load(b_last, weights_only=True)["global_step"] == steps
     wa, wb = _weights(a_last), _weights(b_last)
     assert wa.keys() == wb.keys()
     different = [k for k in wa if not torch.equal(wa[k], wb[k])]
