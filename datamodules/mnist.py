@@ -136,8 +136,8 @@ class MNISTDataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        # Shuffled from (seed, epoch) alone and resumable mid-epoch: see resumable.py.
-        sampler = ShuffleSampler(self.train_set, self.seed, *shard_of(self))
+        # Shuffled from (global seed, epoch) alone and resumable mid-epoch: see resumable.py.
+        sampler = ShuffleSampler(self.train_set, None, *shard_of(self))
         return self._loader(self.train_set, ResumableDataLoader, sampler=sampler)
 
     def val_dataloader(self) -> DataLoader:

@@ -11,6 +11,7 @@ itself must be a function of (seed, epoch) alone, which `ShuffleSampler` and
 from __future__ import annotations
 
 import itertools
+import os
 from typing import Iterator, Sized
 
 import torch
@@ -29,11 +30,15 @@ class ShuffleSampler(DistributedSampler):
 
     It is a DistributedSampler so that Lightning leaves it in place under DDP: Lightning replaces any
     other sampler with an unshuffled DistributedSampler when it cannot tell that it shuffles.
+    Every rank must draw the same permutation: with no `seed`, it is the one `seed_everything` set
+    (PL_GLOBAL_SEED, which DDP's processes inherit), or 0, as for Lightning's own sampler.
     """
 
     skip = 0
 
-    def __init__(self, data: Sized, seed: int = 0, num_replicas: int = 1, rank: int = 0):
+    def __init__(self, data: Sized, seed: int | None = None, num_replicas: int = 1, rank: int = 0):
+        if seed is None:
+            seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
         super().__init__(data, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed)
 
     def __iter__(self) -> Iterator[int]:
