@@ -5,9 +5,10 @@ Files live in torchvision's layout, `<data_dir>/MNIST/raw/` (the four IDX files,
 subset with the full 10,000-image test set.
 
 The images are normalised once, into one tensor (60,000 images are 188 MB of float32), and the
-augmentation is a random affine applied to a whole batch after it reaches the device. Per-image
-PIL transforms cost more than the model itself at this size: 13 s an epoch of the 4,500-image
-subset on one CPU core, against 3 s this way.
+augmentation is a random affine applied to a whole batch after it reaches the device (on a GPU it
+costs no CPU worker). Measured on one CPU core, an epoch of the 4,500-image subset takes 1.15 s
+through torchvision's per-image transforms and 0.10 s this way: a fifth of the small recipe's 5 s
+epochs saved.
 """
 
 from __future__ import annotations
