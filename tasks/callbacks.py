@@ -3,6 +3,7 @@
 - `RngStateCallback`: random-number generator states in each checkpoint, for an exact resume.
 - `LoaderStateRestore`: the training loader's position reaches it on resume even when the model's
   `configure_optimizers` asked for `trainer.estimated_stepping_batches` (a Lightning bug).
+- `BestAndLastCheckpoint`: Lightning's `ModelCheckpoint`, with `last.ckpt` kept up to date again.
 - `FiniteLossCheck`: stop with one clear line when the training loss becomes NaN or infinite.
 - `AtomicCheckpointIO`: a checkpoint is written to a temporary file and renamed over the old one,
   so an interrupted save never leaves a truncated `last.ckpt` in place of a good one.
@@ -20,7 +21,7 @@ import lightning as L
 import numpy as np
 import torch
 import yaml
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -69,6 +70,30 @@ class RngStateCallback(Callback):
         np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
         if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class BestAndLastCheckpoint(ModelCheckpoint):
+    """`ModelCheckpoint` whose `last.ckpt` follows every epoch again.
+
+    Since Lightning 2.6, the end-of-epoch `last.ckpt` is written only when a top-k checkpoint is
+    written at the same step: with `save_top_k=1` it stays at the best epoch, and `--ckpt_path last`
+    would silently throw away every epoch since (seen here: a 2-hour run's last.ckpt stuck at epoch 7
+    of 24). Here, at the end of each epoch, `last.ckpt` is written if nothing was saved at that step."""
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        if self._should_save_on_train_epoch_end(trainer):
+            self._save_last_if_missed(trainer)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if not self._should_save_on_train_epoch_end(trainer):
+            self._save_last_if_missed(trainer)
+
+    def _save_last_if_missed(self, trainer: L.Trainer) -> None:
+        # `_should_skip_saving_checkpoint` is also true when a checkpoint was already saved at this step.
+        if self.save_last and not self._should_skip_saving_checkpoint(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
 
 class LoaderStateRestore(Callback):

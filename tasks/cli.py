@@ -6,11 +6,10 @@ import sys
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
-from .callbacks import AtomicCheckpointIO, FiniteLossCheck, LoaderStateRestore, LogConfigCallback, RngStateCallback
+from .callbacks import AtomicCheckpointIO, BestAndLastCheckpoint, FiniteLossCheck, LoaderStateRestore, LogConfigCallback, RngStateCallback
 from .loading import CheckpointError, read_checkpoint
 from .loggers import AutoWandbLogger, run_dir, sync_command
 
@@ -57,7 +56,7 @@ class TransformerCLI(LightningCLI):
         parser.add_argument("--test", type=bool, default=True,
                             help="after fitting, test the best checkpoint when the data has a test split")
         # One checkpoint callback for every recipe; metric names keep "/" out of file names.
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(BestAndLastCheckpoint, "checkpoint")
         parser.set_defaults({
             "checkpoint.monitor": "val/loss",
             "checkpoint.mode": "min",

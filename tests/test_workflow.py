@@ -167,6 +167,17 @@ def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(tmp_path, kind):
     assert not different, f"resumed run differs in {different[:5]}"
 
 
+def test_last_checkpoint_follows_every_epoch_when_the_best_does_not_change(tmp_path):
+    # mode "max" on a falling val/loss: the first epoch stays the best one. last.ckpt must still
+    # be the end of the run (Lightning 2.6 alone would leave it at the best epoch).
+    result = fit(tmp_path, "--trainer.max_epochs", "3", "--trainer.logger", "CSVLogger", "--checkpoint.mode", "max",
+                 "--test", "false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (best,) = [p for p in tmp_path.rglob("*.ckpt") if p.name != "last.ckpt"]
+    assert torch.load(best, weights_only=True)["global_step"] == 16
+    assert torch.load(next(tmp_path.rglob("last.ckpt")), weights_only=True)["global_step"] == 48
+
+
 def test_rng_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
     import random
 
@@ -245,7 +256,7 @@ def test_fit_writes_checkpoints_atomically(tmp_path):
                                "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false"])
     assert isinstance(cli.trainer, Trainer) and isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
     names = {type(c).__name__ for c in cli.trainer.callbacks}
-    assert {"RngStateCallback", "FiniteLossCheck", "ModelCheckpoint"} <= names
+    assert {"RngStateCallback", "LoaderStateRestore", "FiniteLossCheck", "BestAndLastCheckpoint"} <= names
 
 
 # ---------------------------------------------------------------------------------------------- scale, precision
