@@ -117,10 +117,6 @@ class _EpochSetter:
     def set_epoch(self, epoch: int) -> None:
         self.owner.set_epoch(epoch)
 
-    @property
-    def epoch(self) -> int:
-        return self.owner.epoch
-
 
 class TokenBudgetBatchSampler(Sampler[list[int]]):
     """Batches of example indices whose padded size `len(batch) * max(lengths in batch)` stays ≤ `max_tokens`.
