@@ -7,23 +7,27 @@ and grouping similar lengths keeps padding low.
 
 from __future__ import annotations
 
+import codecs
 import gzip
+import io
 import os
 import random
 import urllib.request
 import zipfile
+import zlib
 from pathlib import Path
-from typing import Iterator, Literal, Sequence
+from typing import Iterator, Literal, Sequence, get_args
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Sampler
 
 from .batching import collate_pairs, frame_source, frame_target
-from .errors import CorpusFormatError, DataNotFoundError
+from .checks import at_least, check_hparams, fraction, no_more_than, one_of
+from .errors import CorpusFormatError, DataNotFoundError, HyperparameterError
 from .resumable import ResumableDataLoader, shard_of
 from .tokenizers import SubwordTokenizer, TokenizerKind, train_tokenizer
-from .vocab import Tokenizer, tokenizer_from_dict
+from .vocab import SPECIAL_TOKENS, Tokenizer, tokenizer_from_dict
 
 Pair = tuple[str, str]
 ENGLISH = ("en", "eng")
@@ -38,34 +42,66 @@ MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/t
 def read_tatoeba(path: str | os.PathLike) -> list[Pair]:
     """(english, other) pairs from a manythings file: `english<TAB>other<TAB>attribution` per line.
 
-    "utf-8-sig" drops the byte-order mark the published files start with (it would otherwise glue
-    itself to the first English sentence); blank lines are skipped; anything else malformed is an error
-    with its line number, because silently skipping it would shift nothing but hide a broken download.
+    The byte-order mark the published files start with is dropped (it would otherwise glue itself to
+    the first English sentence); blank lines are skipped; anything else malformed is an error with its
+    line number, because silently skipping it would shift nothing but hide a broken download. So is a
+    file that is not UTF-8 text or holds no pair at all.
     """
     pairs = []
-    with open(path, encoding="utf-8-sig") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            fields = line.rstrip("\r\n").split("\t")
-            if len(fields) < 2:
-                raise CorpusFormatError(f"{path}, line {lineno}: expected 'english<TAB>translation', found no tab")
-            english, other = fields[0].strip(), fields[1].strip()
-            if not english or not other:
-                raise CorpusFormatError(f"{path}, line {lineno}: empty sentence in 'english<TAB>translation'")
-            pairs.append((english, other))
+    for lineno, line in enumerate(io.StringIO(_read_text(Path(path)), newline=None), 1):
+        if not line.strip():
+            continue
+        fields = line.rstrip("\n").split("\t")
+        if len(fields) < 2:
+            raise CorpusFormatError(f"{path}, line {lineno}: expected 'english<TAB>translation', found no tab")
+        english, other = fields[0].strip(), fields[1].strip()
+        if not english or not other:
+            raise CorpusFormatError(f"{path}, line {lineno}: empty sentence in 'english<TAB>translation'")
+        pairs.append((english, other))
+    if not pairs:
+        raise CorpusFormatError(f"{path}: no sentence pairs in it ({_emptiness(path)})")
     return pairs
 
 
+def _read_text(path: Path) -> str:
+    """The whole file (gunzipped if the name ends in .gz) as UTF-8 text without a byte-order mark, or one
+    `CorpusFormatError` naming the file: not gzip, truncated, or not UTF-8 (with the line and byte offset)."""
+    try:
+        data = path.read_bytes()
+        if path.suffix == ".gz":
+            data = gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError; a truncated gzip an EOFError
+        what = "not a readable gzip file, truncated or corrupt" if path.suffix == ".gz" and path.is_file() else "unreadable"
+        raise CorpusFormatError(f"{path}: {what} ({getattr(err, 'strerror', None) or err})") from None
+    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        return data[bom:].decode("utf-8")
+    except UnicodeDecodeError as err:
+        offset = bom + err.start
+        line = data.count(b"\n", 0, offset) + 1
+        gunzipped = " of the gunzipped text" if path.suffix == ".gz" else ""
+        utf16 = ", it is UTF-16" if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else ""
+        raise CorpusFormatError(
+            f"{path}, line {line} (byte offset {offset}{gunzipped}): not UTF-8 text "
+            f"(byte 0x{data[offset]:02x}: {err.reason}{utf16}); save the file as UTF-8"
+        ) from None
+
+
 def _read_lines(path: Path) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8-sig") as f:
-        return [line.rstrip("\r\n").strip() for line in f]
+    """The file's lines, stripped (a line ends at LF, CRLF or CR)."""
+    return [line.strip() for line in io.StringIO(_read_text(path), newline=None)]
+
+
+def _emptiness(path: Path) -> str:
+    return "it holds no text" if not _read_text(path) else "it holds only blank lines"
 
 
 def read_aligned(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> list[Pair]:
     """(source, target) pairs from two line-aligned files (gzip if the name ends in .gz): line i ↔ line i."""
     src, tgt = _read_lines(Path(src_path)), _read_lines(Path(tgt_path))
+    for path, lines in ((src_path, src), (tgt_path, tgt)):
+        if not any(lines):
+            raise CorpusFormatError(f"{path}: no sentences in it ({_emptiness(Path(path))})")
     if len(src) != len(tgt):
         raise CorpusFormatError(
             f"Line-aligned files differ in length: {src_path} has {len(src)} lines, {tgt_path} has {len(tgt)}"
@@ -225,6 +261,7 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         tgt_tokenizer: TokenizerKind = "bpe",
         src_vocab_size: int = 8000,
         tgt_vocab_size: int = 8000,
+        shared_vocab: bool = False,
         max_tokens: int = 4096,
         max_len: int = 128,
         overlong: Literal["drop", "truncate"] = "drop",
@@ -235,12 +272,22 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         download: bool = True,
     ):
         super().__init__()
-        if format not in ("tatoeba", "aligned"):
-            raise ValueError(f"format must be 'tatoeba' or 'aligned', got {format!r}")
+        kinds = one_of(get_args(TokenizerKind))
+        check_hparams(self, locals(), {
+            "format": one_of(("tatoeba", "aligned")), "src_tokenizer": kinds, "tgt_tokenizer": kinds,
+            "src_vocab_size": at_least(len(SPECIAL_TOKENS) + 1), "tgt_vocab_size": at_least(len(SPECIAL_TOKENS) + 1),
+            "max_tokens": at_least(3), "max_len": at_least(3), "overlong": one_of(("drop", "truncate")),
+            "val_fraction": fraction, "test_fraction": fraction, "num_workers": at_least(0),
+        }, no_more_than("max_len", "max_tokens"), lambda h: (held_out := h["val_fraction"] + h["test_fraction"]) < 1
+            or f"val_fraction + test_fraction = {held_out:g} leaves nothing for training")
         if format == "tatoeba" and (src_lang in ENGLISH) == (tgt_lang in ENGLISH):
-            raise ValueError(f"A Tatoeba file pairs English with one other language; got {src_lang}→{tgt_lang}")
-        if max_len > max_tokens:
-            raise ValueError(f"max_tokens ({max_tokens}) must be at least max_len ({max_len}) to fit one pair")
+            raise HyperparameterError(f"A Tatoeba file pairs English with one other language; got {src_lang}→{tgt_lang}")
+        if shared_vocab and (src_tokenizer, src_vocab_size) != (tgt_tokenizer, tgt_vocab_size):
+            raise HyperparameterError(
+                "shared_vocab=True trains one tokenizer for both sides: give src_tokenizer/tgt_tokenizer and "
+                f"src_vocab_size/tgt_vocab_size the same values (got {src_tokenizer}/{tgt_tokenizer}, "
+                f"{src_vocab_size}/{tgt_vocab_size})"
+            )
         self.save_hyperparameters()
         self.data_dir = Path(data_dir)
         self._splits: dict[str, list[Pair]] | None = None
@@ -307,7 +354,21 @@ class ParallelCorpusDataModule(L.LightningDataModule):
                 self._splits = splits
             else:
                 self._splits = {s: read_aligned(files[f"{s}.{h.src_lang}"], files[f"{s}.{h.tgt_lang}"]) for s in SPLITS}
+            if not self._splits["train"]:
+                n = sum(map(len, self._splits.values()))
+                self._splits = None
+                raise CorpusFormatError(
+                    f"{self._train_files()}: its {n} pairs leave none for training after "
+                    f"val_fraction={h.val_fraction} and test_fraction={h.test_fraction}"
+                )
         return self._splits
+
+    def _train_files(self) -> str:
+        """The file(s) the training pairs come from, for error messages."""
+        files, h = self._files(), self.hparams
+        if h.format == "tatoeba":
+            return str(files["tatoeba"])
+        return f"{files[f'train.{h.src_lang}']} and {files[f'train.{h.tgt_lang}']}"
 
     # -- tokenizers ----------------------------------------------------------------------------------------
 
@@ -315,10 +376,14 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         if self._tokenizers is None:
             train = self._load()["train"]
             h = self.hparams
-            self._tokenizers = (
-                train_tokenizer([s for s, _ in train], h.src_tokenizer, h.src_vocab_size),
-                train_tokenizer([t for _, t in train], h.tgt_tokenizer, h.tgt_vocab_size),
-            )
+            if h.shared_vocab:  # one subword model for related languages (de–en): the model can tie all embeddings
+                shared = train_tokenizer([s for s, _ in train] + [t for _, t in train], h.src_tokenizer, h.src_vocab_size)
+                self._tokenizers = (shared, shared)
+            else:
+                self._tokenizers = (
+                    train_tokenizer([s for s, _ in train], h.src_tokenizer, h.src_vocab_size),
+                    train_tokenizer([t for _, t in train], h.tgt_tokenizer, h.tgt_vocab_size),
+                )
         return self._tokenizers
 
     @property
@@ -370,6 +435,12 @@ class ParallelCorpusDataModule(L.LightningDataModule):
                 if split == "train" and (not s or not t):
                     continue
                 encoded.append((frame_source(s, h.max_len), frame_target(t, h.max_len)))
+            if split == "train" and not encoded:
+                self._encoded = None
+                raise CorpusFormatError(
+                    f"{self._train_files()}: none of the {len(pairs)} training pairs is usable ({n_long} longer than "
+                    f"max_len={h.max_len}, the others with an empty side); raise max_len or set overlong=truncate"
+                )
             self._encoded[split] = encoded
             action = "dropped" if split == "train" and h.overlong == "drop" else "truncated"
             batches = self._sampler(split).batches()

@@ -1,4 +1,4 @@
-"""Errors the data modules raise for bad input, so scripts can catch them and print one line."""
+"""Errors for bad input, so scripts can catch them and print one line (see `tasks.loading.USER_ERRORS`)."""
 
 from __future__ import annotations
 
@@ -11,5 +11,15 @@ class DataNotFoundError(FileNotFoundError):
     """
 
 
-class CorpusFormatError(ValueError):
+class DataFormatError(ValueError):
+    """A data file is there but unreadable: not the encoding, format or size it should have, or
+    holding no examples. The message is one line that names the file and says where it goes wrong."""
+
+
+class CorpusFormatError(DataFormatError):
     """A corpus file is malformed; the message names the file and the line number (or the line counts)."""
+
+
+class HyperparameterError(ValueError):
+    """A module's argument is out of range or inconsistent with another (`datamodules.checks`): one
+    short line naming the class, the argument and its value, raised in `__init__` before any work."""

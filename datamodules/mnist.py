@@ -16,6 +16,8 @@ from __future__ import annotations
 import gzip
 import math
 import shutil
+import struct
+import zlib
 from pathlib import Path
 
 import lightning as L
@@ -24,7 +26,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Subset, TensorDataset
 from torchvision import datasets
 
-from .errors import DataNotFoundError
+from .checks import at_least, check_hparams
+from .errors import DataFormatError, DataNotFoundError, HyperparameterError
 from .resumable import ResumableDataLoader, ShuffleSampler, shard_of
 
 MEAN, STD = 0.1307, 0.3081  # of the 60,000 training images' pixels, scaled to [0, 1]
@@ -35,6 +38,50 @@ RAW_FILES = (
     "t10k-images-idx3-ubyte",
     "t10k-labels-idx1-ubyte",
 )
+SIDE = 28  # pixels per image side
+UBYTE = 0x08  # the IDX type code of unsigned bytes, the only one MNIST files use
+
+
+def check_idx_file(path: Path, shown: str | None = None) -> int:
+    """The number of items in an MNIST IDX file, after checking what torchvision does not: the magic
+    number (0, 0, unsigned bytes, 3 dimensions for images or 1 for labels, as the name says), 28×28
+    images, at least one item, and a size of exactly what the header promises. Otherwise one
+    `DataFormatError` naming the file (`shown`, when the bytes come from another one, e.g. a .gz)."""
+    shown = shown or str(path)
+    images = "-images-" in path.name  # train-images-idx3-ubyte, t10k-labels-idx1-ubyte, ...
+    what, ndim, item = ("images", 3, (SIDE, SIDE)) if images else ("labels", 1, ())
+    size, header_size, magic = path.stat().st_size, 4 + 4 * ndim, bytes((0, 0, UBYTE, ndim))
+    with open(path, "rb") as f:
+        header = f.read(header_size)
+    if len(header) < header_size:
+        raise DataFormatError(f"{shown}: {size} bytes, too short for the {header_size}-byte IDX header of MNIST {what}")
+    if header[:4] != magic:
+        raise DataFormatError(
+            f"{shown}: not an IDX file of MNIST {what} (magic number 0x{header[:4].hex()}, expected 0x{magic.hex()})"
+        )
+    n, *shape = struct.unpack(f">{ndim}I", header[4:])
+    if tuple(shape) != item:
+        shape_text = "×".join(map(str, shape))
+        raise DataFormatError(f"{shown}: its header says {what} of {shape_text} pixels, expected {SIDE}×{SIDE}")
+    if n == 0:
+        raise DataFormatError(f"{shown}: its header says it holds no {what}")
+    expected = header_size + n * math.prod(item)
+    if size != expected:
+        hint = "truncated, or a header that overcounts" if size < expected else "extra bytes, or a header that undercounts"
+        raise DataFormatError(
+            f"{shown}: its header promises {n} {what}, {expected} bytes, but the file has {size} bytes ({hint})"
+        )
+    return n
+
+
+def _val_size(value) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "must be a number of images or a fraction"
+    if isinstance(value, float) and not 0 < value < 1:
+        return "must lie in (0, 1) as a fraction of the training images"
+    if isinstance(value, int) and value < 1:
+        return "must be at least 1 as a number of images"
+    return None
 
 
 class MNISTDataModule(L.LightningDataModule):
@@ -49,6 +96,7 @@ class MNISTDataModule(L.LightningDataModule):
         download: bool = True,  # try the internet in prepare_data when the files are absent
     ):
         super().__init__()
+        check_hparams(self, locals(), {"batch_size": at_least(1), "num_workers": at_least(0), "val_size": _val_size})
         self.save_hyperparameters()
         self.data_dir = Path(data_dir)
         self.raw_dir = self.data_dir / "MNIST" / "raw"  # where torchvision.datasets.MNIST reads
@@ -65,15 +113,26 @@ class MNISTDataModule(L.LightningDataModule):
             path, gz = self.raw_dir / name, self.raw_dir / f"{name}.gz"
             if not path.exists() and gz.exists():
                 # torchvision only unpacks .gz files whose md5 matches the official ones; doing it
-                # here also accepts other (e.g. subset) files in the same format.
-                with gzip.open(gz, "rb") as f_in, open(path, "wb") as f_out:
-                    shutil.copyfileobj(f_in, f_out)
+                # here also accepts other (e.g. subset) files in the same format. Through a temporary
+                # name, checked before it takes the real one: a bad .gz leaves no bad file behind.
+                part = path.with_name(path.name + ".part")
+                try:
+                    try:
+                        with gzip.open(gz, "rb") as f_in, open(part, "wb") as f_out:
+                            shutil.copyfileobj(f_in, f_out)
+                    except (OSError, EOFError, zlib.error) as err:  # BadGzipFile is an OSError
+                        raise DataFormatError(f"{gz}: cannot be gunzipped, truncated or not gzip ({err})") from None
+                    check_idx_file(part, shown=f"{gz} (gunzipped)")
+                    part.replace(path)
+                finally:
+                    part.unlink(missing_ok=True)
             if not path.exists():
                 missing.append(name)
         return missing
 
     def prepare_data(self) -> None:
-        """Runs once per machine: make sure the four raw files exist, downloading if allowed."""
+        """Runs once per machine: make sure the four raw files exist (downloading if allowed) and are
+        whole, so that a bad test file stops the run before training rather than after it."""
         if self._missing() and self.download:
             try:
                 for train in (True, False):
@@ -81,6 +140,8 @@ class MNISTDataModule(L.LightningDataModule):
             except Exception:  # URLError, HTTPError, RuntimeError("Error downloading ..."), ...
                 pass  # the clear error below says what is needed; a network traceback would not
         self._require_files(tried_download=self.download)
+        for train in (True, False):
+            self._check_files(train)
 
     def _require_files(self, tried_download: bool) -> None:
         missing = self._missing()
@@ -92,11 +153,24 @@ class MNISTDataModule(L.LightningDataModule):
                 f"{', '.join(missing)}. Point --data.data_dir at the folder that contains MNIST/raw/."
             ) from None
 
+    def _check_files(self, train: bool) -> None:
+        """One `DataFormatError` naming the file unless the split's images and labels are whole IDX
+        files (`check_idx_file`) of as many images as labels, each label a digit."""
+        images_path, labels_path = (self.raw_dir / name for name in (RAW_FILES[:2] if train else RAW_FILES[2:]))
+        n_images, n_labels = check_idx_file(images_path), check_idx_file(labels_path)
+        if n_images != n_labels:
+            raise DataFormatError(f"{labels_path}: {n_labels} labels for the {n_images} images of {images_path.name}")
+        labels = labels_path.read_bytes()[8:]  # one byte each, after the 8-byte header
+        if max(labels) > 9:
+            i = next(i for i, label in enumerate(labels) if label > 9)
+            raise DataFormatError(f"{labels_path}: label {labels[i]} at index {i}; MNIST labels are 0 to 9")
+
     # ---- datasets ----------------------------------------------------------------------------
 
     def _dataset(self, train: bool) -> TensorDataset:
         """The training or test file as ((N, 1, 28, 28) normalised float images, (N,) int64 labels)."""
-        self._require_files(tried_download=self.download)  # the clear error, not torchvision's
+        self._require_files(tried_download=self.download)  # the clear errors, not torchvision's
+        self._check_files(train)
         mnist = datasets.MNIST(self.data_dir, train=train, download=False)
         images = (mnist.data.unsqueeze(1).float() / 255 - MEAN) / STD  # (N, 1, 28, 28)
         return TensorDataset(images, mnist.targets.long())
@@ -105,7 +179,9 @@ class MNISTDataModule(L.LightningDataModule):
         """Fixed-seed (train, val) index split of the n training images."""
         n_val = round(self.val_size * n) if isinstance(self.val_size, float) else int(self.val_size)
         if not 0 < n_val < n:
-            raise ValueError(f"val_size={self.val_size!r} leaves {n - n_val} of {n} images for training")
+            raise HyperparameterError(
+                f"MNISTDataModule: val_size={self.val_size!r} leaves {n - n_val} of the {n} training images for training"
+            )
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed)).tolist()
         return perm[n_val:], perm[:n_val]
 

@@ -6,6 +6,7 @@ import lightning as L
 from torch.utils.data import DataLoader
 
 from .batching import collate_pairs, encode_source, encode_target
+from .checks import at_least, check_hparams
 from .resumable import ResumableDataLoader, ShuffleSampler, shard_of
 from .vocab import Vocab
 
@@ -23,6 +24,7 @@ class ToyTranslationDataModule(L.LightningDataModule):
 
     def __init__(self, batch_size: int = 3, repeats: int = 32, num_workers: int = 0, seed: int = 0):
         super().__init__()
+        check_hparams(self, locals(), {"batch_size": at_least(1), "repeats": at_least(1), "num_workers": at_least(0)})
         self.save_hyperparameters()
         self.pairs = list(TOY_PAIRS)
         self.src_vocab = Vocab.build((s for s, _ in self.pairs), level="char")

@@ -19,7 +19,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, nhead: int, dropout: float = 0.0, bias: bool = True, cross: bool = False):
         super().__init__()
-        if d_model % nhead:
+        if nhead < 1 or d_model % nhead:
             raise ValueError(f"d_model ({d_model}) must be divisible by nhead ({nhead})")
         self.nhead, self.head_dim, self.cross, self.dropout = nhead, d_model // nhead, cross, dropout
         if cross:

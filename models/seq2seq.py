@@ -27,12 +27,17 @@ class Seq2SeqNet(nn.Module):
         max_len: int = 256,
         positional: str = "sinusoidal",
         tie_embeddings: bool = False,
+        share_embeddings: bool = False,
         pad_id: int = 0,
     ):
         super().__init__()
         self.pad_id, self.max_len, self.d_model = pad_id, max_len, d_model
         self.src_embed = nn.Embedding(src_vocab_size, d_model, padding_idx=pad_id)
-        self.tgt_embed = nn.Embedding(tgt_vocab_size, d_model, padding_idx=pad_id)
+        if share_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError(f"share_embeddings needs one vocabulary; got sizes {src_vocab_size} and {tgt_vocab_size}")
+        # share_embeddings: one table for both sides (a joint subword vocabulary); with tie_embeddings
+        # too, the generator reads the same table (three-way tying, as fairseq's share_all_embeddings).
+        self.tgt_embed = self.src_embed if share_embeddings else nn.Embedding(tgt_vocab_size, d_model, padding_idx=pad_id)
         self.src_pos = positional_encoding(positional, d_model, max_len)
         self.tgt_pos = positional_encoding(positional, d_model, max_len)
         self.embed_dropout = nn.Dropout(dropout)
@@ -41,7 +46,7 @@ class Seq2SeqNet(nn.Module):
             norm_first=norm_first,
         )
         self.generator = nn.Linear(d_model, tgt_vocab_size, bias=False)
-        for emb in (self.src_embed, self.tgt_embed):
+        for emb in dict.fromkeys((self.src_embed, self.tgt_embed)):  # once each, in order, when shared
             # Scaled by sqrt(d_model) in forward, so start at unit variance / sqrt(d_model).
             nn.init.normal_(emb.weight, std=d_model**-0.5)
             emb.weight.data[pad_id].zero_()

@@ -1,11 +1,14 @@
-"""Score a checkpoint on any line-aligned pair of files: corpus SacreBLEU (13a, cased) and chrF.
+"""Score a checkpoint on any line-aligned pair of files: corpus SacreBLEU and chrF, with their signatures.
 
     python scripts/evaluate.py --ckpt CKPT --src ../shared/data/multi30k/test_2016_flickr.de.gz \
         --ref ../shared/data/multi30k/test_2016_flickr.en.gz [--beam-size 4] [--batch-size 64] [--hyp-out FILE]
 
 Files may be gzip (name ending in .gz) or plain text; line i of --ref translates line i of --src.
-The metrics are wired exactly as during training (tasks/metrics.py). Files of different lengths,
-a missing file or a bad checkpoint: one line on stderr, exit status 2.
+The metrics are wired exactly as during training (tasks/metrics.py): cased BLEU with the 13a
+tokenizer (zh for Chinese references), then the same BLEU lowercased, labelled as such, because many
+papers and tutorials report that one. A checkpoint of a run with `--ema_decay` holds the averaged
+weights and the training weights: the averaged ones are scored unless `--weights training`.
+Files of different lengths, a missing file or a bad checkpoint: one line on stderr, exit status 2.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` 
 
 from datamodules.corpus import read_aligned  # noqa: E402
 from datamodules.errors import DataNotFoundError  # noqa: E402
-from tasks.loading import InputError, exit_on_user_error, load_checkpoint  # noqa: E402
+from tasks.loading import InputError, exit_on_user_error, load_checkpoint, load_training_weights  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -33,6 +36,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (default: 64)")
     parser.add_argument("--max-len", type=int, default=None, help="most output tokens (default: a x source + b)")
     parser.add_argument("--hyp-out", default=None, help="also write the translations to this file")
+    parser.add_argument("--tokenize", default=None, choices=["13a", "zh", "intl", "char", "none"],
+                        help="SacreBLEU tokenizer (default: zh for Chinese references, else 13a)")
+    parser.add_argument("--weights", default="averaged", choices=["averaged", "training"],
+                        help="of a checkpoint that holds both (--ema_decay runs): which to score (default: averaged)")
     parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     args = parser.parse_args(argv)
     if args.beam_size < 1 or args.batch_size < 1:
@@ -57,18 +64,23 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from tasks.metrics import corpus_scores
 
     model = load_checkpoint(Seq2SeqTransformer, args.ckpt, map_location=args.device)
+    if args.weights == "training":
+        load_training_weights(model, args.ckpt)
     kwargs = {} if args.length_penalty is None or args.beam_size == 1 else {"length_penalty": args.length_penalty}
     start = time.time()
     hyps = model.translate_many([s for s, _ in pairs], beam_size=args.beam_size, batch_size=args.batch_size,
                                 max_len=args.max_len, **kwargs)
     seconds = time.time() - start
-    scores = corpus_scores(hyps, [r for _, r in pairs])
+    refs = [r for _, r in pairs]
+    scores = corpus_scores(hyps, refs, tokenize=args.tokenize)
+    lowercased = corpus_scores(hyps, refs, tokenize=args.tokenize, lowercase=True)
     if args.hyp_out:
         Path(args.hyp_out).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     decoding = "greedy" if args.beam_size == 1 else f"beam {args.beam_size}"
-    print(f"sentences: {len(pairs)}  decoding: {decoding}  time: {seconds:.1f}s")
-    print(f"SacreBLEU: {scores['bleu']:.2f}  (13a tokenisation, cased, 1 reference)")
-    print(f"chrF: {scores['chrf']:.2f}")
+    print(f"sentences: {len(pairs)}  decoding: {decoding}  weights: {args.weights}  time: {seconds:.1f}s")
+    print(f"SacreBLEU: {scores['bleu']:.2f}  ({scores['bleu_signature']})")
+    print(f"chrF: {scores['chrf']:.2f}  ({scores['chrf_signature']})")
+    print(f"lowercased BLEU (not comparable with the cased score): {lowercased['bleu']:.2f}  ({lowercased['bleu_signature']})")
     return scores
 
 

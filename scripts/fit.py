@@ -24,9 +24,10 @@ from tasks.loading import USER_ERRORS, exit_on_user_error  # noqa: E402
 
 @exit_on_user_error
 def main(args: list[str] | None = None) -> None:
-    """Bad input (a missing data folder, a malformed corpus, a missing or corrupt --ckpt_path, a
-    checkpoint of the other task) ends with one line on stderr and exit status 2; a loss that becomes
-    NaN with one line and status 1; a config error with jsonargparse's usage message and status 2."""
+    """Bad input (a missing data folder, a malformed or empty data file, an argument out of range, a
+    missing or corrupt --ckpt_path, a checkpoint of the other task) ends with one line on stderr and exit
+    status 2; a loss that becomes NaN with one line and status 1; a config error with jsonargparse's
+    usage message and status 2."""
     args = list(sys.argv[1:] if args is None else args)
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter")  # we pass sys.argv on purpose
     if not any(a == "-c" or a.startswith("--config") for a in args):
@@ -35,14 +36,19 @@ def main(args: list[str] | None = None) -> None:
         try:
             cli = TransformerCLI(args=args)
         except ValueError as err:
-            # jsonargparse wraps errors raised while linking data → model (a data module reading its
-            # files for the tokenizers) in a ValueError; the user error is its cause.
-            cause = err.__cause__
-            while cause is not None and not isinstance(cause, USER_ERRORS):
-                cause = cause.__cause__
-            if cause is None:
+            # jsonargparse wraps an error raised while instantiating the classes (an argument out of range,
+            # a data module reading its files for the tokenizers) in a ValueError that dumps the whole
+            # config, vocabularies included; the error itself is its cause. A user error becomes one line;
+            # anything else keeps its own traceback, without the dump.
+            causes = [err]
+            while causes[-1].__cause__ is not None:
+                causes.append(causes[-1].__cause__)
+            user = next((c for c in causes if isinstance(c, USER_ERRORS)), None)
+            if user is not None:
+                raise user from None
+            if len(causes) == 1:
                 raise
-            raise cause from None
+            raise causes[-1] from None
         run_fit(cli)
     except TrainingDivergedError as err:
         print(f"error: {err}", file=sys.stderr)

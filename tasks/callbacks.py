@@ -8,6 +8,8 @@
 - `AtomicCheckpointIO`: a checkpoint is written to a temporary file and renamed over the old one,
   so an interrupted save never leaves a truncated `last.ckpt` in place of a good one.
 - `LogConfigCallback`: the full resolved config saved next to the logs and sent to W&B.
+- `EMA`: an exponential moving average of the weights (`--ema_decay`), validated, checkpointed and
+  tested in place of the training weights.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import lightning as L
 import numpy as np
 import torch
 import yaml
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -73,7 +76,8 @@ class RngStateCallback(Callback):
 
 
 class BestAndLastCheckpoint(ModelCheckpoint):
-    """`ModelCheckpoint` whose `last.ckpt` follows every epoch again.
+    """`ModelCheckpoint` whose `last.ckpt` follows every epoch again, and that waits for a monitored
+    metric that is not computed every epoch.
 
     Since Lightning 2.6, the end-of-epoch `last.ckpt` is written only when a top-k checkpoint is
     written at the same step: with `save_top_k=1` it stays at the best epoch, and `--ckpt_path last`
@@ -89,6 +93,13 @@ class BestAndLastCheckpoint(ModelCheckpoint):
         super().on_validation_end(trainer, pl_module)
         if not self._should_save_on_train_epoch_end(trainer):
             self._save_last_if_missed(trainer)
+
+    def _save_topk_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict[str, torch.Tensor]) -> None:
+        # A metric computed every n epochs (val/bleu with bleu_every_n_epochs > 1) is absent until its
+        # first epoch: no best checkpoint yet, rather than Lightning's error. last.ckpt is written regardless.
+        if self.monitor is not None and self.monitor not in monitor_candidates:
+            return
+        super()._save_topk_checkpoint(trainer, monitor_candidates)
 
     def _save_last_if_missed(self, trainer: L.Trainer) -> None:
         # `_should_skip_saving_checkpoint` is also true when a checkpoint was already saved at this step.
@@ -170,3 +181,51 @@ class LogConfigCallback(SaveConfigCallback):
         config = yaml.safe_load(self.parser.dump(self.config, skip_none=False, skip_check=True))
         for logger in loggers:
             logger.experiment.config.update({"config": config}, allow_val_change=True)
+
+
+class EMA(EMAWeightAveraging):
+    """Lightning's `EMAWeightAveraging` with two fixes that matter for evaluation:
+
+    - The average stays swapped in until `on_validation_end` (Lightning swaps it back in
+      `on_validation_epoch_end`, and callbacks' hooks run before the module's, so the module's own
+      epoch-end work, here BLEU on the decoded validation set, would score the training weights).
+      `ModelCheckpoint`s run after every other callback, so checkpoints still store the training
+      weights as `current_model_state` and the average as `state_dict`.
+    - Outside fitting (`trainer.test(ckpt_path="best")`, `trainer.validate`), the checkpoint's
+      `state_dict` (the average) is what gets evaluated; Lightning would load the training weights
+      over it, and `validate` would swap in the stale average left from fitting.
+
+    `load_from_checkpoint` reads `state_dict`, so a reloaded model translates with the averaged weights.
+
+    The decay warms up as min(decay, (1 + n) / (10 + n)) after n updates (TensorFlow's and timm's
+    convention): with a fixed 0.999 the average would still hold 0.999^500 ≈ 60 % of the random
+    initial weights after 500 steps, and the first epochs' validation scores would be noise.
+    """
+
+    def __init__(self, decay: float = 0.999, **kwargs: Any) -> None:
+        super().__init__(decay=decay, **kwargs)
+        self._kwargs["avg_fn"] = _ema_with_warmup(decay)
+
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == TrainerFn.FITTING:  # trainer.validate() after fit evaluates what it loaded
+            super().on_validation_epoch_start(trainer, pl_module)
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        pass  # swapped back in on_validation_end
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._average_model is not None and trainer.state.fn == TrainerFn.FITTING:
+            self._swap_models(pl_module)
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        if trainer.state.fn == TrainerFn.FITTING:
+            super().on_load_checkpoint(trainer, pl_module, checkpoint)
+
+
+def _ema_with_warmup(decay: float):
+    def average(averaged: torch.Tensor, current: torch.Tensor, num_averaged: torch.Tensor) -> torch.Tensor:
+        n = num_averaged.to(averaged.dtype)
+        d = torch.clamp((1 + n) / (10 + n), max=decay)
+        return averaged + (1 - d) * (current - averaged)
+
+    return average

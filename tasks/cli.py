@@ -9,9 +9,11 @@ import lightning as L
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
-from .callbacks import AtomicCheckpointIO, BestAndLastCheckpoint, FiniteLossCheck, LoaderStateRestore, LogConfigCallback, RngStateCallback
+from .callbacks import (
+    EMA, AtomicCheckpointIO, BestAndLastCheckpoint, FiniteLossCheck, LoaderStateRestore, LogConfigCallback, RngStateCallback,
+)
 from .loading import CheckpointError, read_checkpoint
-from .loggers import AutoWandbLogger, run_dir, sync_command
+from .loggers import AutoWandbLogger, WandbRunId, continue_wandb_run, run_dir, sync_command
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "toy_translation.yaml"
@@ -32,7 +34,7 @@ class TransformerCLI(LightningCLI):
         kwargs.setdefault("save_config_callback", LogConfigCallback)
         trainer_defaults = kwargs.setdefault("trainer_defaults", {})
         # Persistent callbacks: always present, whatever --trainer.callbacks adds.
-        trainer_defaults.setdefault("callbacks", [RngStateCallback(), LoaderStateRestore(), FiniteLossCheck()])
+        trainer_defaults.setdefault("callbacks", [RngStateCallback(), LoaderStateRestore(), FiniteLossCheck(), WandbRunId()])
         args = _default_logger_save_dir(list(sys.argv[1:] if args is None else args))
         super().__init__(
             L.LightningModule,
@@ -55,6 +57,9 @@ class TransformerCLI(LightningCLI):
                             help='checkpoint to resume from: a path, or "last" for the run\'s last checkpoint')
         parser.add_argument("--test", type=bool, default=True,
                             help="after fitting, test the best checkpoint when the data has a test split")
+        parser.add_argument("--ema_decay", type=float | None, default=None,
+                            help="keep an exponential moving average of the weights with this decay (e.g. 0.999); it is "
+                                 "validated, checkpointed and tested instead of the training weights (null: off)")
         # One checkpoint callback for every recipe; metric names keep "/" out of file names.
         parser.add_lightning_class_args(BestAndLastCheckpoint, "checkpoint")
         parser.set_defaults({
@@ -73,15 +78,23 @@ class TransformerCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         # Loggers write under trainer.default_root_dir unless told otherwise.
         config = self.config
+        decay = config.get("ema_decay")
+        if decay is not None and not 0.0 < decay < 1.0:
+            self.parser.error(f"--ema_decay must lie strictly between 0 and 1 (or be null), got {decay}")
         root = config.trainer.get("default_root_dir") or "."
         loggers = config.trainer.get("logger")
         for logger in loggers if isinstance(loggers, list) else [loggers]:
             init_args = getattr(logger, "init_args", None) if hasattr(logger, "class_path") else None
             if init_args is not None and "save_dir" in init_args and not init_args.get("save_dir"):
                 init_args["save_dir"] = root
+            if init_args is not None and "group" in init_args and not init_args.get("group") and config.get("config"):
+                init_args["group"] = Path(str(config.config[-1])).stem  # the recipe's name
 
     def instantiate_trainer(self, **kwargs) -> L.Trainer:
         trainer = super().instantiate_trainer(**kwargs)
+        decay = self.config_init.get("ema_decay")
+        if decay is not None:
+            trainer.callbacks.insert(0, EMA(decay=decay))  # ahead of the ModelCheckpoints, which must run last
         # Atomic checkpoint writes, unless a CheckpointIO plugin was chosen on purpose.
         if trainer.strategy._checkpoint_io is None:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
@@ -109,7 +122,10 @@ def run_fit(cli: TransformerCLI) -> None:
     trainer, model, datamodule = cli.trainer, cli.model, cli.datamodule
     ckpt_path = resolve_ckpt_path(cli.config.ckpt_path, trainer)
     if ckpt_path is not None:
-        check_resume_checkpoint(ckpt_path, model)
+        state = check_resume_checkpoint(ckpt_path, model)
+        run_id = continue_wandb_run(trainer.loggers, state) if state is not None else None
+        if run_id:
+            rank_zero_info(f"Continuing W&B run {run_id}")
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if cli.config.test and _has_split(datamodule, "test_dataloader"):
@@ -132,11 +148,12 @@ def resolve_ckpt_path(ckpt_path: str | None, trainer: L.Trainer) -> str | None:
     return str(candidates[-1])
 
 
-def check_resume_checkpoint(path: str, model: L.LightningModule) -> None:
+def check_resume_checkpoint(path: str, model: L.LightningModule) -> dict | None:
     """One clear `CheckpointError` before training, rather than a traceback from inside `fit`, when
-    `--ckpt_path` is missing, unreadable, of another task, or of another model size."""
+    `--ckpt_path` is missing, unreadable, of another task, or of another model size. Returns the
+    checkpoint's contents (tensors memory-mapped), or None for a remote path."""
     if "://" in path:
-        return  # remote: Lightning reads it
+        return None  # remote: Lightning reads it
     state = read_checkpoint(path)
     if "loops" not in state:
         raise CheckpointError(f"--ckpt_path {path} is not a Lightning training checkpoint (no loop state to resume)")
@@ -152,6 +169,7 @@ def check_resume_checkpoint(path: str, model: L.LightningModule) -> None:
         raise CheckpointError(
             f"--ckpt_path {path} does not fit this model's sizes ({name}: {theirs[name]} in the checkpoint, {ours[name]} here)"
         )
+    return state
 
 
 def _has_split(datamodule, hook: str) -> bool:
@@ -175,6 +193,9 @@ def summarize(trainer: L.Trainer, model: L.LightningModule, datamodule, best: st
     for name, value in sorted(trainer.callback_metrics.items()):
         if name.startswith("test/"):
             lines.append(f"  {name}: {value.item():.4f}")
+    signature = getattr(model, "bleu_signatures", {}).get("test")
+    if signature:
+        lines.append(f"  test/bleu signature: {signature}")
     if log_dir:
         lines.append(f"  logs: {log_dir}")
     for logger in trainer.loggers:

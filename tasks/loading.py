@@ -11,7 +11,7 @@ from typing import Callable, TypeVar
 import lightning as L
 import torch
 
-from datamodules.errors import CorpusFormatError, DataNotFoundError
+from datamodules.errors import DataFormatError, DataNotFoundError, HyperparameterError
 
 M = TypeVar("M", bound=L.LightningModule)
 
@@ -58,12 +58,22 @@ def load_checkpoint(cls: type[M], path: str | Path, map_location: str | torch.de
         raise CheckpointError(f"{path} does not fit {cls.__name__}: {_first_line(err)}") from None
 
 
+def load_training_weights(model: L.LightningModule, path: str | Path) -> None:
+    """Put the training weights of a checkpoint written with weight averaging (`--ema_decay`) into
+    `model`, in place of the averaged weights that `load_checkpoint` gives."""
+    state = read_checkpoint(path)
+    if "current_model_state" not in state:
+        raise CheckpointError(f"{path} holds one set of weights (the run used no weight averaging)")
+    model.load_state_dict(state["current_model_state"])
+
+
 def _first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
 
 
-USER_ERRORS = (CheckpointError, InputError, DataNotFoundError, CorpusFormatError)
+# DataFormatError covers CorpusFormatError; HyperparameterError is an argument out of range, raised in __init__.
+USER_ERRORS = (CheckpointError, InputError, DataNotFoundError, DataFormatError, HyperparameterError)
 
 
 def exit_on_user_error(main: Callable[..., None]) -> Callable[..., None]:

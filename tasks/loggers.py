@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
@@ -73,7 +74,9 @@ def offline_reason() -> str | None:
 
 class AutoWandbLogger(WandbLogger):
     """`WandbLogger` that never prompts or hangs: `offline=None` (the default) decides by itself
-    (see `offline_reason`). `save_dir=None` means `trainer.default_root_dir` (filled in by the CLI)."""
+    (see `offline_reason`). `save_dir=None` means `trainer.default_root_dir`, and `group=None` the
+    recipe's name (the --config file's stem), both filled in by the CLI: runs of one recipe (seeds,
+    sweeps, resumptions) are grouped together in the W&B project."""
 
     def __init__(
         self,
@@ -82,6 +85,7 @@ class AutoWandbLogger(WandbLogger):
         version: str | None = None,
         offline: bool | None = None,
         project: str = DEFAULT_PROJECT,
+        group: str | None = None,
         log_model: bool | str = False,
         **kwargs,
     ):
@@ -96,7 +100,7 @@ class AutoWandbLogger(WandbLogger):
         kwargs.setdefault("settings", _quiet_settings())
         super().__init__(
             name=name, save_dir=save_dir, version=version, offline=offline, project=project, log_model=log_model,
-            **kwargs,
+            group=group, **kwargs,
         )
         if self._wandb_init.get("anonymous") is None:
             self._wandb_init.pop("anonymous", None)  # wandb warns about the key even when it is None
@@ -108,6 +112,34 @@ def _quiet_settings():
     import wandb
 
     return wandb.Settings(silent=True, console="off", init_timeout=60)
+
+
+def continue_wandb_run(loggers: list[Logger], checkpoint: dict) -> str | None:
+    """Point the (not yet started) W&B loggers at the run a checkpoint was written by, so that a run
+    resumed with `--ckpt_path` continues the same W&B run (online, or offline: `wandb sync` then merges
+    the two offline folders into one run). Returns the run id, or None when there is none to continue."""
+    run_id = ((checkpoint.get("callbacks") or {}).get(WandbRunId.__name__) or {}).get("wandb_run_id")
+    if not run_id:
+        return None
+    for logger in loggers:
+        if isinstance(logger, WandbLogger) and logger._experiment is None:
+            logger._wandb_init.update(id=run_id, resume="allow")
+            logger._id = run_id
+    return run_id
+
+
+class WandbRunId(Callback):
+    """Stores the W&B run id in each checkpoint (see `continue_wandb_run`)."""
+
+    def __init__(self) -> None:
+        self._logger: WandbLogger | None = None
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        self._logger = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
+
+    def state_dict(self) -> dict:
+        run_id = self._logger.version if self._logger is not None else None  # the run exists once anything is logged
+        return {"wandb_run_id": run_id} if run_id else {}
 
 
 def run_dir(logger: Logger | None) -> str | None:
@@ -122,3 +154,16 @@ def sync_command(logger: Logger | None) -> str | None:
     if isinstance(logger, WandbLogger) and logger._offline and run_dir(logger):
         return f"wandb sync {run_dir(logger)}"
     return None
+
+
+def log_text(module, values: dict[str, str]) -> None:
+    """Strings that belong with a run's results (a SacreBLEU signature): the W&B run's summary, or the
+    hyper-parameters of other loggers (CSVLogger's hparams.yaml, TensorBoard's hparams); rank zero only."""
+    trainer = module._trainer
+    if trainer is None or not trainer.is_global_zero:
+        return
+    for logger in trainer.loggers:
+        if isinstance(logger, WandbLogger):
+            logger.experiment.summary.update(values)
+        else:
+            logger.log_hyperparams(values)

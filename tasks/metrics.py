@@ -1,45 +1,47 @@
 """Corpus-level translation metrics, wired once for the module and for scripts/evaluate.py.
 
-SacreBLEU (torchmetrics' `SacreBLEUScore`, tokenize="13a", cased) and chrF (`CHRFScore`) on
-detokenised strings: the hypotheses are the model's decoded output, the references the raw
-sentences of the corpus file (never re-decoded from ids). Each hypothesis takes a LIST of
-references; passing flat strings would make torchmetrics read every character of a reference as
-a separate reference and score (almost) nothing, so `update_translation_metrics` does the wrapping.
-Scores are reported on sacrebleu's 0–100 scale.
+Scores come from `sacrebleu` itself (the reference implementation), so every BLEU the project
+prints or logs carries sacrebleu's signature (`nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|
+version:…`) and can be compared with published numbers that give theirs. Hypotheses are the model's
+decoded output and references the raw sentences of the corpus file (never re-decoded from ids).
+
+sacrebleu takes references as a list of *streams* (one list of strings per reference set); passing
+one flat list of strings would pair hypothesis i with reference set i, so `corpus_scores` does the
+wrapping and refuses anything but one string per hypothesis. Scores are on sacrebleu's 0–100 scale.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Sequence
 
-from torch import nn
-from torchmetrics.text import CHRFScore, SacreBLEUScore
+from sacrebleu.metrics import BLEU, CHRF
 
 
-def translation_metrics() -> nn.ModuleDict:
-    """Fresh metric objects {"bleu": SacreBLEU 13a cased, "chrf": chrF (char 6-grams, no word n-grams, beta 2: sacrebleu's default chrF, not chrF++)}."""
-    return nn.ModuleDict({"bleu": SacreBLEUScore(tokenize="13a", lowercase=False), "chrf": CHRFScore(n_char_order=6, n_word_order=0, beta=2.0)})
+def default_bleu_tokenize(refs: Sequence[str]) -> str:
+    """SacreBLEU's tokenizer for these references: "zh" when they are mostly Chinese characters
+    (13a would count a whole unsegmented sentence as one word), "13a" otherwise (WMT's default)."""
+    letters = [c for ref in refs for c in ref if not c.isspace() and unicodedata.category(c)[0] == "L"]
+    cjk = sum(1 for c in letters if "\u4e00" <= c <= "\u9fff" or "\u3400" <= c <= "\u4dbf")
+    return "zh" if letters and cjk / len(letters) > 0.3 else "13a"
 
 
-def update_translation_metrics(metrics: nn.ModuleDict, hyps: Sequence[str], refs: Sequence[str]) -> None:
-    """Add hypotheses and their single references (one reference string per hypothesis)."""
+def corpus_scores(
+    hyps: Sequence[str], refs: Sequence[str], tokenize: str | None = None, lowercase: bool = False
+) -> dict[str, float | str]:
+    """Corpus BLEU and chrF (0–100) of `hyps` against one reference each, with their signatures:
+    {"bleu", "chrf", "bleu_signature", "chrf_signature"}. `tokenize` None picks 13a or zh from the references."""
     hyps, refs = list(hyps), list(refs)
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
     if not all(isinstance(s, str) for s in hyps + refs):
-        raise TypeError("hypotheses and references must be strings")
-    targets = [[r] for r in refs]  # one list of references per hypothesis
-    for metric in metrics.values():
-        metric.update(hyps, targets)
-
-
-def compute_translation_metrics(metrics: nn.ModuleDict) -> dict[str, float]:
-    """{"bleu": 0–100, "chrf": 0–100}."""
-    return {name: 100.0 * float(metric.compute()) for name, metric in metrics.items()}
-
-
-def corpus_scores(hyps: Sequence[str], refs: Sequence[str]) -> dict[str, float]:
-    """Corpus SacreBLEU and chrF (0–100) of `hyps` against one reference each."""
-    metrics = translation_metrics()
-    update_translation_metrics(metrics, hyps, refs)
-    return compute_translation_metrics(metrics)
+        raise TypeError("hypotheses and references must be strings, one reference per hypothesis")
+    bleu = BLEU(tokenize=tokenize or default_bleu_tokenize(refs), lowercase=lowercase)
+    chrf = CHRF()  # sacrebleu's default chrF: character 6-grams, beta 2, no word n-grams (not chrF++)
+    streams = [refs]  # one reference stream
+    return {
+        "bleu": bleu.corpus_score(hyps, streams).score,
+        "chrf": chrf.corpus_score(hyps, streams).score,
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+    }

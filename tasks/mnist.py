@@ -15,7 +15,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from models.mnist_net import MnistNet
+from datamodules.checks import TRANSFORMER, at_least, check_hparams, divisible, fraction, one_of
+from models.mnist_net import HEADS, IMAGE_SIZE, TOKENIZERS, MnistNet
 
 from .figures import save_and_log_figure
 from .schedules import warmup_lr_lambda
@@ -43,6 +44,17 @@ class MnistSequenceClassifier(L.LightningModule):
         num_misclassified_shown: int = 64,  # test digits in the misclassified grid
     ):
         super().__init__()
+        check_hparams(
+            self, locals(),
+            {**TRANSFORMER, "tokens": one_of(TOKENIZERS), "patch_size": at_least(1), "head": one_of(HEADS),
+             "num_queries": at_least(1), "num_decoder_layers": at_least(0), "warmup_fraction": fraction,
+             "num_misclassified_shown": at_least(0)},
+            divisible("d_model", "nhead"),
+            lambda h: h["tokens"] != "patches" or IMAGE_SIZE % h["patch_size"] == 0
+            or f"patch_size={h['patch_size']} must divide the image side, {IMAGE_SIZE}",
+            lambda h: h["head"] != "decoder" or h["num_decoder_layers"] >= 1
+            or "head='decoder' needs num_decoder_layers of at least 1",
+        )
         self.save_hyperparameters()  # plain str/int/float/bool only: checkpoints load with weights_only=True
         self.net = MnistNet(
             tokens=tokens,

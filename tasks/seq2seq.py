@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import get_args
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
@@ -11,12 +12,15 @@ import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
 from datamodules.batching import Seq2SeqBatch, frame_source, pad_sequences
+from datamodules.checks import TRANSFORMER, at_least, check_hparams, divisible, fraction, one_of
+from datamodules.errors import HyperparameterError
 from datamodules.vocab import BOS, EOS, PAD, tokenizer_from_dict
 from models import Seq2SeqNet
 
 from .figures import attention_figure, save_and_log_figure
 from .loading import InputError
-from .metrics import compute_translation_metrics, translation_metrics, update_translation_metrics
+from .loggers import log_text
+from .metrics import corpus_scores
 from .schedules import Schedule, warmup_lr_lambda
 
 
@@ -39,6 +43,7 @@ class Seq2SeqTransformer(L.LightningModule):
         positional: str = "sinusoidal",
         max_len: int = 256,
         tie_embeddings: bool = False,
+        share_embeddings: bool = False,
         label_smoothing: float = 0.1,
         lr: float = 5e-4,
         weight_decay: float = 0.01,
@@ -46,7 +51,7 @@ class Seq2SeqTransformer(L.LightningModule):
         warmup_steps: int = 4000,
         lr_schedule: Schedule = "inverse_sqrt",
         bleu_every_n_epochs: int = 1,
-        bleu_val_sentences: int = 200,
+        bleu_val_sentences: int | None = None,
         attention_maps: int = 3,
         eval_beam_size: int = 4,
         length_penalty: float = 1.0,
@@ -56,10 +61,20 @@ class Seq2SeqTransformer(L.LightningModule):
         compile: bool = False,
     ):
         super().__init__()
+        check_hparams(self, locals(), {
+            **TRANSFORMER, "positional": one_of(("sinusoidal", "learned")), "max_len": at_least(3), "betas": fraction,
+            "warmup_steps": at_least(0), "lr_schedule": one_of(get_args(Schedule)), "bleu_val_sentences": at_least(1),
+            "attention_maps": at_least(0), "eval_beam_size": at_least(1), "max_len_a": at_least(0),
+            "max_len_b": at_least(0), "eval_batch_size": at_least(1),
+        }, divisible("d_model", "nhead"))
         if not tokenizers or set(tokenizers) != {"src", "tgt"}:
-            raise ValueError(
+            raise HyperparameterError(
                 "Seq2SeqTransformer needs tokenizers={'src': ..., 'tgt': ...} (a data module's `tokenizers`); "
                 "scripts/fit.py passes them from --data automatically"
+            )
+        if share_embeddings and tokenizers["src"] != tokenizers["tgt"]:
+            raise HyperparameterError(
+                "share_embeddings=True needs one vocabulary for both sides: train the data with shared_vocab=True"
             )
         self.save_hyperparameters()
         self.src_tokenizer = tokenizer_from_dict(tokenizers["src"])
@@ -67,15 +82,14 @@ class Seq2SeqTransformer(L.LightningModule):
         self.net = Seq2SeqNet(
             len(self.src_tokenizer), len(self.tgt_tokenizer), d_model, nhead, num_encoder_layers,
             num_decoder_layers, dim_feedforward, dropout, activation, norm_first, max_len, positional,
-            tie_embeddings, pad_id=PAD,
+            tie_embeddings, share_embeddings, pad_id=PAD,
         )
         n_classes = len(self.tgt_tokenizer)
         self.train_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=PAD)
         self.val_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=PAD)
         self.test_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=PAD)
-        # Corpus BLEU/chrF per stage (states are not saved in checkpoints).
-        self.val_text_metrics = translation_metrics()
-        self.test_text_metrics = translation_metrics()
+        # SacreBLEU signature of the last score of each stage ("val", "test"), for summaries.
+        self.bleu_signatures: dict[str, str] = {}
         if compile:
             # nn.Module.compile compiles in place: parameter names (and checkpoints) stay unchanged.
             self.net.compile(dynamic=True)
@@ -126,31 +140,47 @@ class Seq2SeqTransformer(L.LightningModule):
         get = getattr(datamodule, f"{stage}_pairs", None)
         return list(get()) if callable(get) else []
 
-    def _score(self, pairs, metrics, stage: str, beam_size: int) -> None:
+    def _translate_shared(self, sources: list[str], beam_size: int) -> list[str]:
+        """Translate `sources`, each process its share (every world_size-th sentence) under DDP;
+        every process gets all hypotheses back in input order."""
+        world = self.trainer.world_size
+        if world == 1 or not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            return self.translate_many(sources, beam_size=beam_size)
+        rank = self.trainer.global_rank
+        gathered: list[list[str] | None] = [None] * world
+        torch.distributed.all_gather_object(gathered, self.translate_many(sources[rank::world], beam_size=beam_size))
+        hyps: list[str] = [""] * len(sources)
+        for r, share in enumerate(gathered):
+            hyps[r::world] = share
+        return hyps
+
+    def _score(self, pairs: list[tuple[str, str]], stage: str, beam_size: int) -> None:
         if not pairs:
             return
-        hyps = self.translate_many([s for s, _ in pairs], beam_size=beam_size)
-        update_translation_metrics(metrics, hyps, [r for _, r in pairs])
-        scores = compute_translation_metrics(metrics)
-        for metric in metrics.values():
-            metric.reset()
-        for name, value in scores.items():
-            self.log(f"{stage}/{name}", value, prog_bar=name == "bleu", batch_size=len(pairs))
+        hyps = self._translate_shared([s for s, _ in pairs], beam_size)
+        scores = corpus_scores(hyps, [r for _, r in pairs])
+        for name in ("bleu", "chrf"):
+            # Every process holds the same score: no sync needed.
+            self.log(f"{stage}/{name}", scores[name], prog_bar=name == "bleu", batch_size=len(pairs))
+        self.bleu_signatures[stage] = scores["bleu_signature"]
+        if stage == "test":
+            log_text(self, {"test/bleu_signature": scores["bleu_signature"], "test/chrf_signature": scores["chrf_signature"]})
         rank_zero_info(
             f"epoch {self.current_epoch} step {self.global_step}: {stage}/bleu={scores['bleu']:.2f} "
-            f"{stage}/chrf={scores['chrf']:.2f} on {len(pairs)} sentences ({'greedy' if beam_size == 1 else f'beam {beam_size}'})"
+            f"{stage}/chrf={scores['chrf']:.2f} on {len(pairs)} sentences "
+            f"({'greedy' if beam_size == 1 else f'beam {beam_size}'}; {scores['bleu_signature']})"
         )
 
     def on_validation_epoch_end(self) -> None:
         if not self._bleu_due():
             return
-        pairs = self._pairs("val")
-        self._score(pairs[: self.hparams.bleu_val_sentences], self.val_text_metrics, "val", beam_size=1)
+        pairs = self._pairs("val")[: self.hparams.bleu_val_sentences]  # None: the whole split
+        self._score(pairs, "val", beam_size=1)
         if self.hparams.attention_maps > 0 and pairs:
             self.plot_attention([s for s, _ in pairs[: self.hparams.attention_maps]], f"attention/epoch{self.current_epoch}")
 
     def on_test_epoch_end(self) -> None:
-        self._score(self._pairs("test"), self.test_text_metrics, "test", beam_size=self.hparams.eval_beam_size)
+        self._score(self._pairs("test"), "test", beam_size=self.hparams.eval_beam_size)
 
     def _pieces(self, tokenizer, ids: list[int]) -> list[str]:
         specials = {PAD: "<pad>", BOS: "<bos>", EOS: "<eos>"}

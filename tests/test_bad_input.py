@@ -1,8 +1,12 @@
 """Bad input gets one clear line and a non-zero exit, never a traceback, and loses nothing:
 checkpoints (missing, truncated, corrupt, of the other task), data (missing folder, malformed
-corpus line), sentences (empty, too long, unknown characters), a NaN loss, an interrupted save."""
+corpus line, empty or binary corpus, truncated IDX file), model sizes that do not fit, sentences
+(empty, too long, unknown characters), a NaN loss, an interrupted save. The data files and
+hyperparameters themselves are tried in-process, over generated bad inputs, in test_bad_files.py."""
 
+import codecs
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -19,6 +23,7 @@ from tasks import Seq2SeqTransformer
 from tasks.cli import check_resume_checkpoint
 from tasks.loading import CheckpointError, load_checkpoint
 from tests.conftest import ROOT
+from tests.test_mnist import fake_mnist
 
 SCRIPTS = ROOT / "scripts"
 FIT = [sys.executable, str(SCRIPTS / "fit.py")]
@@ -154,6 +159,36 @@ def test_fit_with_a_malformed_corpus_line(tmp_path):
                   "--data.init_args.download", "false", "--trainer.default_root_dir", str(tmp_path / "run"),
                   "--trainer.logger", "false"])
     assert_one_line_error(result, "cmn.txt", "line 18")
+
+
+@pytest.mark.parametrize("kind", ["bom-only", "random-bytes"])
+def test_fit_with_an_empty_or_binary_corpus(tmp_path, kind):
+    data = tmp_path / "cmn-eng"
+    data.mkdir()
+    (data / "cmn.txt").write_bytes(codecs.BOM_UTF8 if kind == "bom-only" else b"\xff" + random.Random(0).randbytes(4000))
+    result = run([*FIT, "--config", "configs/cmn_eng.yaml", "--data.init_args.data_dir", str(data),
+                  "--data.init_args.download", "false", "--trainer.default_root_dir", str(tmp_path / "run"),
+                  "--trainer.logger", "false"])
+    assert_one_line_error(result, str(data / "cmn.txt"), "no text" if kind == "bom-only" else "line 1 (byte offset 0)")
+    assert result.returncode == 2
+
+
+def test_fit_with_a_truncated_mnist_test_file_stops_before_training(tmp_path):
+    fake_mnist(tmp_path / "mnist")
+    images = tmp_path / "mnist" / "MNIST" / "raw" / "t10k-images-idx3-ubyte"  # 20 images: 16 + 15,680 bytes
+    images.write_bytes(images.read_bytes()[:5000])
+    result = run([*FIT, "--config", "configs/mnist_subset.yaml", "--data.init_args.data_dir", str(tmp_path / "mnist"),
+                  "--data.init_args.download", "false", "--data.init_args.val_size", "10",
+                  "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.logger", "false"])
+    assert_one_line_error(result, str(images), "promises 20 images, 15696 bytes", "has 5000 bytes")
+    assert result.returncode == 2 and not list((tmp_path / "run").rglob("*.ckpt"))
+
+
+def test_fit_with_model_sizes_that_do_not_fit_is_one_short_line(tmp_path):
+    result = run([*FIT, "--model.init_args.d_model", "30", "--model.init_args.nhead", "4",
+                  "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false"])
+    line = assert_one_line_error(result, "Seq2SeqTransformer: d_model=30 must be divisible by nhead=4")
+    assert result.returncode == 2 and len(line) < 100  # not the namespace and its vocabulary
 
 
 # ---------------------------------------------------------------------------------------------- sentences

@@ -10,12 +10,11 @@ import lightning as L
 import pytest
 import sacrebleu
 import torch
-from torchmetrics.text import SacreBLEUScore
 
 from datamodules import ToyTranslationDataModule
 from datamodules.toy import TOY_PAIRS
 from tasks import Seq2SeqTransformer
-from tasks.metrics import corpus_scores, translation_metrics, update_translation_metrics
+from tasks.metrics import corpus_scores, default_bleu_tokenize
 from tests.conftest import ROOT
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -43,16 +42,29 @@ def test_scores_match_sacrebleu_and_catch_flat_references():
     assert 0 < scores["bleu"] < 100 and 0 < scores["chrf"] < 100
     assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [REFS]).score, abs=0.01)
     assert scores["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [REFS]).score, abs=0.1)
-    # The classic bug: flat reference strings (each read as a list of 1-character references).
-    flat = 100 * float(SacreBLEUScore(tokenize="13a")(hyps, REFS))
-    assert flat < 1 < scores["bleu"]
-    metrics = translation_metrics()
     with pytest.raises(ValueError, match="3 hypotheses but 2 references"):
-        update_translation_metrics(metrics, hyps, REFS[:2])
+        corpus_scores(hyps, REFS[:2])
+    with pytest.raises(TypeError, match="one reference per hypothesis"):
+        corpus_scores(hyps, [[r] for r in REFS])  # a list of references each: not what corpus_scores takes
 
 
-def test_bleu_is_cased():
-    assert corpus_scores([r.lower() for r in REFS], REFS)["bleu"] < 100
+def test_bleu_is_cased_and_says_so_in_its_signature():
+    lower = [r.lower() for r in REFS]
+    cased, lowercased = corpus_scores(lower, REFS), corpus_scores(lower, REFS, lowercase=True)
+    assert cased["bleu"] < 100 and lowercased["bleu"] == pytest.approx(100.0)
+    version = sacrebleu.__version__
+    assert cased["bleu_signature"] == f"nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{version}"
+    assert "case:lc" in lowercased["bleu_signature"] and cased["chrf_signature"].startswith("nrefs:1|case:mixed")
+
+
+def test_chinese_references_are_scored_with_the_zh_tokenizer():
+    refs, hyps = ["我是一个学生。", "他喜欢学习中文。"], ["我是学生。", "他喜欢学习中文。"]
+    assert default_bleu_tokenize(refs) == "zh" and default_bleu_tokenize(REFS) == "13a"
+    scores = corpus_scores(hyps, refs)
+    assert "tok:zh" in scores["bleu_signature"]
+    assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs], tokenize="zh").score)
+    # 13a leaves each unsegmented sentence one "word": a near-miss would score like a total miss.
+    assert corpus_scores(hyps, refs, tokenize="13a")["bleu"] < scores["bleu"]
 
 
 # ---------------------------------------------------------------------------------------------- the module
@@ -143,7 +155,10 @@ def test_evaluate_script(tmp_path, trained):
     assert result.returncode == 0, result.stderr[-2000:]
     hyps = hyp_file.read_text(encoding="utf-8").splitlines()
     expected = corpus_scores(hyps, [t for _, t in TOY_PAIRS])
-    assert f"SacreBLEU: {expected['bleu']:.2f}" in result.stdout and f"chrF: {expected['chrf']:.2f}" in result.stdout
+    assert f"SacreBLEU: {expected['bleu']:.2f}  ({expected['bleu_signature']})" in result.stdout
+    assert f"chrF: {expected['chrf']:.2f}  ({expected['chrf_signature']})" in result.stdout
+    lowercased = corpus_scores(hyps, [t for _, t in TOY_PAIRS], lowercase=True)
+    assert f"lowercased BLEU (not comparable with the cased score): {lowercased['bleu']:.2f}" in result.stdout
 
 
 def test_evaluate_script_user_errors(tmp_path, trained, capsys):
@@ -155,6 +170,7 @@ def test_evaluate_script_user_errors(tmp_path, trained, capsys):
         (["--ckpt", str(trained[2]), "--src", str(src), "--ref", str(ref)], "differ in length"),
         (["--ckpt", str(trained[2]), "--src", str(src), "--ref", str(tmp_path / "none.txt")], "not found"),
         (["--ckpt", str(tmp_path / "none.ckpt"), "--src", str(src), "--ref", str(src)], "checkpoint not found"),
+        (["--ckpt", str(trained[2]), "--src", str(src), "--ref", str(src), "--weights", "training"], "no weight averaging"),
     ]
     for argv, message in cases:
         with pytest.raises(SystemExit) as exit_info:

@@ -80,6 +80,31 @@ def test_default_logger_is_wandb_offline_with_config_and_sync_hint(tmp_path):
     assert list(tmp_path.rglob("last.ckpt"))
 
 
+def test_resumed_run_continues_the_same_wandb_run_in_its_recipe_group(tmp_path):
+    first = fit(tmp_path, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "4", "--test", "false")
+    assert first.returncode == 0, first.stderr[-3000:]
+    resumed = fit(tmp_path, "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "4", "--test", "false",
+                  "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2, runs
+    run_id = runs[0].name.rsplit("-", 1)[1]
+    assert runs[1].name.rsplit("-", 1)[1] == run_id  # `wandb sync` uploads both folders into one run
+    assert f"Continuing W&B run {run_id}" in resumed.stdout + resumed.stderr
+
+
+def test_wandb_runs_of_a_recipe_share_a_group(tmp_path, monkeypatch):
+    from tasks.cli import TransformerCLI
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    cli = TransformerCLI(args=["--config", str(ROOT / "configs" / "toy_translation.yaml"),
+                               "--trainer.default_root_dir", str(tmp_path)])
+    assert cli.trainer.logger._wandb_init["group"] == "toy_translation"
+    cli = TransformerCLI(args=["--config", str(ROOT / "configs" / "toy_translation.yaml"),
+                               "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.group", "mine"])
+    assert cli.trainer.logger._wandb_init["group"] == "mine"
+
+
 @pytest.mark.parametrize("logger, produces", [("CSVLogger", "metrics.csv"), ("TensorBoardLogger", "events.out.tfevents*")])
 def test_logger_switch(tmp_path, logger, produces):
     result = fit(tmp_path, "--trainer.logger", logger, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
@@ -90,10 +115,6 @@ def test_logger_switch(tmp_path, logger, produces):
 
 
 # ---------------------------------------------------------------------------------------------- exact resume
-
-
-def _weights(ckpt: Path) -> dict:
-    return torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
 
 
 def _recipe(kind: str, data: Path) -> list[str]:
@@ -124,8 +145,9 @@ def _recipe(kind: str, data: Path) -> list[str]:
 def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(tmp_path, kind):
     # 3 epochs; a last.ckpt every 4 steps. Run B is killed at step 22, in its second epoch, two steps
     # after the last.ckpt of step 20; resumed, it must end where the uninterrupted run A ends.
+    # With an EMA of the weights on: the average, too, must resume exactly.
     common = [*_recipe(kind, tmp_path / "data"), "--trainer.max_epochs", "3", "--trainer.logger", "CSVLogger",
-              "--checkpoint.every_n_train_steps", "4", "--test", "false"]
+              "--checkpoint.every_n_train_steps", "4", "--test", "false", "--ema_decay", "0.9"]
     a = fit(tmp_path / "a", *common)
     assert a.returncode == 0, a.stderr[-3000:]
     a_last = next((tmp_path / "a").rglob("last.ckpt"))
@@ -161,10 +183,12 @@ def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(tmp_path, kind):
     b_last = max(b_root.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)
     assert b_last != killed_last
     assert torch.load(b_last, weights_only=True)["global_step"] == steps
-    wa, wb = _weights(a_last), _weights(b_last)
-    assert wa.keys() == wb.keys()
-    different = [k for k in wa if not torch.equal(wa[k], wb[k])]
-    assert not different, f"resumed run differs in {different[:5]}"
+    a_state, b_state = torch.load(a_last, weights_only=True), torch.load(b_last, weights_only=True)
+    for key in ("state_dict", "current_model_state", "averaging_state"):  # the average, the training weights
+        wa, wb = a_state[key], b_state[key]
+        assert wa.keys() == wb.keys()
+        different = [k for k in wa if not torch.equal(wa[k], wb[k])]
+        assert not different, f"resumed run differs in {key}: {different[:5]}"
 
 
 def test_last_checkpoint_follows_every_epoch_when_the_best_does_not_change(tmp_path):
@@ -256,7 +280,7 @@ def test_fit_writes_checkpoints_atomically(tmp_path):
                                "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false"])
     assert isinstance(cli.trainer, Trainer) and isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
     names = {type(c).__name__ for c in cli.trainer.callbacks}
-    assert {"RngStateCallback", "LoaderStateRestore", "FiniteLossCheck", "BestAndLastCheckpoint"} <= names
+    assert {"RngStateCallback", "LoaderStateRestore", "FiniteLossCheck", "BestAndLastCheckpoint", "WandbRunId"} <= names
 
 
 # ---------------------------------------------------------------------------------------------- scale, precision

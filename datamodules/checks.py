@@ -1,0 +1,86 @@
+"""Hyperparameter checks that every module runs first thing in `__init__`, one short line per mistake.
+
+    check_hparams(self, locals(), {"d_model": at_least(1), "dropout": fraction}, divisible("d_model", "nhead"))
+
+Each entry of the mapping checks one argument (a value of None, an unset optional argument, passes);
+the functions after it relate several arguments and run only once every single argument is valid, so a
+bad value is reported as itself rather than as a ZeroDivisionError. All problems go into one
+`HyperparameterError`: "Seq2SeqTransformer: d_model=30 must be divisible by nhead=4".
+"""
+
+from __future__ import annotations
+
+from numbers import Real
+from typing import Any, Callable, Collection, Mapping
+
+from models.layers import ACTIVATIONS
+
+from .errors import HyperparameterError
+
+Check = Callable[[Any], "str | None"]  # a value → what is wrong with it, or None
+Relation = Callable[[Mapping[str, Any]], "str | bool | None"]  # all values → what is wrong, or True/None
+
+
+def check_hparams(owner: object, values: Mapping[str, Any], checks: Mapping[str, Check], *relations: Relation) -> None:
+    """Raise one `HyperparameterError` naming `owner` (a class name, or an object whose class names it)
+    and every argument of `values` that fails its entry of `checks`, then every failing relation."""
+    name = owner if isinstance(owner, str) else type(owner).__name__
+    problems = []
+    for arg, check in checks.items():
+        value = values.get(arg)
+        if value is not None and (problem := check(value)):
+            problems.append(f"{arg}={value!r} {problem}")
+    if not problems:
+        problems = [r for r in (relation(values) for relation in relations) if isinstance(r, str)]
+    if problems:
+        raise HyperparameterError(f"{name}: {'; '.join(problems)}")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+def at_least(low: float) -> Check:
+    """A number ≥ `low` (sizes and counts: `at_least(1)`; rates and decays: `at_least(0)`)."""
+    return lambda v: ("must be a number" if not _number(v) else None if v >= low else f"must be at least {low}")
+
+
+def above(low: float) -> Check:
+    """A number > `low` (a learning rate: `above(0)`)."""
+    return lambda v: ("must be a number" if not _number(v) else None if v > low else f"must be above {low}")
+
+
+def fraction(value: Any) -> str | None:
+    """A number in [0, 1) (dropout, label smoothing, a held-out fraction), or a tuple of them (Adam's betas)."""
+    values = value if isinstance(value, (tuple, list)) else (value,)
+    return None if all(_number(v) and 0 <= v < 1 for v in values) else "must lie in [0, 1)"
+
+
+def one_of(options: Collection[str]) -> Check:
+    return lambda v: None if v in options else f"must be one of {', '.join(map(repr, options))}"
+
+
+def divisible(a: str, b: str) -> Relation:
+    """`values[a]` a multiple of `values[b]` (d_model and nhead: each head gets d_model / nhead dimensions)."""
+    return lambda h: h[a] % h[b] == 0 or f"{a}={h[a]} must be divisible by {b}={h[b]}"
+
+
+def no_more_than(a: str, b: str) -> Relation:
+    """`values[a]` ≤ `values[b]` (max_len and max_tokens: one pair must fit a batch)."""
+    return lambda h: h[a] <= h[b] or f"{b}={h[b]} must be at least {a}={h[a]}"
+
+
+# The sizes and rates of the core `models.Transformer` and its optimiser, shared by every task module
+# (which adds `divisible("d_model", "nhead")` and its own arguments).
+TRANSFORMER = {
+    "d_model": at_least(1),
+    "nhead": at_least(1),
+    "num_encoder_layers": at_least(1),
+    "num_decoder_layers": at_least(1),
+    "dim_feedforward": at_least(1),
+    "dropout": fraction,
+    "activation": one_of(tuple(ACTIVATIONS)),
+    "lr": above(0),
+    "weight_decay": at_least(0),
+    "label_smoothing": fraction,
+}

@@ -1,0 +1,231 @@
+"""What the translation and MNIST baselines rely on: an EMA of the weights that is validated, checkpointed,
+tested and reloaded as the averaged weights; a joint vocabulary with three-way tying; checkpoints kept
+by a metric computed every n epochs; evaluation decoding split across DDP processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+
+from datamodules import ParallelCorpusDataModule, ToyTranslationDataModule
+from tasks import Seq2SeqTransformer
+from tasks.callbacks import EMA, BestAndLastCheckpoint
+from tests.conftest import ROOT, SHARED_DATA
+from tests.test_corpus import chinese, english, write_tatoeba
+
+TINY = dict(d_model=32, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=64, max_len=48,
+            label_smoothing=0.0, lr=3e-3, warmup_steps=10, lr_schedule="constant", attention_maps=0)
+
+
+def _trainer(root: Path, callbacks: list, **kwargs) -> L.Trainer:
+    defaults = dict(max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                    accelerator="cpu", default_root_dir=root)
+    return L.Trainer(callbacks=callbacks, **{**defaults, **kwargs})
+
+
+class RecordsValidationWeights(Seq2SeqTransformer):
+    """Notes the generator weights seen by the first validation batch and by the module's epoch-end hook."""
+
+    def validation_step(self, batch, batch_idx):
+        if batch_idx == 0:
+            self.seen_in_step = self.net.generator.weight.detach().clone()
+        return super().validation_step(batch, batch_idx)
+
+    def on_validation_epoch_end(self):
+        self.seen_at_epoch_end = self.net.generator.weight.detach().clone()
+        super().on_validation_epoch_end()
+
+
+@pytest.fixture(scope="module")
+def ema_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ema")
+    L.seed_everything(0)
+    dm = ToyTranslationDataModule(batch_size=3, repeats=8)
+    model = RecordsValidationWeights(tokenizers=dm.tokenizers, **TINY)
+    checkpoint = BestAndLastCheckpoint(dirpath=root, monitor="val/bleu", mode="max", save_last=True)
+    ema = EMA(decay=0.9)
+    trainer = _trainer(root, [ema, checkpoint])
+    trainer.fit(model, datamodule=dm)
+    return trainer, model, ema, checkpoint, dm
+
+
+def test_ema_weights_are_the_ones_validated_and_bleu_scored(ema_run):
+    trainer, model, ema, _, _ = ema_run
+    # Lightning swaps the training weights back before the module's epoch-end hook; EMA keeps the
+    # average in place until validation ends, so BLEU scores the same weights as the validation loss.
+    assert torch.equal(model.seen_in_step, model.seen_at_epoch_end)
+    assert "val/bleu" in trainer.callback_metrics
+
+
+def test_ema_checkpoint_holds_both_and_reloads_the_average(ema_run, tmp_path):
+    trainer, model, ema, checkpoint, dm = ema_run
+    state = torch.load(checkpoint.best_model_path, map_location="cpu", weights_only=True)
+    average, current = state["state_dict"], state["current_model_state"]
+    assert average.keys() == current.keys()
+    assert any(not torch.equal(average[k], current[k]) for k in average)
+    reloaded = Seq2SeqTransformer.load_from_checkpoint(checkpoint.best_model_path, map_location="cpu")
+    for name, tensor in reloaded.state_dict().items():
+        assert torch.equal(tensor, average[name]), name
+    # After fit the module holds the average of the last step (Lightning copies it in at train end).
+    last = torch.load(checkpoint.last_model_path, map_location="cpu", weights_only=True)
+    assert torch.equal(model.net.generator.weight, last["state_dict"]["net.generator.weight"])
+
+
+def test_evaluating_a_checkpoint_after_fit_uses_its_averaged_weights(ema_run):
+    # What scripts/fit.py does after fitting (trainer.test(ckpt_path="best")), here with validate:
+    # Lightning's callback would load the checkpoint's training weights over the average.
+    trainer, model, _, checkpoint, dm = ema_run
+    trainer.validate(model, datamodule=dm, ckpt_path=checkpoint.best_model_path, verbose=False)
+    state = torch.load(checkpoint.best_model_path, map_location="cpu", weights_only=True)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, state["state_dict"][name]), f"{name}: the training weights were evaluated"
+
+
+def test_best_checkpoint_waits_for_a_metric_computed_every_n_epochs(tmp_path):
+    L.seed_everything(0)
+    dm = ToyTranslationDataModule(batch_size=3, repeats=2)
+    model = Seq2SeqTransformer(tokenizers=dm.tokenizers, **{**TINY, "bleu_every_n_epochs": 2})
+    checkpoint = BestAndLastCheckpoint(dirpath=tmp_path, monitor="val/bleu", mode="max", save_last=True,
+                                       filename="epoch{epoch}", auto_insert_metric_name=False)
+    _trainer(tmp_path, [checkpoint], max_epochs=3).fit(model, datamodule=dm)  # BLEU after epochs 1 only
+    assert Path(checkpoint.best_model_path).name == "epoch1.ckpt"
+    assert torch.load(checkpoint.last_model_path, weights_only=True)["epoch"] == 2
+
+
+# ---------------------------------------------------------------------------------------------- shared vocabulary
+
+
+def _corpus(tmp_path: Path, **kwargs) -> ParallelCorpusDataModule:
+    write_tatoeba(tmp_path / "cmn.txt", list(zip(english(), chinese())))
+    return ParallelCorpusDataModule(data_dir=str(tmp_path), download=False, src_tokenizer="bpe", tgt_tokenizer="bpe",
+                                    src_vocab_size=150, tgt_vocab_size=150, max_tokens=400, max_len=48, **kwargs)
+
+
+def test_shared_vocabulary_ties_all_three_embeddings_through_a_checkpoint(tmp_path):
+    dm = _corpus(tmp_path, shared_vocab=True)
+    tokenizers = dm.tokenizers
+    assert tokenizers["src"] == tokenizers["tgt"]
+    vocab = dm.src_vocab
+    assert vocab.encode("我喜欢苹果。") and vocab.encode("I like apples.")  # both languages in one model
+    model = Seq2SeqTransformer(tokenizers=tokenizers, share_embeddings=True, tie_embeddings=True, **TINY)
+    net = model.net
+    assert net.src_embed.weight is net.tgt_embed.weight is net.generator.weight
+    separate = Seq2SeqTransformer(tokenizers=tokenizers, **TINY)
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in separate.parameters()) - 2 * len(vocab) * 32
+
+    trainer = _trainer(tmp_path, [], max_epochs=1, limit_train_batches=3, limit_val_batches=1)
+    trainer.fit(model, datamodule=dm)
+    trainer.save_checkpoint(tmp_path / "shared.ckpt")
+    reloaded = Seq2SeqTransformer.load_from_checkpoint(tmp_path / "shared.ckpt", map_location="cpu")
+    assert reloaded.net.src_embed.weight is reloaded.net.tgt_embed.weight is reloaded.net.generator.weight
+    assert torch.equal(reloaded.net.generator.weight, model.net.generator.weight)
+    sentences = ["我喜欢苹果。", "汤姆买了那辆红车。"]
+    assert reloaded.translate(sentences) == model.translate(sentences)
+
+
+def test_shared_vocabulary_refuses_mismatched_settings(tmp_path):
+    with pytest.raises(ValueError, match="shared_vocab=True trains one tokenizer"):
+        ParallelCorpusDataModule(data_dir=str(tmp_path), shared_vocab=True, src_tokenizer="char", tgt_tokenizer="bpe")
+    dm = _corpus(tmp_path)  # two vocabularies
+    with pytest.raises(ValueError, match="share_embeddings=True needs one vocabulary"):
+        Seq2SeqTransformer(tokenizers=dm.tokenizers, share_embeddings=True, **TINY)
+
+
+# ---------------------------------------------------------------------------------------------- DDP decoding
+
+DDP_SCRIPT = """
+import json, sys
+sys.path.insert(0, {root!r})
+import lightning as L
+from datamodules import ParallelCorpusDataModule
+from tasks import Seq2SeqTransformer
+
+devices = int(sys.argv[1])
+model = Seq2SeqTransformer.load_from_checkpoint({ckpt!r}, map_location="cpu")
+decoded = []
+translate_many = model.translate_many
+model.translate_many = lambda sources, **kw: decoded.extend(sources) or translate_many(sources, **kw)
+shared = model._translate_shared
+hyps = []
+model._translate_shared = lambda sources, beam: hyps.extend(shared(sources, beam)) or hyps
+dm = ParallelCorpusDataModule(data_dir={data!r}, download=False, src_tokenizer="bpe", tgt_tokenizer="bpe",
+                              src_vocab_size=150, tgt_vocab_size=150, max_tokens=400, max_len=48)
+dm.tokenizers = model.hparams.tokenizers
+trainer = L.Trainer(accelerator="cpu", devices=devices, strategy="ddp" if devices > 1 else "auto", logger=False,
+                    enable_progress_bar=False, enable_model_summary=False)
+trainer.test(model, datamodule=dm, verbose=False)
+with open(f"{out}/rank{{trainer.global_rank}}-of-{{devices}}.json", "w") as f:
+    json.dump({{"bleu": float(trainer.callback_metrics["test/bleu"]), "decoded": len(decoded), "hyps": hyps}}, f)
+"""
+
+
+@pytest.mark.slow
+def test_test_decoding_is_split_across_two_processes_with_the_same_bleu(tmp_path):
+    dm = _corpus(tmp_path / "data")
+    L.seed_everything(0)
+    model = Seq2SeqTransformer(tokenizers=dm.tokenizers, eval_beam_size=2, **TINY)
+    trainer = _trainer(tmp_path, [], max_epochs=4)
+    trainer.fit(model, datamodule=dm)
+    ckpt = tmp_path / "model.ckpt"
+    trainer.save_checkpoint(ckpt)
+    script = tmp_path / "ddp_test.py"
+    script.write_text(DDP_SCRIPT.format(root=str(ROOT), ckpt=str(ckpt), data=str(tmp_path / "data"), out=str(tmp_path)))
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    for devices in ("1", "2"):
+        result = subprocess.run([sys.executable, str(script), devices], capture_output=True, text=True, cwd=tmp_path,
+                                env=env, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+    one = json.loads((tmp_path / "rank0-of-1.json").read_text())
+    ranks = [json.loads((tmp_path / f"rank{r}-of-2.json").read_text()) for r in (0, 1)]
+    n = len(dm.test_pairs())
+    assert one["decoded"] == n and [r["decoded"] for r in ranks] == [(n + 1) // 2, n // 2]  # each rank its share
+    assert ranks[0]["hyps"] == ranks[1]["hyps"] == one["hyps"]  # gathered back in order, on every rank
+    assert any(one["hyps"]) and ranks[0]["bleu"] == ranks[1]["bleu"] == pytest.approx(one["bleu"])
+
+
+# ---------------------------------------------------------------------------------------------- recipes
+
+
+@pytest.mark.parametrize("recipe, data", [("toy_translation", None), ("multi30k", "multi30k"), ("cmn_eng", "cmn-eng"),
+                                          ("mnist_subset", "mnist"), ("mnist", "mnist")])
+def test_every_recipe_trains_and_tests_on_the_shared_data(tmp_path, recipe, data):
+    """Each shipped recipe as written (its sizes, EMA, checkpoint metric), a few steps on the real data."""
+    from tests.test_workflow import fit
+
+    args = ["--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--trainer.max_epochs", "1",
+            "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "2",
+            "--trainer.logger", "CSVLogger"]
+    if data:
+        args += ["--data.init_args.data_dir", str(SHARED_DATA / data)]
+    if recipe in ("multi30k", "cmn_eng"):  # an untrained model decodes to the length limit: keep BLEU small
+        args += ["--model.init_args.bleu_val_sentences", "4", "--test", "false"]
+    result = fit(tmp_path, *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "best checkpoint" in result.stdout + result.stderr
+
+
+def test_ema_decay_warms_up_so_the_initial_weights_fade_quickly():
+    from torch.optim.swa_utils import AveragedModel
+
+    from tasks.callbacks import _ema_with_warmup
+
+    param = torch.nn.Parameter(torch.zeros(1))
+    module = torch.nn.Module()
+    module.p = param
+    average = AveragedModel(module, avg_fn=_ema_with_warmup(0.999))
+    with torch.no_grad():
+        param.fill_(0.0)
+        average.update_parameters(module)  # the first update copies the weights: 0
+        param.fill_(1.0)
+        for n in range(1, 201):
+            expected = average.module.p.item() + (1 - min(0.999, (1 + n) / (10 + n))) * (1.0 - average.module.p.item())
+            average.update_parameters(module)
+            assert average.module.p.item() == pytest.approx(expected, rel=1e-5)
+    # 200 steps toward 1 from a start at 0: a fixed 0.999 would still be at 1 - 0.999^200 ≈ 0.18.
+    assert average.module.p.item() > 0.9
