@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -15,6 +16,36 @@ if str(ROOT) not in sys.path:  # `python benchmarks/x.py` puts benchmarks/, not 
     sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+
+
+def device_or_exit(name: str) -> torch.device:
+    """The --device argument as a torch.device; one line and exit status 2 when it names a GPU that is not there."""
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print(f"error: --device {name}: no GPU available", file=sys.stderr)
+        raise SystemExit(2)
+    return device
+
+
+def row_lengths(batch: int, length: int, pad_frac: float) -> torch.Tensor:
+    """(batch,) lengths spread evenly from `length` down to (1 - 2 * pad_frac) of it: the mean
+    padded fraction of a right-padded batch is then `pad_frac`, as in a real length-bucketed batch."""
+    if batch == 1:
+        return torch.full((1,), length)
+    return (length * (1 - torch.linspace(0, 2 * pad_frac, batch))).round().clamp(min=1).long()
+
+
+def padding(batch: int, length: int, pad_frac: float) -> torch.Tensor:
+    """(batch, length) bool, True = padding (right-padded rows of `row_lengths`)."""
+    return torch.arange(length)[None, :] >= row_lengths(batch, length, pad_frac)[:, None]
+
+
+def padded_ids(
+    batch: int, length: int, vocab: int, pad_frac: float, pad_id: int = 0, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """(batch, length) random token ids in [3, vocab), right-padded with `pad_id` (see `row_lengths`)."""
+    ids = torch.randint(3, vocab, (batch, length), generator=generator)
+    return ids.masked_fill(padding(batch, length, pad_frac), pad_id)
 
 
 def sync(device: torch.device | str) -> None:
@@ -67,10 +98,8 @@ def environment(device: str) -> dict:
     }
     if torch.device(device).type == "cuda":
         env["gpu"] = torch.cuda.get_device_name()
-    try:
+    with contextlib.suppress(OSError):  # no load average on some systems
         env["load_average_1min"] = os.getloadavg()[0]
-    except OSError:
-        pass
     return env
 
 

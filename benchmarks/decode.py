@@ -8,6 +8,7 @@ repeats), the spread, and the per-repeat paired speed-up of the cache.
 
     python benchmarks/decode.py                          # d_model 256, 4 heads, 3+3, lengths 16/64/128
     python benchmarks/decode.py --d-model 512 --nhead 8 --layers 6 --ff 2048 --vocab 8000   # base size
+    python benchmarks/decode.py --num-kv-heads 1         # multi-query attention: its smaller cache
     python benchmarks/decode.py --tiny                   # seconds; what CI runs
 """
 
@@ -16,11 +17,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from _common import environment, print_table, ratio_summary, summary, timed, write_json
-
 import torch
+from _common import device_or_exit, environment, padded_ids, print_table, ratio_summary, summary, timed, write_json
 
 from models import Seq2SeqNet
+from models.decoding import beam_search, greedy_decode
 
 TINY = dict(d_model=32, nhead=4, layers=1, ff=64, batch=2, src_len=6, vocab=40, lengths=[4, 8], repeats=2, beam_lengths=[4])
 
@@ -33,14 +34,20 @@ def parse_args(argv=None):
     p.add_argument("--nhead", type=int, default=4)
     p.add_argument("--layers", type=int, default=3, help="encoder and decoder layers each")
     p.add_argument("--ff", type=int, default=1024)
+    p.add_argument("--num-kv-heads", type=int, default=None, help="grouped-query attention (default: nhead)")
     p.add_argument("--vocab", type=int, default=4000, help="source and target vocabulary size")
     p.add_argument("--batch", type=int, default=4, help="sentences decoded together")
     p.add_argument("--src-len", type=int, default=32)
     p.add_argument("--pad-frac", type=float, default=0.25)
     p.add_argument("--lengths", type=int, nargs="+", default=[16, 64, 128], help="output tokens")
     p.add_argument("--beam-size", type=int, default=4)
-    p.add_argument("--beam-lengths", type=int, nargs="*", default=None,
-                   help="output lengths for beam search (default: all of --lengths; none: skip beam search)")
+    p.add_argument(
+        "--beam-lengths",
+        type=int,
+        nargs="*",
+        default=None,
+        help="output lengths for beam search (default: all of --lengths; none: skip beam search)",
+    )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -62,31 +69,44 @@ BOS, EOS_NEVER, PAD = 1, -1, 0
 def build(args, device):
     torch.manual_seed(args.seed)
     max_pos = max(args.lengths + args.beam_lengths + [args.src_len]) + 2
-    net = Seq2SeqNet(
-        args.vocab, args.vocab, args.d_model, args.nhead, args.layers, args.layers, args.ff,
-        max_len=max(256, max_pos), pad_id=PAD,
-    ).to(device).eval()
-    B, S = args.batch, args.src_len
-    src = torch.randint(3, args.vocab, (B, S))
-    fracs = torch.linspace(0, 2 * args.pad_frac, B) if B > 1 else torch.zeros(1)
-    lengths = (S * (1 - fracs)).round().clamp(min=1).long()
-    src = src.masked_fill(torch.arange(S)[None, :] >= lengths[:, None], PAD)
-    return net, src.to(device)
+    net = (
+        Seq2SeqNet(
+            args.vocab,
+            args.vocab,
+            args.d_model,
+            args.nhead,
+            args.layers,
+            args.layers,
+            args.ff,
+            max_len=max(256, max_pos),
+            pad_id=PAD,
+            num_kv_heads=args.num_kv_heads,
+        )
+        .to(device)
+        .eval()
+    )
+    return net, padded_ids(args.batch, args.src_len, args.vocab, args.pad_frac, PAD).to(device)
+
+
+def cache_mib(net, src: torch.Tensor, n: int) -> float:
+    """MiB the key/value cache holds once `n` output tokens are decoded (self- and cross-attention)."""
+    with torch.no_grad():
+        memory, src_pad = net.encode(src)
+        cache = net.core.new_cache()
+        net.decode(torch.full((src.size(0), n), BOS, device=src.device), memory, src_pad, cache)
+    return cache.nbytes() / 2**20
 
 
 def run(args) -> dict:
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        sys.exit("--device cuda: no GPU available")
+    device = device_or_exit(args.device)
     net, src = build(args, device)
     B = src.size(0)
-    has_beam = hasattr(net, "beam_search")
 
     def greedy(n, cache):
-        return lambda: net.greedy_decode(src, BOS, EOS_NEVER, n, use_cache=cache)
+        return lambda: greedy_decode(net, src, BOS, EOS_NEVER, n, use_cache=cache)
 
     def beam(n):
-        return lambda: net.beam_search(src, BOS, EOS_NEVER, n, beam_size=args.beam_size, use_cache=True)
+        return lambda: beam_search(net, src, BOS, EOS_NEVER, n, beam_size=args.beam_size, use_cache=True)
 
     rows, results = [], []
     for n in args.lengths:
@@ -100,43 +120,78 @@ def run(args) -> dict:
         t_c, t_u = [], []
         for r in range(args.repeats):
             pair = [(cached, t_c), (uncached, t_u)]
-            for fn, times in (pair if r % 2 == 0 else pair[::-1]):
+            for fn, times in pair if r % 2 == 0 else pair[::-1]:
                 times.append(timed(fn, device))
         s_c, s_u = summary(t_c), summary(t_u)
         print(f"{n} tokens: cached {s_c['median_s']:.2f} s, uncached {s_u['median_s']:.2f} s", file=sys.stderr, flush=True)
         speedup = ratio_summary(t_u, t_c)
+        mib = cache_mib(net, src, n)
         for name, s in (("greedy, cached", s_c), ("greedy, uncached", s_u)):
-            rows.append([n, name, f"{B / s['median_s']:.2f}", f"{B / s['max_s']:.2f}–{B / s['min_s']:.2f}",
-                         f"{speedup['median']:.2f} ({speedup['min']:.2f}–{speedup['max']:.2f})" if "un" not in name else "1",
-                         f"{same:.0%}"])
-        results.append({"output_tokens": n, "mode": "greedy_cached", "time": s_c, "sentences_per_s": B / s_c["median_s"],
-                        "speedup_vs_uncached": speedup, "rows_identical_to_uncached": same})
+            rows.append(
+                [
+                    n,
+                    name,
+                    f"{B / s['median_s']:.2f}",
+                    f"{B / s['max_s']:.2f}–{B / s['min_s']:.2f}",
+                    f"{speedup['median']:.2f} ({speedup['min']:.2f}–{speedup['max']:.2f})" if "un" not in name else "1",
+                    f"{same:.0%}",
+                    f"{mib:.2f}" if "un" not in name else "",
+                ]
+            )
+        results.append(
+            {
+                "output_tokens": n,
+                "mode": "greedy_cached",
+                "time": s_c,
+                "sentences_per_s": B / s_c["median_s"],
+                "speedup_vs_uncached": speedup,
+                "rows_identical_to_uncached": same,
+                "cache_mib": mib,
+            }
+        )
         results.append({"output_tokens": n, "mode": "greedy_uncached", "time": s_u, "sentences_per_s": B / s_u["median_s"]})
 
     for n in args.beam_lengths:
-        if not has_beam:
-            rows.append([n, f"beam {args.beam_size}, cached", "pending", "Seq2SeqNet.beam_search missing", "", ""])
-            results.append({"output_tokens": n, "mode": f"beam{args.beam_size}_cached", "pending": True})
-            continue
         fn = beam(n)
         for _ in range(args.warmup):
             fn()
         times = [timed(fn, device) for _ in range(args.repeats)]
         s = summary(times)
-        rows.append([n, f"beam {args.beam_size}, cached", f"{B / s['median_s']:.2f}",
-                     f"{B / s['max_s']:.2f}–{B / s['min_s']:.2f}", "", ""])
-        results.append({"output_tokens": n, "mode": f"beam{args.beam_size}_cached", "time": s,
-                        "sentences_per_s": B / s["median_s"]})
+        rows.append(
+            [
+                n,
+                f"beam {args.beam_size}, cached",
+                f"{B / s['median_s']:.2f}",
+                f"{B / s['max_s']:.2f}–{B / s['min_s']:.2f}",
+                "",
+                "",
+                "",
+            ]
+        )
+        results.append(
+            {"output_tokens": n, "mode": f"beam{args.beam_size}_cached", "time": s, "sentences_per_s": B / s["median_s"]}
+        )
 
     title = (
         f"Decoding, {args.device}: Seq2SeqNet d_model {args.d_model}, {args.nhead} heads, {args.layers}+{args.layers} layers, "
-        f"ff {args.ff}, vocab {args.vocab}, batch {B}, source {args.src_len} tokens ({args.pad_frac:.0%} padding), "
+        f"ff {args.ff}, {args.num_kv_heads or args.nhead} key/value heads, vocab {args.vocab}, batch {B}, "
+        f"source {args.src_len} tokens ({args.pad_frac:.0%} padding), "
         f"{args.repeats} interleaved repeats; torch {torch.__version__}, {torch.get_num_threads()} threads"
     )
-    print_table(["output tokens", "decoder", "sentences/s (median)", "sentences/s (min–max)",
-                 "cached / uncached speed (median, min–max)", "same output as uncached"], rows, title)
-    return {"benchmark": "decode", "config": vars(args), "environment": environment(args.device),
-            "beam_search_available": has_beam, "results": results}
+    print_table(
+        [
+            "output tokens",
+            "decoder",
+            "sentences/s (median)",
+            "sentences/s (min–max)",
+            "cached / uncached speed (median, min–max)",
+            "same output as uncached",
+            "cache MiB",
+        ],
+        rows,
+        title,
+    )
+    return {"benchmark": "decode", "config": vars(args), "environment": environment(args.device), "results": results}
 
 
 def main(argv=None) -> dict:

@@ -15,13 +15,11 @@ run per step (they should not scale with the layer count), and the host-device s
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-
-from _common import environment, print_table, write_json
 
 import torch
 import torch.nn.functional as F
+from _common import device_or_exit, environment, padded_ids, print_table, write_json
 from torch.profiler import ProfilerActivity, profile
 
 from models import Seq2SeqNet
@@ -53,17 +51,22 @@ def parse_args(argv=None):
 
 def make_step(size: dict, device):
     torch.manual_seed(0)
-    net = Seq2SeqNet(
-        size["vocab"], size["vocab"], size["d_model"], size["nhead"], size["layers"], size["layers"], size["ff"],
-    ).to(device).train()
+    net = (
+        Seq2SeqNet(
+            size["vocab"],
+            size["vocab"],
+            size["d_model"],
+            size["nhead"],
+            size["layers"],
+            size["layers"],
+            size["ff"],
+        )
+        .to(device)
+        .train()
+    )
     opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
     B, S, T, V = size["batch"], size["src_len"], size["tgt_len"], size["vocab"]
-    src = torch.randint(3, V, (B, S))
-    tgt = torch.randint(3, V, (B, T + 1))
-    for i in range(B):  # right padding, row i shorter by i * 25 / B percent... like a real batch
-        src[i, S - (i * S) // (2 * B):] = 0
-        tgt[i, T + 1 - (i * T) // (2 * B):] = 0
-    src, tgt = src.to(device), tgt.to(device)
+    src, tgt = padded_ids(B, S, V, 0.25).to(device), padded_ids(B, T + 1, V, 0.25).to(device)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -94,33 +97,49 @@ def profile_size(name: str, size: dict, args) -> dict:
     total_self_us = sum(e.self_cpu_time_total for e in averages if e.key.startswith("aten::"))
     rows = []
     for e in ops[: args.top]:
-        rows.append([e.key, f"{e.self_cpu_time_total / args.steps / 1e3:.2f}",
-                     f"{100 * e.self_cpu_time_total / max(1, sum(x.self_cpu_time_total for x in averages)):.1f}",
-                     f"{e.count / args.steps:g}"])
+        rows.append(
+            [
+                e.key,
+                f"{e.self_cpu_time_total / args.steps / 1e3:.2f}",
+                f"{100 * e.self_cpu_time_total / max(1, sum(x.self_cpu_time_total for x in averages)):.1f}",
+                f"{e.count / args.steps:g}",
+            ]
+        )
     counts = {e.key: e.count / args.steps for e in averages}
     mask_ops = {k: counts[k] for k in MASK_OPS if k in counts}
     sync_ops = {k: counts[k] for k in SYNC_OPS if k in counts}
-    in_optimizer = sum(1 for e in prof.events() if e.name == "aten::_local_scalar_dense" and _under(e, "Optimizer.step")) / args.steps
+    scalar_reads = [e for e in prof.events() if e.name == "aten::_local_scalar_dense"]
+    in_optimizer = sum(1 for e in scalar_reads if _under(e, "Optimizer.step")) / args.steps
     print_table(
-        ["op", "self CPU ms / step", "% of profiled self time", "calls / step"], rows,
-        f"Profile, {name} size {size}, {args.device}, {args.steps} steps "
-        f"(profiled wall {wall * 1e3:.1f} ms/step)",
+        ["op", "self CPU ms / step", "% of profiled self time", "calls / step"],
+        rows,
+        f"Profile, {name} size {size}, {args.device}, {args.steps} steps (profiled wall {wall * 1e3:.1f} ms/step)",
     )
     aten_share = total_self_us / 1e6 / args.steps / wall
-    print(f"aten ops' self time: {total_self_us / 1e3 / args.steps:.1f} ms/step = {aten_share:.0%} of the "
-          f"profiled wall time; the rest is Python, autograd and dispatch overhead (and the profiler's own)")
+    print(
+        f"aten ops' self time: {total_self_us / 1e3 / args.steps:.1f} ms/step = {aten_share:.0%} of the "
+        f"profiled wall time; the rest is Python, autograd and dispatch overhead (and the profiler's own)"
+    )
     print(f"mask-building ops per step: {mask_ops or 'none'}")
-    print(f"host-device sync ops per step: {sync_ops or 'none'}; {in_optimizer:g} of them inside Optimizer.step "
-          f"(AdamW's single-tensor path reads each param's step count; CUDA tensors default to foreach, no sync)")
+    print(
+        f"host-device sync ops per step: {sync_ops or 'none'}; {in_optimizer:g} of them inside Optimizer.step "
+        f"(AdamW's single-tensor path reads each param's step count; CUDA tensors default to foreach, no sync)"
+    )
     if args.trace:
         prof.export_chrome_trace(args.trace)
         print(f"wrote {args.trace}")
     return {
-        "size": name, "config": size, "profiled_wall_ms_per_step": wall * 1e3,
-        "aten_self_ms_per_step": total_self_us / 1e3 / args.steps, "aten_share_of_wall": aten_share,
-        "top_ops": [{"op": r[0], "self_cpu_ms_per_step": float(r[1]), "percent": float(r[2]), "calls_per_step": float(r[3])}
-                    for r in rows],
-        "mask_ops_per_step": mask_ops, "sync_ops_per_step": sync_ops, "sync_ops_in_optimizer_per_step": in_optimizer,
+        "size": name,
+        "config": size,
+        "profiled_wall_ms_per_step": wall * 1e3,
+        "aten_self_ms_per_step": total_self_us / 1e3 / args.steps,
+        "aten_share_of_wall": aten_share,
+        "top_ops": [
+            {"op": r[0], "self_cpu_ms_per_step": float(r[1]), "percent": float(r[2]), "calls_per_step": float(r[3])} for r in rows
+        ],
+        "mask_ops_per_step": mask_ops,
+        "sync_ops_per_step": sync_ops,
+        "sync_ops_in_optimizer_per_step": in_optimizer,
     }
 
 
@@ -135,11 +154,9 @@ def _under(event, prefix: str) -> bool:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        sys.exit("--device cuda: no GPU available")
+    device_or_exit(args.device)
     results = [profile_size(name, SIZES[name], args) for name in args.sizes]
-    payload = {"benchmark": "profile_step", "config": vars(args), "environment": environment(args.device),
-               "results": results}
+    payload = {"benchmark": "profile_step", "config": vars(args), "environment": environment(args.device), "results": results}
     write_json(args.json, payload)
     return payload
 

@@ -23,10 +23,9 @@ import math
 import sys
 import types
 
-from _common import environment, print_table, ratio_summary, summary, sync, timed, write_json
-
 import torch
 import torch.nn.functional as F
+from _common import device_or_exit, environment, padding, print_table, ratio_summary, summary, sync, timed, write_json
 from torch import nn
 
 import models.attention
@@ -47,14 +46,21 @@ def parse_args(argv=None):
     p.add_argument("--tgt-len", type=int, default=32)
     p.add_argument("--pad-frac", type=float, default=0.25, help="mean fraction of padded positions per row")
     p.add_argument("--vocab", type=int, default=1000, help="classes of the linear head")
-    p.add_argument("--tgt-key-padding", action="store_true",
-                   help="also pass a target key padding mask to both (default: none, as Seq2SeqNet trains: "
-                        "targets are right-padded, the causal mask hides pads, the loss ignores them)")
+    p.add_argument(
+        "--tgt-key-padding",
+        action="store_true",
+        help="also pass a target key padding mask to both (default: none, as Seq2SeqNet trains: "
+        "targets are right-padded, the causal mask hides pads, the loss ignores them)",
+    )
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
-                   help="bf16: autocast (weights and AdamW in fp32), as mixed-precision training runs")
+    p.add_argument(
+        "--dtype",
+        default="fp32",
+        choices=["fp32", "bf16"],
+        help="bf16: autocast (weights and AdamW in fp32), as mixed-precision training runs",
+    )
     p.add_argument("--no-matmul", action="store_true", help="skip the matmul-softmax row")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     p.add_argument("--seed", type=int, default=0)
@@ -113,17 +119,7 @@ def make_batch(args, device, generator):
     """Random embeddings, right-padded: row lengths spread evenly from full length down to
     (1 - 2 * pad_frac) of it, so the mean padded fraction is `pad_frac`."""
     B, S, T, D = args.batch, args.src_len, args.tgt_len, args.d_model
-
-    def lengths(n):
-        if B == 1:
-            return torch.full((1,), n)
-        fracs = torch.linspace(0, 2 * args.pad_frac, B)
-        return (n * (1 - fracs)).round().clamp(min=1).long()
-
-    def pad_mask(n, lens):
-        return torch.arange(n)[None, :] >= lens[:, None]  # True = padding
-
-    src_pad, tgt_pad = pad_mask(S, lengths(S)), pad_mask(T, lengths(T))
+    src_pad, tgt_pad = padding(B, S, args.pad_frac), padding(B, T, args.pad_frac)
     src = torch.randn(B, S, D, generator=generator)
     tgt = torch.randn(B, T, D, generator=generator)
     labels = torch.randint(0, args.vocab, (B, T), generator=generator).masked_fill(tgt_pad, -100)
@@ -144,7 +140,8 @@ class Contender:
         self.opt = torch.optim.AdamW(self.params, lr=1e-4)
         self.autocast = (
             torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
-            if args.dtype == "bf16" else contextlib.nullcontext()
+            if args.dtype == "bf16"
+            else contextlib.nullcontext()
         )
         T = self.tgt.size(1)
         self.causal = nn.Transformer.generate_square_subsequent_mask(T, device=device) if is_torch else None
@@ -154,8 +151,13 @@ class Contender:
     def forward(self):
         if self.is_torch:
             return self.core(
-                self.src, self.tgt, tgt_mask=self.causal, src_key_padding_mask=self.src_pad,
-                tgt_key_padding_mask=self.tgt_pad_arg, memory_key_padding_mask=self.src_pad, tgt_is_causal=True,
+                self.src,
+                self.tgt,
+                tgt_mask=self.causal,
+                src_key_padding_mask=self.src_pad,
+                tgt_key_padding_mask=self.tgt_pad_arg,
+                memory_key_padding_mask=self.src_pad,
+                tgt_is_causal=True,
             )
         return self.core(self.src, self.tgt, self.src_pad, self.tgt_pad_arg)
 
@@ -173,8 +175,13 @@ class Contender:
 def build(args, device):
     torch.manual_seed(args.seed)
     ref = nn.Transformer(
-        d_model=args.d_model, nhead=args.nhead, num_encoder_layers=args.layers, num_decoder_layers=args.layers,
-        dim_feedforward=args.ff, dropout=args.dropout, batch_first=True,
+        d_model=args.d_model,
+        nhead=args.nhead,
+        num_encoder_layers=args.layers,
+        num_decoder_layers=args.layers,
+        dim_feedforward=args.ff,
+        dropout=args.dropout,
+        batch_first=True,
     ).to(device)
     ours = Transformer.from_torch(ref)
     head = nn.Linear(args.d_model, args.vocab).to(device)
@@ -185,8 +192,16 @@ def build(args, device):
     ]
     if not args.no_matmul:
         contenders.append(
-            Contender("ours (matmul-softmax)", copy.deepcopy(ours), copy.deepcopy(head), batch, args, device,
-                      is_torch=False, patch=plain_attention)
+            Contender(
+                "ours (matmul-softmax)",
+                copy.deepcopy(ours),
+                copy.deepcopy(head),
+                batch,
+                args,
+                device,
+                is_torch=False,
+                patch=plain_attention,
+            )
         )
     for c in contenders:
         c.core.train()
@@ -220,9 +235,7 @@ def peak_step_memory(contender, device) -> int | None:
 
 
 def run(args) -> dict:
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        sys.exit("--device cuda: no GPU available")
+    device = device_or_exit(args.device)
     contenders, tokens = build(args, device)
     for _ in range(args.warmup):
         for c in contenders:
@@ -235,8 +248,11 @@ def run(args) -> dict:
         for c in order:
             c.times.append(timed(c.step, device))
         if args.progress:
-            print(f"repeat {r + 1}/{args.repeats}: " + ", ".join(f"{c.name} {c.times[-1] * 1e3:.0f} ms" for c in contenders),
-                  file=sys.stderr, flush=True)
+            print(
+                f"repeat {r + 1}/{args.repeats}: " + ", ".join(f"{c.name} {c.times[-1] * 1e3:.0f} ms" for c in contenders),
+                file=sys.stderr,
+                flush=True,
+            )
     if not args.no_memory:
         for c in contenders:
             c.peak_bytes = peak_step_memory(c, device)
@@ -248,16 +264,30 @@ def run(args) -> dict:
         ratio = ratio_summary(ref.times, c.times)  # > 1: faster than torch.nn.Transformer
         tok_s = tokens / s["median_s"]
         mem = "n/a" if c.peak_bytes is None else f"{c.peak_bytes / 2**20:.1f}"
-        rows.append([
-            c.name, f"{s['median_s'] * 1e3:.1f}", f"{s['min_s'] * 1e3:.1f}–{s['max_s'] * 1e3:.1f}", f"{tok_s:,.0f}",
-            f"{ratio['median']:.3f} ({ratio['min']:.2f}–{ratio['max']:.2f})", mem,
-        ])
-        results.append({
-            "name": c.name, "step": s, "tokens_per_s": tok_s, "speed_vs_torch": ratio,
-            "peak_step_memory_bytes": c.peak_bytes,
-        })
-    mem_note = ("peak allocated during a step (CUDA)" if device.type == "cuda"
-                else "CPU: peak of profiler-tracked allocations during one step, above weights and AdamW state")
+        rows.append(
+            [
+                c.name,
+                f"{s['median_s'] * 1e3:.1f}",
+                f"{s['min_s'] * 1e3:.1f}–{s['max_s'] * 1e3:.1f}",
+                f"{tok_s:,.0f}",
+                f"{ratio['median']:.3f} ({ratio['min']:.2f}–{ratio['max']:.2f})",
+                mem,
+            ]
+        )
+        results.append(
+            {
+                "name": c.name,
+                "step": s,
+                "tokens_per_s": tok_s,
+                "speed_vs_torch": ratio,
+                "peak_step_memory_bytes": c.peak_bytes,
+            }
+        )
+    mem_note = (
+        "peak allocated during a step (CUDA)"
+        if device.type == "cuda"
+        else "CPU: peak of profiler-tracked allocations during one step, above weights and AdamW state"
+    )
     title = (
         f"Training step, {args.device} {args.dtype}: d_model {args.d_model}, {args.nhead} heads, "
         f"{args.layers}+{args.layers} layers, ff {args.ff}, dropout {args.dropout}, batch {args.batch}, "
@@ -266,12 +296,17 @@ def run(args) -> dict:
     )
     print_table(
         ["model", "step ms (median)", "step ms (min–max)", "tokens/s", "speed vs torch (median, min–max)", "peak MiB"],
-        rows, title,
+        rows,
+        title,
     )
     print(f"peak MiB: {mem_note}")
     payload = {
-        "benchmark": "train_step", "config": vars(args), "tokens_per_step": tokens, "environment": environment(args.device),
-        "memory_note": mem_note, "results": results,
+        "benchmark": "train_step",
+        "config": vars(args),
+        "tokens_per_step": tokens,
+        "environment": environment(args.device),
+        "memory_note": mem_note,
+        "results": results,
     }
     return payload
 

@@ -1,17 +1,32 @@
 """LightningDataModules and the text utilities they share."""
 
-from . import tokenizers as _tokenizers  # noqa: F401  (registers the subword kind for tokenizer_from_dict)
 from .batching import Seq2SeqBatch, collate_pairs
-from .corpus import ParallelCorpusDataModule, TokenBudgetBatchSampler
+from .corpus import ParallelCorpusDataModule
 from .errors import CorpusFormatError, DataFormatError, DataNotFoundError, HyperparameterError
 from .mnist import MNISTDataModule
-from .tokenizers import SubwordTokenizer, train_tokenizer
+from .samplers import TokenBudgetBatchSampler
+from .tokenizers import SubwordTokenizer, tokenizer_from_dict, train_tokenizer
 from .toy import ToyTranslationDataModule
-from .vocab import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Vocab, tokenizer_from_dict
+from .vocab import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Vocab
 
 __all__ = [
-    "BOS", "EOS", "PAD", "SPECIAL_TOKENS", "UNK",
-    "CorpusFormatError", "DataFormatError", "DataNotFoundError", "HyperparameterError", "MNISTDataModule", "ParallelCorpusDataModule", "Seq2SeqBatch", "SubwordTokenizer",
-    "TokenBudgetBatchSampler", "ToyTranslationDataModule", "Vocab", "collate_pairs", "tokenizer_from_dict",
+    "BOS",
+    "EOS",
+    "PAD",
+    "SPECIAL_TOKENS",
+    "UNK",
+    "CorpusFormatError",
+    "DataFormatError",
+    "DataNotFoundError",
+    "HyperparameterError",
+    "MNISTDataModule",
+    "ParallelCorpusDataModule",
+    "ToyTranslationDataModule",
+    "Seq2SeqBatch",
+    "SubwordTokenizer",
+    "TokenBudgetBatchSampler",
+    "Vocab",
+    "collate_pairs",
+    "tokenizer_from_dict",
     "train_tokenizer",
 ]

@@ -10,10 +10,13 @@ bad value is reported as itself rather than as a ZeroDivisionError. All problems
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Mapping
 from numbers import Real
-from typing import Any, Callable, Collection, Mapping
+from typing import Any
 
 from models.layers import ACTIVATIONS
+from models.norms import NORMS
+from models.positional import POSITIONALS
 
 from .errors import HyperparameterError
 
@@ -42,12 +45,12 @@ def _number(value: Any) -> bool:
 
 def at_least(low: float) -> Check:
     """A number ≥ `low` (sizes and counts: `at_least(1)`; rates and decays: `at_least(0)`)."""
-    return lambda v: ("must be a number" if not _number(v) else None if v >= low else f"must be at least {low}")
+    return lambda v: "must be a number" if not _number(v) else None if v >= low else f"must be at least {low}"
 
 
 def above(low: float) -> Check:
     """A number > `low` (a learning rate: `above(0)`)."""
-    return lambda v: ("must be a number" if not _number(v) else None if v > low else f"must be above {low}")
+    return lambda v: "must be a number" if not _number(v) else None if v > low else f"must be above {low}"
 
 
 def fraction(value: Any) -> str | None:
@@ -60,9 +63,14 @@ def one_of(options: Collection[str]) -> Check:
     return lambda v: None if v in options else f"must be one of {', '.join(map(repr, options))}"
 
 
+def boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else "must be true or false"
+
+
 def divisible(a: str, b: str) -> Relation:
-    """`values[a]` a multiple of `values[b]` (d_model and nhead: each head gets d_model / nhead dimensions)."""
-    return lambda h: h[a] % h[b] == 0 or f"{a}={h[a]} must be divisible by {b}={h[b]}"
+    """`values[a]` a multiple of `values[b]` (d_model and nhead: each head gets d_model / nhead dimensions).
+    Passes when either is None (an unset optional argument, e.g. num_kv_heads)."""
+    return lambda h: h[a] is None or h[b] is None or h[a] % h[b] == 0 or f"{a}={h[a]} must be divisible by {b}={h[b]}"
 
 
 def no_more_than(a: str, b: str) -> Relation:
@@ -71,7 +79,7 @@ def no_more_than(a: str, b: str) -> Relation:
 
 
 # The sizes and rates of the core `models.Transformer` and its optimiser, shared by every task module
-# (which adds `divisible("d_model", "nhead")` and its own arguments).
+# (which adds TRANSFORMER_RELATIONS and its own arguments).
 TRANSFORMER = {
     "d_model": at_least(1),
     "nhead": at_least(1),
@@ -80,7 +88,26 @@ TRANSFORMER = {
     "dim_feedforward": at_least(1),
     "dropout": fraction,
     "activation": one_of(tuple(ACTIVATIONS)),
+    "positional": one_of(POSITIONALS),
+    "norm": one_of(NORMS),
+    "qk_norm": boolean,
+    "num_kv_heads": at_least(1),
     "lr": above(0),
     "weight_decay": at_least(0),
     "label_smoothing": fraction,
 }
+
+
+def _rotary_head_dim(h: Mapping[str, Any]) -> str | bool:
+    head_dim = h["d_model"] // h["nhead"]  # (an indivisible d_model is divisible()'s error)
+    return (
+        h.get("positional") != "rotary"
+        or h["d_model"] % h["nhead"] != 0
+        or head_dim % 2 == 0
+        or f"positional='rotary' needs an even head dimension, d_model/nhead={head_dim}"
+    )
+
+
+# The relations between the core's sizes, shared by every task module: each head gets d_model / nhead
+# dimensions, each key/value head serves nhead / num_kv_heads query heads, rotary pairs up dimensions.
+TRANSFORMER_RELATIONS = (divisible("d_model", "nhead"), divisible("nhead", "num_kv_heads"), _rotary_head_dim)

@@ -1,4 +1,4 @@
-"""Errors for bad input, so scripts can catch them and print one line (see `tasks.loading.USER_ERRORS`)."""
+"""Errors for bad input, so scripts can catch them and print one line (see `training.loading.USER_ERRORS`)."""
 
 from __future__ import annotations
 

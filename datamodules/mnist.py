@@ -1,8 +1,9 @@
 """MNIST as (B, 1, 28, 28) normalised images and (B,) labels, on `torchvision.datasets.MNIST`.
 
 Files live in torchvision's layout, `<data_dir>/MNIST/raw/` (the four IDX files, plain or
-.gz). Any number of training images works: `../shared/data/mnist` holds a 5,000-image training
-subset with the full 10,000-image test set.
+.gz); `data_dir` defaults to `data/mnist`, inside the project, where torchvision downloads them when
+online. Any number of training images works: our offline copy, `../shared/data/mnist` (passed with
+`--data.data_dir`), holds a 5,000-image training subset with the full 10,000-image test set.
 
 The images are normalised once, into one tensor (60,000 images are 188 MB of float32), and the
 augmentation is a random affine applied to a whole batch after it reaches the device (on a GPU it
@@ -87,12 +88,12 @@ def _val_size(value) -> str | None:
 class MNISTDataModule(L.LightningDataModule):
     def __init__(
         self,
-        data_dir: str = "data/",
+        data_dir: str = "data/mnist",  # relative to the working directory (the project's root)
         batch_size: int = 128,
         num_workers: int = 0,
         val_size: int | float = 0.1,  # int: number of training images held out; float: fraction of them
         augment: bool = False,  # small random affine on training batches only (see random_affine)
-        seed: int = 42,  # fixes the train/val split, independent of the global seed
+        split_seed: int = 42,  # fixes which training images are held out, whatever the run's seed
         download: bool = True,  # try the internet in prepare_data when the files are absent
     ):
         super().__init__()
@@ -101,7 +102,7 @@ class MNISTDataModule(L.LightningDataModule):
         self.data_dir = Path(data_dir)
         self.raw_dir = self.data_dir / "MNIST" / "raw"  # where torchvision.datasets.MNIST reads
         self.batch_size, self.num_workers = batch_size, num_workers
-        self.val_size, self.augment, self.seed, self.download = val_size, augment, seed, download
+        self.val_size, self.augment, self.split_seed, self.download = val_size, augment, split_seed, download
         self.train_set = self.val_set = self.test_set = None
 
     # ---- files -------------------------------------------------------------------------------
@@ -182,7 +183,7 @@ class MNISTDataModule(L.LightningDataModule):
             raise HyperparameterError(
                 f"MNISTDataModule: val_size={self.val_size!r} leaves {n - n_val} of the {n} training images for training"
             )
-        perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed)).tolist()
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.split_seed)).tolist()
         return perm[n_val:], perm[:n_val]
 
     def setup(self, stage: str | None = None) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import Iterator, Sized
+from collections.abc import Iterator, Sized
 
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
@@ -24,22 +24,25 @@ def shard_of(datamodule) -> tuple[int, int]:
     return (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
 
 
+def run_seed() -> int:
+    """The run's seed: the one `seed_everything` set (PL_GLOBAL_SEED, which DDP's processes inherit),
+    or 0, as for Lightning's own sampler. Every rank draws the same shuffle from it."""
+    return int(os.environ.get("PL_GLOBAL_SEED", 0))
+
+
 class ShuffleSampler(DistributedSampler):
     """A permutation drawn from `seed + epoch` (Lightning calls `set_epoch` before each epoch), this
     process's shard of it, minus the first `skip` indices of the next pass.
 
     It is a DistributedSampler so that Lightning leaves it in place under DDP: Lightning replaces any
     other sampler with an unshuffled DistributedSampler when it cannot tell that it shuffles.
-    Every rank must draw the same permutation: with no `seed`, it is the one `seed_everything` set
-    (PL_GLOBAL_SEED, which DDP's processes inherit), or 0, as for Lightning's own sampler.
+    Every rank must draw the same permutation: with no `seed`, it is `run_seed()`.
     """
 
     skip = 0
 
     def __init__(self, data: Sized, seed: int | None = None, num_replicas: int = 1, rank: int = 0):
-        if seed is None:
-            seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
-        super().__init__(data, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed)
+        super().__init__(data, num_replicas=num_replicas, rank=rank, shuffle=True, seed=run_seed() if seed is None else seed)
 
     def __iter__(self) -> Iterator[int]:
         skip, self.skip = self.skip, 0

@@ -9,17 +9,17 @@ hyperparameters, so a trained model carries the exact tokenizer it was trained w
 from __future__ import annotations
 
 import json
-from typing import Iterable, Literal
+from collections.abc import Iterable
+from typing import Literal
 
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
-from .vocab import SPECIAL_TOKENS, Vocab, content_ids, register_tokenizer
+from .vocab import SPECIAL_TOKENS, Tokenizer, Vocab, content_ids
 
 TokenizerKind = Literal["bpe", "unigram", "char", "word"]
 
 
-@register_tokenizer
 class SubwordTokenizer:
     """A trained Hugging Face tokenizer behind the project's `Tokenizer` protocol.
 
@@ -37,9 +37,7 @@ class SubwordTokenizer:
         self.tokenizer = tokenizer
 
     @classmethod
-    def train(
-        cls, texts: Iterable[str], model: Literal["bpe", "unigram"] = "bpe", vocab_size: int = 8000
-    ) -> "SubwordTokenizer":
+    def train(cls, texts: Iterable[str], model: Literal["bpe", "unigram"] = "bpe", vocab_size: int = 8000) -> SubwordTokenizer:
         """Learn a BPE or unigram vocabulary of at most `vocab_size` pieces (specials included) from `texts`."""
         if model == "bpe":
             tok = HFTokenizer(models.BPE(unk_token=SPECIAL_TOKENS[3]))
@@ -78,7 +76,7 @@ class SubwordTokenizer:
         return {"kind": self.kind, "tokenizer": self.tokenizer.to_str()}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "SubwordTokenizer":
+    def from_dict(cls, data: dict) -> SubwordTokenizer:
         return cls(HFTokenizer.from_str(data["tokenizer"]))
 
 
@@ -110,3 +108,18 @@ def train_tokenizer(texts: Iterable[str], kind: TokenizerKind, vocab_size: int =
         vocab = Vocab.build(texts, level=kind)
         return Vocab(vocab.tokens[:vocab_size], level=kind)
     raise ValueError(f"Tokenizer kind must be one of 'bpe', 'unigram', 'char', 'word', got {kind!r}")
+
+
+TOKENIZER_KINDS: dict[str, type] = {cls.kind: cls for cls in (Vocab, SubwordTokenizer)}
+
+
+def tokenizer_from_dict(data: dict) -> Tokenizer:
+    """Rebuild any of the project's tokenizers from its `to_dict()` (a checkpoint's hyperparameters)."""
+    try:
+        cls = TOKENIZER_KINDS[data["kind"]]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"Unknown tokenizer data (kind={data.get('kind') if isinstance(data, dict) else data!r}); "
+            f"known kinds: {sorted(TOKENIZER_KINDS)}"
+        ) from None
+    return cls.from_dict(data)

@@ -22,7 +22,7 @@ class ToyTranslationDataModule(L.LightningDataModule):
     three pairs (there is nothing to hold out); `repeats` copies per epoch give the optimiser
     several steps per epoch instead of one."""
 
-    def __init__(self, batch_size: int = 3, repeats: int = 32, num_workers: int = 0, seed: int = 0):
+    def __init__(self, batch_size: int = 3, repeats: int = 32, num_workers: int = 0):
         super().__init__()
         check_hparams(self, locals(), {"batch_size": at_least(1), "repeats": at_least(1), "num_workers": at_least(0)})
         self.save_hyperparameters()
@@ -39,13 +39,13 @@ class ToyTranslationDataModule(L.LightningDataModule):
         return [(encode_source(self.src_vocab, s), encode_target(self.tgt_vocab, t)) for s, t in self.pairs]
 
     def train_dataloader(self) -> DataLoader:
-        # The order is a function of (seed, epoch) alone, and the loader resumes mid-epoch where it
+        # The order is a function of (the run's seed, epoch) alone, and the loader resumes mid-epoch where it
         # stopped: a run killed and resumed from its last checkpoint sees the same batches.
         data = self._encoded() * self.hparams.repeats
         return ResumableDataLoader(
             data,
             batch_size=self.hparams.batch_size,
-            sampler=ShuffleSampler(data, self.hparams.seed, *shard_of(self)),
+            sampler=ShuffleSampler(data, None, *shard_of(self)),
             collate_fn=collate_pairs,
             num_workers=self.hparams.num_workers,
         )

@@ -9,7 +9,8 @@ hyperparameters and reload with `torch.load(weights_only=True)`.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable, Literal, Protocol
+from collections.abc import Iterable
+from typing import Literal, Protocol
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
@@ -51,7 +52,7 @@ class Vocab:
         self.index = {t: i for i, t in enumerate(self.tokens)}
 
     @classmethod
-    def build(cls, texts: Iterable[str], level: Literal["char", "word"] = "word", min_freq: int = 1) -> "Vocab":
+    def build(cls, texts: Iterable[str], level: Literal["char", "word"] = "word", min_freq: int = 1) -> Vocab:
         counts = Counter(tok for text in texts for tok in cls.split(text, level))
         # Most frequent first, ties alphabetical: the same corpus always gives the same ids.
         tokens = [t for t, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if c >= min_freq]
@@ -75,25 +76,5 @@ class Vocab:
         return {"kind": self.kind, "level": self.level, "tokens": self.tokens}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Vocab":
+    def from_dict(cls, data: dict) -> Vocab:
         return cls(data["tokens"], data["level"])
-
-
-_TOKENIZER_KINDS: dict[str, type] = {Vocab.kind: Vocab}
-
-
-def register_tokenizer(cls: type) -> type:
-    """Class decorator: lets `tokenizer_from_dict` rebuild this kind from its `to_dict()`."""
-    _TOKENIZER_KINDS[cls.kind] = cls
-    return cls
-
-
-def tokenizer_from_dict(data: dict) -> Tokenizer:
-    try:
-        cls = _TOKENIZER_KINDS[data["kind"]]
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"Unknown tokenizer data (kind={data.get('kind') if isinstance(data, dict) else data!r}); "
-            f"known kinds: {sorted(_TOKENIZER_KINDS)}"
-        ) from None
-    return cls.from_dict(data)

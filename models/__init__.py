@@ -1,6 +1,7 @@
 """The Transformer core in plain PyTorch, and the networks of each task built on it."""
 
 from .attention import MultiHeadAttention
+from .decoding import beam_search, greedy_decode
 from .mnist_net import MnistNet
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from .seq2seq import Seq2SeqNet
@@ -14,4 +15,6 @@ __all__ = [
     "Seq2SeqNet",
     "SinusoidalPositionalEncoding",
     "Transformer",
+    "beam_search",
+    "greedy_decode",
 ]

@@ -2,6 +2,16 @@
 
 Masks follow SDPA's convention internally (bool, True = may attend) and are built once per
 forward by `models.masks`, then broadcast as (B, 1, T, S) across heads: never repeated per head.
+
+Three options, each off by default (which is `torch.nn.MultiheadAttention` exactly):
+  - `num_kv_heads` < `nhead`: grouped-query attention (Ainslie et al., 2023), or multi-query with
+    1 (Shazeer, 2019). Query head h reads key/value head h // (nhead // num_kv_heads); the k/v
+    projections and the KV cache hold only num_kv_heads heads, which is what saves memory;
+  - `qk_norm`: queries and keys normalised per head, over head_dim, before the dot product
+    (Henry et al., 2020; Dehghani et al., 2023), with the model's norm kind and a gain shared by
+    the heads: attention logits can no longer blow up with the weights;
+  - rotary positions: the caller passes `rope`, the (cos, sin) tables of the new positions, and
+    queries and keys are rotated after the norm (self-attention only; see models.positional).
 """
 
 from __future__ import annotations
@@ -12,31 +22,60 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .norms import make_norm
+from .positional import apply_rotary
+
 
 class MultiHeadAttention(nn.Module):
     """Self-attention (`cross=False`: one fused q/k/v projection) or cross-attention
     (`cross=True`: q from the decoder, one fused k/v projection of the memory)."""
 
-    def __init__(self, d_model: int, nhead: int, dropout: float = 0.0, bias: bool = True, cross: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        cross: bool = False,
+        num_kv_heads: int | None = None,  # None = nhead (multi-head); 1 = multi-query
+        qk_norm: bool = False,
+        norm: str = "layernorm",  # the kind of the q/k norms
+        eps: float = 1e-5,
+    ):
         super().__init__()
         if nhead < 1 or d_model % nhead:
             raise ValueError(f"d_model ({d_model}) must be divisible by nhead ({nhead})")
+        num_kv_heads = nhead if num_kv_heads is None else num_kv_heads
+        if num_kv_heads < 1 or nhead % num_kv_heads:
+            raise ValueError(f"nhead ({nhead}) must be divisible by num_kv_heads ({num_kv_heads})")
         self.nhead, self.head_dim, self.cross, self.dropout = nhead, d_model // nhead, cross, dropout
+        self.num_kv_heads = num_kv_heads
+        kv_dim = num_kv_heads * self.head_dim  # = d_model unless grouped
         if cross:
             self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
+            self.kv_proj = nn.Linear(d_model, 2 * kv_dim, bias=bias)
         else:
-            self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+            self.qkv_proj = nn.Linear(d_model, d_model + 2 * kv_dim, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        # One gain (and bias) over head_dim, shared by the heads; None keeps the default path as it was.
+        self.q_norm = make_norm(norm, self.head_dim, eps, bias) if qk_norm else None
+        self.k_norm = make_norm(norm, self.head_dim, eps, bias) if qk_norm else None
 
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+    def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         B, T, _ = x.shape
-        return x.view(B, T, self.nhead, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
+        return x.view(B, T, n, self.head_dim).transpose(1, 2)  # (B, n, T, Dh)
+
+    def _keys(self, k: torch.Tensor, rope) -> torch.Tensor:
+        """(B, T, Hkv·Dh) → (B, Hkv, T, Dh) keys as they are cached: normalised, rotated."""
+        k = self._heads(k, self.num_kv_heads)
+        if self.k_norm is not None:
+            k = self.k_norm(k)
+        return k if rope is None else apply_rotary(k, rope)
 
     def project_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention keys and values of the memory: computed once per source, then cached."""
-        k, v = self.kv_proj(memory).chunk(2, dim=-1)  # (B, S, D) each
-        return self._heads(k), self._heads(v)  # (B, H, S, Dh)
+        k, v = self.kv_proj(memory).chunk(2, dim=-1)  # (B, S, Hkv·Dh) each
+        return self._keys(k, None), self._heads(v, self.num_kv_heads)  # (B, Hkv, S, Dh); no positions
 
     def forward(
         self,
@@ -46,10 +85,13 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         kv_cache: dict | None = None,  # per-layer dict, filled in place (see DecoderCache)
         need_weights: bool = False,
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,  # (T, Dh) cos, sin: self-attention only
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         B, T, D = x.shape
         if self.cross:
-            q = self._heads(self.q_proj(x))
+            if rope is not None:
+                raise ValueError("rotary positions apply to self-attention only")
+            q = self.q_proj(x)
             if kv_cache is not None and "k" in kv_cache:
                 k, v = kv_cache["k"], kv_cache["v"]
             else:
@@ -57,18 +99,34 @@ class MultiHeadAttention(nn.Module):
                 if kv_cache is not None:
                     kv_cache["k"], kv_cache["v"] = k, v
         else:
-            q, k, v = (self._heads(t) for t in self.qkv_proj(x).chunk(3, dim=-1))
+            kv_dim = self.num_kv_heads * self.head_dim
+            q, k, v = self.qkv_proj(x).split([D, kv_dim, kv_dim], dim=-1)
+            # New keys are normalised and rotated at their own positions before they are cached,
+            # so a cached key never changes and beam reordering only moves rows.
+            k, v = self._keys(k, rope), self._heads(v, self.num_kv_heads)  # (B, Hkv, T, Dh)
             if kv_cache is not None:
                 if "k" in kv_cache:
-                    k = torch.cat([kv_cache["k"], k], dim=2)  # (B, H, past + T, Dh)
+                    k = torch.cat([kv_cache["k"], k], dim=2)  # (B, Hkv, past + T, Dh)
                     v = torch.cat([kv_cache["v"], v], dim=2)
                 kv_cache["k"], kv_cache["v"] = k, v
+        q = self._heads(q, self.nhead)  # (B, H, T, Dh)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        if rope is not None:
+            q = apply_rotary(q, rope)
 
         dropout_p = self.dropout if self.training else 0.0
+        grouped = self.num_kv_heads != self.nhead
         if need_weights:
+            if grouped:  # the explicit path repeats each key/value head for its group of query heads
+                groups = self.nhead // self.num_kv_heads
+                k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, H, S, Dh)
             out, weights = _attention_with_weights(q, k, v, attn_mask, is_causal, dropout_p)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal)
+            # enable_gqa: SDPA maps query head h to key/value head h // groups without copying them.
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, enable_gqa=grouped
+            )
             weights = None
         out = out.transpose(1, 2).reshape(B, T, D)  # (B, T, D)
         return self.out_proj(out), weights

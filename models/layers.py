@@ -1,4 +1,8 @@
-"""Encoder and decoder layers, post-norm (the 2017 paper, PyTorch's default) or pre-norm."""
+"""Encoder and decoder layers, post-norm (the 2017 paper, PyTorch's default) or pre-norm.
+
+Every norm is `norm` (LayerNorm or RMSNorm, models.norms); the attention options (`num_kv_heads`,
+`qk_norm`, rotary positions) live in models.attention; the feed-forward's activation is below.
+"""
 
 from __future__ import annotations
 
@@ -7,55 +11,103 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import MultiHeadAttention
+from .norms import make_norm
 
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+# Name → the nonlinearity; the gated ones (GLU variants) apply it to a gate that multiplies a value.
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu, "geglu": F.gelu}
+GATED = ("swiglu", "geglu")
 
 
 class FeedForward(nn.Module):
+    """linear2(act(linear1(x))), or with a gated activation (Shazeer, 2020, "GLU Variants Improve
+    Transformer") linear2(act(x W_gate) * (x W_value)): SwiGLU with SiLU, GeGLU with GELU.
+
+    Hidden-size convention: `dim_feedforward` is the hidden width in both cases, i.e. the width of
+    the gate and of the value. The gated linear1 projects to 2 × dim_feedforward (gate and value
+    fused in one matmul), so a gated block has 3·d_model·dim_feedforward weights instead of 2·…:
+    1.5× the parameters and compute at the same flag. For a parameter-matched comparison pass
+    dim_feedforward ≈ 2/3 of the ungated one (the LLaMA rule: 1024 → 683).
+    """
+
     def __init__(self, d_model: int, dim_feedforward: int, dropout: float, activation: str, bias: bool):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
-        self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias)
+        self.gated = activation in GATED
+        self.linear1 = nn.Linear(d_model, (2 if self.gated else 1) * dim_feedforward, bias=bias)
         self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias)
         self.activation = ACTIVATIONS[activation]
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)
+        h = self.linear1(x)  # (B, T, F), or (B, T, 2F) gated
+        if self.gated:
+            gate, value = h.chunk(2, dim=-1)  # (B, T, F) each
+            h = self.activation(gate) * value
+        else:
+            h = self.activation(h)
+        return self.linear2(self.dropout(h))
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, norm_first, bias):
+    def __init__(
+        self,
+        d_model,
+        nhead,
+        dim_feedforward,
+        dropout,
+        activation,
+        layer_norm_eps,
+        norm_first,
+        bias,
+        norm="layernorm",
+        qk_norm=False,
+        num_kv_heads=None,
+    ):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, nhead, dropout, bias)
+        attn = dict(num_kv_heads=num_kv_heads, qk_norm=qk_norm, norm=norm, eps=layer_norm_eps)
+        self.self_attn = MultiHeadAttention(d_model, nhead, dropout, bias, **attn)
         self.ff = FeedForward(d_model, dim_feedforward, dropout, activation, bias)
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.norm1 = make_norm(norm, d_model, layer_norm_eps, bias)
+        self.norm2 = make_norm(norm, d_model, layer_norm_eps, bias)
         self.dropout = nn.Dropout(dropout)
 
-    def _sa(self, x, mask):
-        return self.dropout(self.self_attn(x, attn_mask=mask)[0])
+    def _sa(self, x, mask, rope):
+        return self.dropout(self.self_attn(x, attn_mask=mask, rope=rope)[0])
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:  # (B, S, D)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, rope=None) -> torch.Tensor:  # (B, S, D)
         if self.norm_first:
-            x = x + self._sa(self.norm1(x), mask)
+            x = x + self._sa(self.norm1(x), mask, rope)
             return x + self.dropout(self.ff(self.norm2(x)))
-        x = self.norm1(x + self._sa(x, mask))
+        x = self.norm1(x + self._sa(x, mask, rope))
         return self.norm2(x + self.dropout(self.ff(x)))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, norm_first, bias):
+    def __init__(
+        self,
+        d_model,
+        nhead,
+        dim_feedforward,
+        dropout,
+        activation,
+        layer_norm_eps,
+        norm_first,
+        bias,
+        norm="layernorm",
+        qk_norm=False,
+        num_kv_heads=None,
+    ):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, nhead, dropout, bias)
-        self.cross_attn = MultiHeadAttention(d_model, nhead, dropout, bias, cross=True)
+        attn = dict(num_kv_heads=num_kv_heads, qk_norm=qk_norm, norm=norm, eps=layer_norm_eps)
+        self.self_attn = MultiHeadAttention(d_model, nhead, dropout, bias, **attn)
+        self.cross_attn = MultiHeadAttention(d_model, nhead, dropout, bias, cross=True, **attn)
         self.ff = FeedForward(d_model, dim_feedforward, dropout, activation, bias)
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.norm1 = make_norm(norm, d_model, layer_norm_eps, bias)
+        self.norm2 = make_norm(norm, d_model, layer_norm_eps, bias)
+        self.norm3 = make_norm(norm, d_model, layer_norm_eps, bias)
         self.dropout = nn.Dropout(dropout)
 
     def forward(
@@ -67,12 +119,14 @@ class DecoderLayer(nn.Module):
         is_causal: bool,
         cache: dict | None = None,  # {"self": {...}, "cross": {...}} for this layer
         need_weights: bool = False,
+        rope=None,  # rotary (cos, sin) of the new positions, for self-attention; none in cross-attention
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         self_cache = cache["self"] if cache is not None else None
         cross_cache = cache["cross"] if cache is not None else None
 
         def sa(h):
-            return self.dropout(self.self_attn(h, attn_mask=self_mask, is_causal=is_causal, kv_cache=self_cache)[0])
+            out = self.self_attn(h, attn_mask=self_mask, is_causal=is_causal, kv_cache=self_cache, rope=rope)[0]
+            return self.dropout(out)
 
         def ca(h):
             out, w = self.cross_attn(h, memory, attn_mask=memory_mask, kv_cache=cross_cache, need_weights=need_weights)

@@ -1,7 +1,8 @@
 """An MNIST classifier built on the project's own `Transformer`: image → tokens → encoder → head.
 
 Tokens are rows (28 tokens of 28 pixels, the seed's layout) or square patches (4×4 → 49 tokens,
-7×7 → 16 tokens), each linearly embedded plus a learned position. Heads:
+7×7 → 16 tokens), each linearly embedded plus a learned position (or a sinusoidal one, or rotary
+positions in self-attention over the reading order: `positional`). Heads:
   - "decoder": learned query token(s) go through the core's decoder, cross-attending to the
     encoded image (the seed's design, with a learned query instead of a constant one);
   - "cls": a learned class token is prepended to the encoder input and read out (ViT);
@@ -13,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .positional import LearnedPositionalEncoding
+from .positional import positional_encoding
 from .transformer import Transformer
 
 IMAGE_SIZE = 28
@@ -37,6 +38,10 @@ class MnistNet(nn.Module):
         activation: str = "gelu",
         norm_first: bool = True,  # pre-norm trains small models from scratch more reliably
         num_classes: int = 10,
+        positional: str = "learned",  # "learned", "sinusoidal" or "rotary" (1-D, over the reading order)
+        norm: str = "layernorm",  # the core's options: see models.transformer.Transformer
+        qk_norm: bool = False,
+        num_kv_heads: int | None = None,
     ):
         super().__init__()
         if tokens not in TOKENIZERS:
@@ -54,7 +59,7 @@ class MnistNet(nn.Module):
 
         self.embed = nn.Linear(self.patch[0] * self.patch[1], d_model)  # pixels of a token → D
         extra = 1 if head == "cls" else 0
-        self.pos = LearnedPositionalEncoding(d_model, max_len=self.num_tokens + extra)
+        self.pos = positional_encoding(positional, d_model, self.num_tokens + extra)  # None for rotary
         self.dropout = nn.Dropout(dropout)
         self.core = Transformer(
             d_model=d_model,
@@ -65,6 +70,10 @@ class MnistNet(nn.Module):
             dropout=dropout,
             activation=activation,
             norm_first=norm_first,
+            norm=norm,
+            qk_norm=qk_norm,
+            num_kv_heads=num_kv_heads,
+            rotary=positional == "rotary",  # the decoder head's queries get positions 0 … Q-1 too
         )
         if head == "decoder":
             self.queries = nn.Parameter(torch.randn(1, num_queries, d_model) * 0.02)  # (1, Q, D)
@@ -84,7 +93,9 @@ class MnistNet(nn.Module):
         x = self.embed(self.tokenize(images))  # (B, N, D)
         if self.head_kind == "cls":
             x = torch.cat([self.cls_token.expand(x.size(0), -1, -1), x], dim=1)  # (B, 1 + N, D)
-        memory = self.core.encode(self.dropout(self.pos(x)))  # (B, N(+1), D), final LayerNorm applied
+        if self.pos is not None:
+            x = self.pos(x)
+        memory = self.core.encode(self.dropout(x))  # (B, N(+1), D), final norm applied
         if self.head_kind == "decoder":
             queries = self.queries.expand(x.size(0), -1, -1)  # (B, Q, D)
             # Queries attend causally to each other and freely to every image token.

@@ -1,4 +1,6 @@
-"""Positional encodings: fixed sinusoids (Vaswani et al., 2017, §3.5) or learned vectors."""
+"""Positional encodings: fixed sinusoids (Vaswani et al., 2017, §3.5) or learned vectors, both
+added to the embeddings; or rotary positions (RoPE, Su et al., 2021), which rotate the queries
+and keys of self-attention instead and add nothing."""
 
 from __future__ import annotations
 
@@ -37,9 +39,54 @@ class LearnedPositionalEncoding(nn.Module):
         return x + self.embedding.weight[offset : offset + x.size(1)].to(x.dtype)
 
 
-def positional_encoding(kind: str, d_model: int, max_len: int) -> nn.Module:
+class RotaryEmbedding(nn.Module):
+    """Rotary positions for the queries and keys of self-attention (RoPE, Su et al., 2021).
+
+    Dimension i of a head is paired with dimension i + Dh/2 (the "rotate-half" layout of GPT-NeoX
+    and LLaMA) and each pair is rotated by the angle pos · base^(-2i/Dh): the dot product of a
+    query at position m and a key at position n then depends on m - n only. `forward` returns the
+    (cos, sin) tables of positions offset … offset + T - 1, once per forward pass for every layer
+    (the offset is the KV cache's length: cached keys were rotated at their own positions).
+    No buffer: the tables are computed in at least float32 whatever `.to(dtype)` the model had.
+    """
+
+    def __init__(self, head_dim: int, base: float = 10000.0):
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"rotary positions need an even head dimension, got {head_dim}")
+        self.head_dim, self.base = head_dim, base
+
+    def forward(self, length: int, offset: int = 0, device=None, dtype=torch.float32):
+        dtype = torch.promote_types(dtype, torch.float32)  # float64 nets get float64 tables
+        inv_freq = self.base ** -(torch.arange(0, self.head_dim, 2, device=device, dtype=dtype) / self.head_dim)
+        pos = torch.arange(offset, offset + length, device=device, dtype=dtype)  # (T,)
+        angles = pos[:, None] * inv_freq[None, :]  # (T, Dh/2)
+        angles = torch.cat([angles, angles], dim=-1)  # (T, Dh): dims i and i + Dh/2 share an angle
+        return angles.cos(), angles.sin()
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, base={self.base}"
+
+
+def apply_rotary(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Rotate (B, H, T, Dh) queries or keys by the (T, Dh) tables of `RotaryEmbedding`, computed
+    in the tables' precision (at least float32, also under bf16/fp16) and returned in x's dtype."""
+    cos, sin = rope
+    xf = x.to(cos.dtype)
+    x1, x2 = xf.chunk(2, dim=-1)  # (B, H, T, Dh/2) each
+    return (xf * cos + torch.cat([-x2, x1], dim=-1) * sin).to(x.dtype)
+
+
+POSITIONALS = ("sinusoidal", "learned", "rotary")
+
+
+def positional_encoding(kind: str, d_model: int, max_len: int) -> nn.Module | None:
+    """The encoding added to the embeddings, or None for "rotary" (the core's attention rotates
+    queries and keys instead: `Transformer(rotary=True)`)."""
     if kind == "sinusoidal":
         return SinusoidalPositionalEncoding(d_model, max_len)
     if kind == "learned":
         return LearnedPositionalEncoding(d_model, max_len)
-    raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {kind!r}")
+    if kind == "rotary":
+        return None
+    raise ValueError(f"positional must be one of {POSITIONALS}, got {kind!r}")

@@ -29,7 +29,13 @@ class Seq2SeqNet(nn.Module):
         tie_embeddings: bool = False,
         share_embeddings: bool = False,
         pad_id: int = 0,
+        norm: str = "layernorm",
+        qk_norm: bool = False,
+        num_kv_heads: int | None = None,
     ):
+        """`positional`: "sinusoidal" | "learned" (added to the embeddings) | "rotary" (RoPE in the
+        encoder's and the decoder's self-attention, none in cross-attention, nothing added). `norm`,
+        `qk_norm`, `num_kv_heads` and the gated `activation`s: see models.transformer.Transformer."""
         super().__init__()
         self.pad_id, self.max_len, self.d_model = pad_id, max_len, d_model
         self.src_embed = nn.Embedding(src_vocab_size, d_model, padding_idx=pad_id)
@@ -38,12 +44,22 @@ class Seq2SeqNet(nn.Module):
         # share_embeddings: one table for both sides (a joint subword vocabulary); with tie_embeddings
         # too, the generator reads the same table (three-way tying, as fairseq's share_all_embeddings).
         self.tgt_embed = self.src_embed if share_embeddings else nn.Embedding(tgt_vocab_size, d_model, padding_idx=pad_id)
-        self.src_pos = positional_encoding(positional, d_model, max_len)
+        self.src_pos = positional_encoding(positional, d_model, max_len)  # None for rotary
         self.tgt_pos = positional_encoding(positional, d_model, max_len)
         self.embed_dropout = nn.Dropout(dropout)
         self.core = Transformer(
-            d_model, nhead, num_encoder_layers, num_decoder_layers, dim_feedforward, dropout, activation,
+            d_model,
+            nhead,
+            num_encoder_layers,
+            num_decoder_layers,
+            dim_feedforward,
+            dropout,
+            activation,
             norm_first=norm_first,
+            norm=norm,
+            qk_norm=qk_norm,
+            num_kv_heads=num_kv_heads,
+            rotary=positional == "rotary",
         )
         self.generator = nn.Linear(d_model, tgt_vocab_size, bias=False)
         for emb in dict.fromkeys((self.src_embed, self.tgt_embed)):  # once each, in order, when shared
@@ -62,8 +78,10 @@ class Seq2SeqNet(nn.Module):
         """(B, S) ids → memory (B, S, D) and its padding mask (B, S), True = padding."""
         self._check_len(src.size(1))
         src_pad = src.eq(self.pad_id)
-        x = self.embed_dropout(self.src_pos(self.src_embed(src) * self.embed_scale))
-        return self.core.encode(x, src_pad), src_pad
+        x = self.src_embed(src) * self.embed_scale
+        if self.src_pos is not None:  # rotary positions enter the attention instead
+            x = self.src_pos(x)
+        return self.core.encode(self.embed_dropout(x), src_pad), src_pad
 
     def decode(
         self,
@@ -79,8 +97,10 @@ class Seq2SeqNet(nn.Module):
         # Targets are right-padded (see datamodules.batching), so the causal mask already hides
         # every padded key from every real query: no target padding mask, and SDPA keeps its
         # fast causal path. Outputs at padded positions are ignored by the loss.
-        x = self.embed_dropout(self.tgt_pos(self.tgt_embed(tgt) * self.embed_scale, offset))
-        out = self.core.decode(x, memory, None, src_pad, cache, need_weights)
+        x = self.tgt_embed(tgt) * self.embed_scale
+        if self.tgt_pos is not None:
+            x = self.tgt_pos(x, offset)
+        out = self.core.decode(self.embed_dropout(x), memory, None, src_pad, cache, need_weights)
         if need_weights:
             return self.generator(out[0]), out[1]
         return self.generator(out)
@@ -89,32 +109,3 @@ class Seq2SeqNet(nn.Module):
         """Teacher forcing: (B, S) source ids, (B, T) target input ids → (B, T, V) logits."""
         memory, src_pad = self.encode(src)
         return self.decode(tgt, memory, src_pad)
-
-    @torch.no_grad()
-    def greedy_decode(
-        self, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int, use_cache: bool = True
-    ) -> torch.Tensor:
-        """(B, S) source ids → (B, ≤ max_len + 1) target ids starting with `<bos>`; each row
-        is padded with `pad_id` after its `<eos>`. Stops when every row has emitted `<eos>`."""
-        memory, src_pad = self.encode(src)
-        B = src.size(0)
-        max_len = min(max_len, self.max_len - 1)
-        ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
-        finished = torch.zeros(B, dtype=torch.bool, device=src.device)
-        cache = self.core.new_cache() if use_cache else None
-        for _ in range(max_len):
-            step_input = ys[:, -1:] if use_cache else ys
-            logits = self.decode(step_input, memory, src_pad, cache)[:, -1]  # (B, V)
-            next_token = logits.argmax(dim=-1)
-            next_token = next_token.masked_fill(finished, self.pad_id)
-            ys = torch.cat([ys, next_token[:, None]], dim=1)
-            finished |= next_token.eq(eos_id)
-            if finished.all():
-                break
-        return ys
-
-    @torch.no_grad()
-    def beam_search(self, src, bos_id, eos_id, max_len, beam_size=4, length_penalty=1.0, use_cache=True):
-        """Beam search over (B, S) sources; see models.beam_search."""
-        from .beam_search import beam_search
-        return beam_search(self, src, bos_id, eos_id, max_len, beam_size, length_penalty, use_cache)

@@ -2,6 +2,8 @@
 
 Argument names and defaults follow `torch.nn.Transformer`, including its final LayerNorm after
 each stack (present in post-norm too), so `Transformer.from_torch` can copy its weights.
+The research options after them (`norm`, gated `activation`s, `qk_norm`, `num_kv_heads`,
+`rotary`) are off by default, which is `torch.nn.Transformer` exactly.
 """
 
 from __future__ import annotations
@@ -11,13 +13,16 @@ from torch import nn
 
 from .layers import DecoderLayer, EncoderLayer
 from .masks import causal_mask, padding_mask
+from .norms import make_norm
+from .positional import RotaryEmbedding
 
 
 class DecoderCache:
     """Keys/values for incremental decoding, one entry per decoder layer.
 
     Self-attention keys/values grow by the new tokens at every step; cross-attention ones are
-    projected from the memory on the first step and reused after that.
+    projected from the memory on the first step and reused after that. Each is (B, Hkv, T, Dh):
+    with grouped-query attention only the num_kv_heads key/value heads are stored.
     """
 
     def __init__(self, num_layers: int):
@@ -36,6 +41,16 @@ class DecoderCache:
                 for name in kv:
                     kv[name] = kv[name].index_select(0, index)
 
+    def nbytes(self, kind: str | None = None) -> int:
+        """Bytes held by the cached tensors: all of them, or only "self" or "cross" attention's."""
+        return sum(
+            t.numel() * t.element_size()
+            for layer in self.layers
+            for k, kv in layer.items()
+            if kind in (None, k)
+            for t in kv.values()
+        )
+
 
 class Transformer(nn.Module):
     def __init__(
@@ -50,21 +65,33 @@ class Transformer(nn.Module):
         layer_norm_eps: float = 1e-5,
         norm_first: bool = False,
         bias: bool = True,
+        norm: str = "layernorm",  # or "rmsnorm": every norm, the final ones included (models.norms)
+        qk_norm: bool = False,  # normalise queries and keys per head (models.attention)
+        num_kv_heads: int | None = None,  # grouped-query attention; None = nhead
+        rotary: bool = False,  # rotary positions in self-attention (the embeddings then carry none)
     ):
         super().__init__()
         layer_args = (d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, norm_first, bias)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(num_encoder_layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(num_decoder_layers))
-        self.encoder_norm = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.decoder_norm = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        options = dict(norm=norm, qk_norm=qk_norm, num_kv_heads=num_kv_heads)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args, **options) for _ in range(num_encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args, **options) for _ in range(num_decoder_layers))
+        self.encoder_norm = make_norm(norm, d_model, layer_norm_eps, bias)
+        self.decoder_norm = make_norm(norm, d_model, layer_norm_eps, bias)
+        # One table of (cos, sin) per forward pass, shared by every layer (as the masks are).
+        self.rotary = RotaryEmbedding(d_model // nhead) if rotary else None
         self.d_model, self.nhead = d_model, nhead
+
+    def _rope(self, x: torch.Tensor, offset: int = 0):
+        """Rotary tables of x's T positions after `offset` (the cache's length), or None."""
+        return None if self.rotary is None else self.rotary(x.size(1), offset, x.device, x.dtype)
 
     def encode(self, src: torch.Tensor, src_key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """(B, S, D) source embeddings → (B, S, D) memory. Mask: (B, S) bool, True = padding."""
         mask = padding_mask(src_key_padding_mask)
+        rope = self._rope(src)
         x = src
         for layer in self.encoder_layers:
-            x = layer(x, mask)
+            x = layer(x, mask, rope)
         return self.encoder_norm(x)
 
     def decode(
@@ -85,10 +112,11 @@ class Transformer(nn.Module):
         is_causal = True if past == 0 and tgt_key_padding_mask is None and tgt.size(1) > 1 else False  # noqa: SIM210
         self_mask = None if is_causal else causal_mask(tgt.size(1), tgt_key_padding_mask, past, tgt.device)
         memory_mask = padding_mask(memory_key_padding_mask)
+        rope = self._rope(tgt, past)  # the new queries/keys sit at positions past … past + T - 1
         x, weights = tgt, []
         for i, layer in enumerate(self.decoder_layers):
             layer_cache = cache.layers[i] if cache is not None else None
-            x, w = layer(x, memory, self_mask, memory_mask, is_causal, layer_cache, need_weights)
+            x, w = layer(x, memory, self_mask, memory_mask, is_causal, layer_cache, need_weights, rope)
             weights.append(w)
         x = self.decoder_norm(x)
         return (x, weights) if need_weights else x
@@ -107,7 +135,7 @@ class Transformer(nn.Module):
         return DecoderCache(len(self.decoder_layers))
 
     @classmethod
-    def from_torch(cls, module: nn.Transformer) -> "Transformer":
+    def from_torch(cls, module: nn.Transformer) -> Transformer:
         """A `Transformer` with the weights of a batch-first or sequence-first `torch.nn.Transformer`."""
         enc0 = module.encoder.layers[0]
         attn = enc0.self_attn

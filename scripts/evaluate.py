@@ -1,7 +1,7 @@
 """Score a checkpoint on any line-aligned pair of files: corpus SacreBLEU and chrF, with their signatures.
 
-    python scripts/evaluate.py --ckpt CKPT --src ../shared/data/multi30k/test_2016_flickr.de.gz \
-        --ref ../shared/data/multi30k/test_2016_flickr.en.gz [--beam-size 4] [--batch-size 64] [--hyp-out FILE]
+    python scripts/evaluate.py --ckpt CKPT --src data/multi30k/test_2016_flickr.de.gz \
+        --ref data/multi30k/test_2016_flickr.en.gz [--beam-size 4] [--batch-size 64] [--hyp-out FILE]
 
 Files may be gzip (name ending in .gz) or plain text; line i of --ref translates line i of --src.
 The metrics are wired exactly as during training (tasks/metrics.py): cased BLEU with the 13a
@@ -21,9 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
-from datamodules.corpus import read_aligned  # noqa: E402
+from datamodules.corpus_readers import read_aligned  # noqa: E402
 from datamodules.errors import DataNotFoundError  # noqa: E402
-from tasks.loading import InputError, exit_on_user_error, load_checkpoint, load_training_weights  # noqa: E402
+from training.loading import InputError, exit_on_user_error, load_checkpoint, load_training_weights  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -36,10 +36,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (default: 64)")
     parser.add_argument("--max-len", type=int, default=None, help="most output tokens (default: a x source + b)")
     parser.add_argument("--hyp-out", default=None, help="also write the translations to this file")
-    parser.add_argument("--tokenize", default=None, choices=["13a", "zh", "intl", "char", "none"],
-                        help="SacreBLEU tokenizer (default: zh for Chinese references, else 13a)")
-    parser.add_argument("--weights", default="averaged", choices=["averaged", "training"],
-                        help="of a checkpoint that holds both (--ema_decay runs): which to score (default: averaged)")
+    parser.add_argument(
+        "--tokenize",
+        default=None,
+        choices=["13a", "zh", "intl", "char", "none"],
+        help="SacreBLEU tokenizer (default: zh for Chinese references, else 13a)",
+    )
+    parser.add_argument(
+        "--weights",
+        default="averaged",
+        choices=["averaged", "training"],
+        help="of a checkpoint that holds both (--ema_decay runs): which to score (default: averaged)",
+    )
     parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     args = parser.parse_args(argv)
     if args.beam_size < 1 or args.batch_size < 1:
@@ -68,8 +76,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         load_training_weights(model, args.ckpt)
     kwargs = {} if args.length_penalty is None or args.beam_size == 1 else {"length_penalty": args.length_penalty}
     start = time.time()
-    hyps = model.translate_many([s for s, _ in pairs], beam_size=args.beam_size, batch_size=args.batch_size,
-                                max_len=args.max_len, **kwargs)
+    hyps = model.translate_many(
+        [s for s, _ in pairs], beam_size=args.beam_size, batch_size=args.batch_size, max_len=args.max_len, **kwargs
+    )
     seconds = time.time() - start
     refs = [r for _, r in pairs]
     scores = corpus_scores(hyps, refs, tokenize=args.tokenize)

@@ -1,7 +1,8 @@
 """Train a recipe, then test its best checkpoint and print a summary.
 
     python scripts/fit.py                                   # the toy translator (configs/toy_translation.yaml)
-    python scripts/fit.py --config configs/mnist.yaml --data.data_dir ../shared/data/mnist
+    python scripts/fit.py --config configs/mnist.yaml      # MNIST in data/mnist, downloaded when online
+    python scripts/fit.py --config configs/mnist.yaml --data.data_dir ../shared/data/mnist   # an offline copy
     python scripts/fit.py --print_config                    # the full resolved config
     python scripts/fit.py --config RECIPE --ckpt_path last   # resume the last checkpoint of that run
 
@@ -17,9 +18,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
-from tasks.callbacks import TrainingDivergedError  # noqa: E402
-from tasks.cli import DEFAULT_CONFIG, TransformerCLI, run_fit  # noqa: E402
-from tasks.loading import USER_ERRORS, exit_on_user_error  # noqa: E402
+from training.callbacks import TrainingDivergedError  # noqa: E402
+from training.cli import DEFAULT_CONFIG, TransformerCLI, run_fit  # noqa: E402
+from training.loading import USER_ERRORS, exit_on_user_error  # noqa: E402
 
 
 @exit_on_user_error

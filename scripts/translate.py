@@ -14,23 +14,25 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
-from tasks.loading import InputError, exit_on_user_error, load_checkpoint  # noqa: E402
+from training.loading import InputError, exit_on_user_error, load_checkpoint  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ckpt", required=True, help="a Seq2SeqTransformer checkpoint (.ckpt)")
     parser.add_argument("--beam-size", type=int, default=4, help="beam width; 1 = greedy (default: 4)")
-    parser.add_argument("--length-penalty", type=float, default=None,
-                        help="GNMT length penalty alpha for beam search (default: the checkpoint's)")
-    parser.add_argument("--max-len", type=int, default=None,
-                        help="most output tokens (default: max_len_a x source length + max_len_b)")
+    parser.add_argument(
+        "--length-penalty", type=float, default=None, help="GNMT length penalty alpha for beam search (default: the checkpoint's)"
+    )
+    parser.add_argument(
+        "--max-len", type=int, default=None, help="most output tokens (default: max_len_a x source length + max_len_b)"
+    )
     parser.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default: 32)")
     parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     parser.add_argument("sentences", nargs="*", help="sentences to translate (default: standard input, one a line)")

@@ -13,7 +13,7 @@ wrapping and refuses anything but one string per hypothesis. Scores are on sacre
 from __future__ import annotations
 
 import unicodedata
-from typing import Sequence
+from collections.abc import Sequence
 
 from sacrebleu.metrics import BLEU, CHRF
 

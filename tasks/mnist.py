@@ -15,11 +15,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from datamodules.checks import TRANSFORMER, at_least, check_hparams, divisible, fraction, one_of
+from datamodules.checks import TRANSFORMER, TRANSFORMER_RELATIONS, at_least, check_hparams, fraction, one_of
 from models.mnist_net import HEADS, IMAGE_SIZE, TOKENIZERS, MnistNet
 
 from .figures import save_and_log_figure
-from .schedules import warmup_lr_lambda
+from .schedules import adamw_with_warmup
 
 
 class MnistSequenceClassifier(L.LightningModule):
@@ -35,8 +35,12 @@ class MnistSequenceClassifier(L.LightningModule):
         num_decoder_layers: int = 1,
         dim_feedforward: int = 256,
         dropout: float = 0.1,
-        activation: Literal["relu", "gelu"] = "gelu",
+        activation: Literal["relu", "gelu", "swiglu", "geglu"] = "gelu",
         norm_first: bool = True,
+        positional: Literal["learned", "sinusoidal", "rotary"] = "learned",
+        norm: Literal["layernorm", "rmsnorm"] = "layernorm",
+        qk_norm: bool = False,
+        num_kv_heads: int | None = None,
         lr: float = 1e-3,  # peak learning rate, reached after warm-up
         weight_decay: float = 0.05,  # on weight matrices only, not on biases and LayerNorms
         warmup_fraction: float = 0.05,  # of all training steps; then cosine decay to zero
@@ -45,15 +49,27 @@ class MnistSequenceClassifier(L.LightningModule):
     ):
         super().__init__()
         check_hparams(
-            self, locals(),
-            {**TRANSFORMER, "tokens": one_of(TOKENIZERS), "patch_size": at_least(1), "head": one_of(HEADS),
-             "num_queries": at_least(1), "num_decoder_layers": at_least(0), "warmup_fraction": fraction,
-             "num_misclassified_shown": at_least(0)},
-            divisible("d_model", "nhead"),
-            lambda h: h["tokens"] != "patches" or IMAGE_SIZE % h["patch_size"] == 0
-            or f"patch_size={h['patch_size']} must divide the image side, {IMAGE_SIZE}",
-            lambda h: h["head"] != "decoder" or h["num_decoder_layers"] >= 1
-            or "head='decoder' needs num_decoder_layers of at least 1",
+            self,
+            locals(),
+            {
+                **TRANSFORMER,
+                "tokens": one_of(TOKENIZERS),
+                "patch_size": at_least(1),
+                "head": one_of(HEADS),
+                "num_queries": at_least(1),
+                "num_decoder_layers": at_least(0),
+                "warmup_fraction": fraction,
+                "num_misclassified_shown": at_least(0),
+            },
+            *TRANSFORMER_RELATIONS,
+            lambda h: (
+                h["tokens"] != "patches"
+                or IMAGE_SIZE % h["patch_size"] == 0
+                or f"patch_size={h['patch_size']} must divide the image side, {IMAGE_SIZE}"
+            ),
+            lambda h: (
+                h["head"] != "decoder" or h["num_decoder_layers"] >= 1 or "head='decoder' needs num_decoder_layers of at least 1"
+            ),
         )
         self.save_hyperparameters()  # plain str/int/float/bool only: checkpoints load with weights_only=True
         self.net = MnistNet(
@@ -69,6 +85,10 @@ class MnistSequenceClassifier(L.LightningModule):
             dropout=dropout,
             activation=activation,
             norm_first=norm_first,
+            positional=positional,
+            norm=norm,
+            qk_norm=qk_norm,
+            num_kv_heads=num_kv_heads,
         )
         # One metric object per stage: their running states must not mix.
         self.train_acc = MulticlassAccuracy(num_classes=10, average="micro")
@@ -134,18 +154,9 @@ class MnistSequenceClassifier(L.LightningModule):
     # ---- optimisation ------------------------------------------------------------------------
 
     def configure_optimizers(self):
-        # Decay weight matrices (and the learned tokens/positions); not biases or LayerNorm gains.
-        params = [p for p in self.parameters() if p.requires_grad]
-        groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": self.hparams.weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-        ]
-        optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr)
         total = max(1, int(self.trainer.estimated_stepping_batches))
         warmup = int(self.hparams.warmup_fraction * total)
-        # A plain function: LambdaLR stores None for it, so the checkpoint stays tensors-and-plain-data.
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_lr_lambda("cosine", warmup, total))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return adamw_with_warmup(self, self.hparams.lr, self.hparams.weight_decay, "cosine", warmup, total)
 
 
 def plot_confusion_matrix(confmat: torch.Tensor) -> Figure:

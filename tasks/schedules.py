@@ -1,9 +1,12 @@
-"""Learning-rate schedules with linear warm-up, as multipliers for `LambdaLR`."""
+"""Learning-rate schedules with linear warm-up, as multipliers for `LambdaLR`, and the AdamW both tasks use."""
 
 from __future__ import annotations
 
 import math
-from typing import Callable, Literal
+from collections.abc import Callable
+from typing import Literal
+
+import torch
 
 Schedule = Literal["inverse_sqrt", "cosine", "constant"]
 
@@ -30,3 +33,26 @@ def warmup_lr_lambda(kind: Schedule, warmup_steps: int, total_steps: int | None 
 
     lr_lambda(warmup)  # fail at construction, not mid-training, on an unknown kind
     return lr_lambda
+
+
+def adamw_with_warmup(
+    module: torch.nn.Module,
+    lr: float,
+    weight_decay: float,
+    schedule: Schedule,
+    warmup_steps: int,
+    total_steps: int | None = None,
+    betas: tuple[float, float] = (0.9, 0.999),
+) -> dict:
+    """AdamW with decay on weight matrices (and embeddings, learned tokens and positions) but not on
+    1-D parameters (biases, norm gains), stepped per batch by `warmup_lr_lambda`: what
+    `configure_optimizers` returns for both tasks."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=lr, betas=tuple(betas))
+    # A plain function: LambdaLR stores None for it, so the checkpoint stays tensors-and-plain-data.
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_lr_lambda(schedule, warmup_steps, total_steps))
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

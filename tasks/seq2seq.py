@@ -6,22 +6,24 @@ import warnings
 from typing import get_args
 
 import lightning as L
-from lightning.pytorch.utilities import rank_zero_info
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_info
 from torchmetrics.classification import MulticlassAccuracy
 
 from datamodules.batching import Seq2SeqBatch, frame_source, pad_sequences
-from datamodules.checks import TRANSFORMER, at_least, check_hparams, divisible, fraction, one_of
+from datamodules.checks import TRANSFORMER, TRANSFORMER_RELATIONS, at_least, check_hparams, fraction, one_of
 from datamodules.errors import HyperparameterError
-from datamodules.vocab import BOS, EOS, PAD, tokenizer_from_dict
+from datamodules.tokenizers import tokenizer_from_dict
+from datamodules.vocab import BOS, EOS, PAD
 from models import Seq2SeqNet
+from models.decoding import beam_search, greedy_decode
+from training.loading import InputError
+from training.loggers import log_text
 
 from .figures import attention_figure, save_and_log_figure
-from .loading import InputError
-from .loggers import log_text
 from .metrics import corpus_scores
-from .schedules import Schedule, warmup_lr_lambda
+from .schedules import Schedule, adamw_with_warmup
 
 
 class Seq2SeqTransformer(L.LightningModule):
@@ -41,6 +43,9 @@ class Seq2SeqTransformer(L.LightningModule):
         activation: str = "relu",
         norm_first: bool = False,
         positional: str = "sinusoidal",
+        norm: str = "layernorm",
+        qk_norm: bool = False,
+        num_kv_heads: int | None = None,
         max_len: int = 256,
         tie_embeddings: bool = False,
         share_embeddings: bool = False,
@@ -53,6 +58,7 @@ class Seq2SeqTransformer(L.LightningModule):
         bleu_every_n_epochs: int = 1,
         bleu_val_sentences: int | None = None,
         attention_maps: int = 3,
+        attention_raw_pieces: bool = False,
         eval_beam_size: int = 4,
         length_penalty: float = 1.0,
         max_len_a: float = 1.5,
@@ -61,12 +67,24 @@ class Seq2SeqTransformer(L.LightningModule):
         compile: bool = False,
     ):
         super().__init__()
-        check_hparams(self, locals(), {
-            **TRANSFORMER, "positional": one_of(("sinusoidal", "learned")), "max_len": at_least(3), "betas": fraction,
-            "warmup_steps": at_least(0), "lr_schedule": one_of(get_args(Schedule)), "bleu_val_sentences": at_least(1),
-            "attention_maps": at_least(0), "eval_beam_size": at_least(1), "max_len_a": at_least(0),
-            "max_len_b": at_least(0), "eval_batch_size": at_least(1),
-        }, divisible("d_model", "nhead"))
+        check_hparams(
+            self,
+            locals(),
+            {
+                **TRANSFORMER,
+                "max_len": at_least(3),
+                "betas": fraction,
+                "warmup_steps": at_least(0),
+                "lr_schedule": one_of(get_args(Schedule)),
+                "bleu_val_sentences": at_least(1),
+                "attention_maps": at_least(0),
+                "eval_beam_size": at_least(1),
+                "max_len_a": at_least(0),
+                "max_len_b": at_least(0),
+                "eval_batch_size": at_least(1),
+            },
+            *TRANSFORMER_RELATIONS,
+        )
         if not tokenizers or set(tokenizers) != {"src", "tgt"}:
             raise HyperparameterError(
                 "Seq2SeqTransformer needs tokenizers={'src': ..., 'tgt': ...} (a data module's `tokenizers`); "
@@ -80,9 +98,24 @@ class Seq2SeqTransformer(L.LightningModule):
         self.src_tokenizer = tokenizer_from_dict(tokenizers["src"])
         self.tgt_tokenizer = tokenizer_from_dict(tokenizers["tgt"])
         self.net = Seq2SeqNet(
-            len(self.src_tokenizer), len(self.tgt_tokenizer), d_model, nhead, num_encoder_layers,
-            num_decoder_layers, dim_feedforward, dropout, activation, norm_first, max_len, positional,
-            tie_embeddings, share_embeddings, pad_id=PAD,
+            len(self.src_tokenizer),
+            len(self.tgt_tokenizer),
+            d_model,
+            nhead,
+            num_encoder_layers,
+            num_decoder_layers,
+            dim_feedforward,
+            dropout,
+            activation,
+            norm_first,
+            max_len,
+            positional,
+            tie_embeddings,
+            share_embeddings,
+            pad_id=PAD,
+            norm=norm,
+            qk_norm=qk_norm,
+            num_kv_heads=num_kv_heads,
         )
         n_classes = len(self.tgt_tokenizer)
         self.train_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=PAD)
@@ -107,8 +140,15 @@ class Seq2SeqTransformer(L.LightningModule):
         accuracy(logits.flatten(0, 1), tgt_out.flatten())
         on_step = stage == "train"
         # Epoch-level losses are averaged over every process (checkpoints monitor val/loss); a no-op on one.
-        self.log(f"{stage}/loss", loss, prog_bar=True, on_step=on_step, on_epoch=not on_step, batch_size=src.size(0),
-                 sync_dist=not on_step)
+        self.log(
+            f"{stage}/loss",
+            loss,
+            prog_bar=True,
+            on_step=on_step,
+            on_epoch=not on_step,
+            batch_size=src.size(0),
+            sync_dist=not on_step,
+        )
         self.log(f"{stage}/acc", accuracy, prog_bar=stage != "train", on_step=False, on_epoch=True)
         return loss
 
@@ -132,8 +172,7 @@ class Seq2SeqTransformer(L.LightningModule):
     def _bleu_due(self) -> bool:
         n = self.hparams.bleu_every_n_epochs
         trainer = self._trainer
-        return bool(n) and n > 0 and trainer is not None and not trainer.sanity_checking \
-            and (self.current_epoch + 1) % n == 0
+        return bool(n) and n > 0 and trainer is not None and not trainer.sanity_checking and (self.current_epoch + 1) % n == 0
 
     def _pairs(self, stage: str) -> list[tuple[str, str]]:
         datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
@@ -203,7 +242,7 @@ class Seq2SeqTransformer(L.LightningModule):
         self.eval()
         try:
             src = self.encode_sources([sentence])
-            out = self.net.greedy_decode(src, BOS, EOS, self._default_max_len(src))[0].tolist()
+            out = greedy_decode(self.net, src, BOS, EOS, self._default_max_len(src))[0].tolist()
             if EOS in out:
                 out = out[: out.index(EOS) + 1]
             memory, src_pad = self.net.encode(src)
@@ -214,28 +253,23 @@ class Seq2SeqTransformer(L.LightningModule):
         w = weights[layer][0].float().mean(0).cpu()  # (T, S)
         return w, self._pieces(self.src_tokenizer, src[0].tolist()), self._pieces(self.tgt_tokenizer, out[1:])
 
+    def attention_map(self, sentence: str, raw_pieces: bool | None = None, layer: int = -1):
+        """A matplotlib figure of `attention_weights(sentence, layer)`. Subword pieces read as words unless
+        `raw_pieces` (default: the module's `attention_raw_pieces`); the labels' characters, Chinese
+        included, are drawn in a font that has them (`tasks.figures.font_families`)."""
+        weights, src_tokens, out_tokens = self.attention_weights(sentence, layer)
+        if raw_pieces is None:
+            raw_pieces = self.hparams.get("attention_raw_pieces", False)
+        return attention_figure(weights.numpy(), src_tokens, out_tokens, title=sentence[:80], raw_pieces=raw_pieces)
+
     def plot_attention(self, sentences: list[str], prefix: str) -> list:
-        paths = []
-        for i, sentence in enumerate(sentences):
-            weights, src_tokens, out_tokens = self.attention_weights(sentence)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # glyphs missing from the font (e.g. CJK) draw as boxes
-                fig = attention_figure(weights.numpy(), src_tokens, out_tokens, title=sentence[:80])
-                paths.append(save_and_log_figure(self, fig, f"{prefix}_{i}"))
-        return paths
+        """Save (and log) `attention_map` of each sentence as `<log dir>/<prefix>_<i>.png`."""
+        return [save_and_log_figure(self, self.attention_map(s), f"{prefix}_{i}") for i, s in enumerate(sentences)]
 
     def configure_optimizers(self):
         hp = self.hparams
-        # No weight decay on biases, LayerNorm gains and embeddings' padding rows alike: 1-D params.
-        decay = [p for p in self.parameters() if p.requires_grad and p.dim() >= 2]
-        no_decay = [p for p in self.parameters() if p.requires_grad and p.dim() < 2]
-        optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=hp.lr, betas=tuple(hp.betas),
-        )
         total = self.trainer.estimated_stepping_batches if hp.lr_schedule == "cosine" else None
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_lr_lambda(hp.lr_schedule, hp.warmup_steps, total))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return adamw_with_warmup(self, hp.lr, hp.weight_decay, hp.lr_schedule, hp.warmup_steps, total, hp.betas)
 
     # ----------------------------------------------------------------------------------------
     # Inference
@@ -290,10 +324,10 @@ class Seq2SeqTransformer(L.LightningModule):
             limit = max_len if max_len is not None else self._default_max_len(src)
             limit = min(limit, self.net.max_len - 1)
             if beam_size == 1:
-                out = self.net.greedy_decode(src, BOS, EOS, limit, use_cache=use_cache)
+                out = greedy_decode(self.net, src, BOS, EOS, limit, use_cache=use_cache)
             else:
                 beam_kwargs.setdefault("length_penalty", self.hparams.length_penalty)
-                out = self.net.beam_search(src, BOS, EOS, limit, beam_size=beam_size, use_cache=use_cache, **beam_kwargs)
+                out = beam_search(self.net, src, BOS, EOS, limit, beam_size=beam_size, use_cache=use_cache, **beam_kwargs)
         finally:
             self.train(was_training)
         return [self.tgt_tokenizer.decode(row.tolist()) for row in out]

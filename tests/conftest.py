@@ -4,9 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project's packages, and tests.helpers
 
 # Tiny models are faster on one thread, and tests must not fight each other for 2 cores.
 torch.set_num_threads(1)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from datamodules import MNISTDataModule, ParallelCorpusDataModule, ToyTranslationDataModule
-from datamodules.corpus import read_aligned, read_tatoeba
+from datamodules.corpus_readers import read_aligned, read_tatoeba
 from datamodules.errors import CorpusFormatError, DataFormatError, HyperparameterError
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
 from tests.test_mnist import fake_mnist
@@ -46,7 +46,7 @@ def assert_one_line(err: pytest.ExceptionInfo, *words: str) -> str:
 
 def bad_texts() -> dict[str, tuple[bytes, str]]:
     """name → (file bytes, a word the error must contain)."""
-    latin1 = GOOD[len(BOM):].decode("utf-8").replace("第", "").replace("句话，咖啡。", "").encode("latin-1")
+    latin1 = GOOD[len(BOM) :].decode("utf-8").replace("第", "").replace("句话，咖啡。", "").encode("latin-1")
     return {
         "empty": (b"", "no text"),
         "bom-only": (BOM, "no text"),
@@ -184,15 +184,17 @@ def bad_idx(good: bytes, ndim: int) -> dict[str, bytes]:
     n, *item = struct.unpack(f">{ndim}I", good[4:header])
     body = good[header:]
     variants = {f"cut-{at}": cut(good, at) for at in (0, 3, header - 1, header, header + 1, 0.5, -1)}
-    variants.update({
-        "random-bytes": random.Random(2).randbytes(len(good)),
-        "trailing-byte": good + b"\0",
-        "count-too-high": _idx((0, 0, 8, ndim), (n + 1, *item), body),
-        "count-too-low": _idx((0, 0, 8, ndim), (n - 1, *item), body),
-        "count-zero": _idx((0, 0, 8, ndim), (0, *item), b""),
-        "int32-type": _idx((0, 0, 0x0C, ndim), (n, *item), body),
-        "wrong-ndim": _idx((0, 0, 8, ndim + 1), (n, *item, 1), body),
-    })
+    variants.update(
+        {
+            "random-bytes": random.Random(2).randbytes(len(good)),
+            "trailing-byte": good + b"\0",
+            "count-too-high": _idx((0, 0, 8, ndim), (n + 1, *item), body),
+            "count-too-low": _idx((0, 0, 8, ndim), (n - 1, *item), body),
+            "count-zero": _idx((0, 0, 8, ndim), (0, *item), b""),
+            "int32-type": _idx((0, 0, 0x0C, ndim), (n, *item), body),
+            "wrong-ndim": _idx((0, 0, 8, ndim + 1), (n, *item, 1), body),
+        }
+    )
     if ndim == 3:
         variants["27x28-images"] = _idx((0, 0, 8, 3), (n, 27, 28), body[: n * 27 * 28])
     return variants
@@ -203,7 +205,9 @@ FILES = {  # (file, compressed): fake_mnist writes the training files gzipped, t
     "test-labels": ("t10k-labels-idx1-ubyte", False, 1),
     "train-images.gz": ("train-images-idx3-ubyte", True, 3),
 }
-VARIANTS = {key: list(bad_idx(_idx((0, 0, 8, ndim), (2, 28, 28)[:ndim], bytes(2 * 784)), ndim)) for key, (_, _, ndim) in FILES.items()}
+VARIANTS = {
+    key: list(bad_idx(_idx((0, 0, 8, ndim), (2, 28, 28)[:ndim], bytes(2 * 784)), ndim)) for key, (_, _, ndim) in FILES.items()
+}
 
 
 @pytest.mark.parametrize("key, variant", [(k, v) for k, vs in VARIANTS.items() for v in vs])

@@ -13,26 +13,18 @@ import sys
 import warnings
 from pathlib import Path
 
-import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
 from datamodules import UNK, ToyTranslationDataModule
 from tasks import Seq2SeqTransformer
-from tasks.cli import check_resume_checkpoint
-from tasks.loading import CheckpointError, load_checkpoint
-from tests.conftest import ROOT
+from tests.helpers import FIT, ROOT, TOY_MODEL, quiet_trainer, run
 from tests.test_mnist import fake_mnist
+from training.cli import check_resume_checkpoint
+from training.loading import CheckpointError, load_checkpoint
 
 SCRIPTS = ROOT / "scripts"
-FIT = [sys.executable, str(SCRIPTS / "fit.py")]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-TOY = dict(d_model=64, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=128, max_len=32)  # the recipe's sizes
-
-
-def run(cmd: list[str], timeout: int = 900, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=timeout, **kwargs)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> str:
@@ -59,23 +51,30 @@ def ckpts(tmp_path_factory) -> dict[str, Path]:
     dm = ToyTranslationDataModule()
 
     def save(model, name):
-        trainer = L.Trainer(max_steps=1, limit_val_batches=0, logger=False, enable_checkpointing=False,
-                            enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+        trainer = quiet_trainer(max_steps=1, limit_val_batches=0)
         trainer.fit(model, train_dataloaders=dm.train_dataloader())
         trainer.save_checkpoint(root / name)
         return root / name
 
-    out = {"good": save(Seq2SeqTransformer(tokenizers=dm.tokenizers, **TOY), "good.ckpt")}
+    out = {"good": save(Seq2SeqTransformer(tokenizers=dm.tokenizers, **TOY_MODEL), "good.ckpt")}
     data = out["good"].read_bytes()
     (root / "truncated.ckpt").write_bytes(data[: len(data) // 2])
     (root / "corrupt.ckpt").write_bytes(b"not a checkpoint at all\n" * 100)
     out["truncated"], out["corrupt"] = root / "truncated.ckpt", root / "corrupt.ckpt"
-    out["bigger"] = save(Seq2SeqTransformer(tokenizers=dm.tokenizers, **{**TOY, "d_model": 32}), "bigger.ckpt")
+    out["bigger"] = save(Seq2SeqTransformer(tokenizers=dm.tokenizers, **{**TOY_MODEL, "d_model": 32}), "bigger.ckpt")
     from tasks.mnist import MnistSequenceClassifier
 
     mnist = MnistSequenceClassifier(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32)
-    torch.save({"state_dict": mnist.state_dict(), "loops": {}, "epoch": 0, "global_step": 0,
-                "hyper_parameters": {**mnist.hparams, "_class_path": "tasks.MnistSequenceClassifier"}}, root / "mnist.ckpt")
+    torch.save(
+        {
+            "state_dict": mnist.state_dict(),
+            "loops": {},
+            "epoch": 0,
+            "global_step": 0,
+            "hyper_parameters": {**mnist.hparams, "_class_path": "tasks.MnistSequenceClassifier"},
+        },
+        root / "mnist.ckpt",
+    )
     out["mnist"] = root / "mnist.ckpt"
     return out
 
@@ -83,10 +82,15 @@ def ckpts(tmp_path_factory) -> dict[str, Path]:
 # ---------------------------------------------------------------------------------------------- checkpoints
 
 
-@pytest.mark.parametrize("kind, words", [
-    ("missing", ["not found"]), ("truncated", ["truncated or corrupt"]), ("corrupt", ["truncated or corrupt"]),
-    ("mnist", ["MnistSequenceClassifier", "not a Seq2SeqTransformer"]),
-])
+@pytest.mark.parametrize(
+    "kind, words",
+    [
+        ("missing", ["not found"]),
+        ("truncated", ["truncated or corrupt"]),
+        ("corrupt", ["truncated or corrupt"]),
+        ("mnist", ["MnistSequenceClassifier", "not a Seq2SeqTransformer"]),
+    ],
+)
 def test_load_checkpoint_says_what_is_wrong(ckpts, kind, words):
     path = ckpts.get(kind, ckpts["good"].parent / "missing.ckpt")
     with pytest.raises(CheckpointError) as err:
@@ -101,12 +105,18 @@ def test_good_checkpoint_is_plain_data_and_loads(ckpts):
     check_resume_checkpoint(str(ckpts["good"]), model)  # no error
 
 
-@pytest.mark.parametrize("kind, words", [
-    ("missing", ["no such checkpoint"]), ("truncated", ["truncated or corrupt"]), ("corrupt", ["truncated or corrupt"]),
-    ("mnist", ["MnistSequenceClassifier", "Seq2SeqTransformer"]), ("bigger", ["does not fit this model's sizes"]),
-])
+@pytest.mark.parametrize(
+    "kind, words",
+    [
+        ("missing", ["no such checkpoint"]),
+        ("truncated", ["truncated or corrupt"]),
+        ("corrupt", ["truncated or corrupt"]),
+        ("mnist", ["MnistSequenceClassifier", "Seq2SeqTransformer"]),
+        ("bigger", ["does not fit this model's sizes"]),
+    ],
+)
 def test_resume_checkpoint_is_checked_before_training(ckpts, kind, words):
-    model = Seq2SeqTransformer(tokenizers=ToyTranslationDataModule().tokenizers, **TOY)
+    model = Seq2SeqTransformer(tokenizers=ToyTranslationDataModule().tokenizers, **TOY_MODEL)
     path = ckpts.get(kind, ckpts["good"].parent / "missing.ckpt")
     with pytest.raises(CheckpointError) as err:
         check_resume_checkpoint(str(path), model)
@@ -115,8 +125,9 @@ def test_resume_checkpoint_is_checked_before_training(ckpts, kind, words):
 
 @pytest.mark.parametrize("kind", ["truncated", "mnist"])
 def test_fit_with_a_bad_ckpt_path_is_one_line(ckpts, tmp_path, kind):
-    result = run([*FIT, "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false",
-                  "--ckpt_path", str(ckpts[kind])])
+    result = run(
+        [*FIT, "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false", "--ckpt_path", str(ckpts[kind])]
+    )
     assert_one_line_error(result, str(ckpts[kind]))
     assert not list(tmp_path.rglob("*.ckpt"))  # nothing trained, nothing written
 
@@ -143,9 +154,21 @@ def test_fit_with_a_missing_data_folder(tmp_path, recipe):
     if recipe == "mnist" and not (hasattr(tasks, "MnistSequenceClassifier") and (ROOT / "configs" / "mnist.yaml").exists()):
         pytest.skip("the MNIST recipe is not there")
     missing = tmp_path / "no-such-folder"
-    result = run([*FIT, "--config", f"configs/{recipe}.yaml", "--data.init_args.data_dir", str(missing),
-                  "--data.init_args.download", "false", "--trainer.default_root_dir", str(tmp_path),
-                  "--trainer.logger", "false"])
+    result = run(
+        [
+            *FIT,
+            "--config",
+            f"configs/{recipe}.yaml",
+            "--data.init_args.data_dir",
+            str(missing),
+            "--data.init_args.download",
+            "false",
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            "--trainer.logger",
+            "false",
+        ]
+    )
     assert_one_line_error(result, str(missing))
 
 
@@ -155,9 +178,21 @@ def test_fit_with_a_malformed_corpus_line(tmp_path):
     lines = [f"Sentence {i}.\t句子{i}。\tCC-BY" for i in range(40)]
     lines[17] = "No tab on this line"
     (data / "cmn.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    result = run([*FIT, "--config", "configs/cmn_eng.yaml", "--data.init_args.data_dir", str(data),
-                  "--data.init_args.download", "false", "--trainer.default_root_dir", str(tmp_path / "run"),
-                  "--trainer.logger", "false"])
+    result = run(
+        [
+            *FIT,
+            "--config",
+            "configs/cmn_eng.yaml",
+            "--data.init_args.data_dir",
+            str(data),
+            "--data.init_args.download",
+            "false",
+            "--trainer.default_root_dir",
+            str(tmp_path / "run"),
+            "--trainer.logger",
+            "false",
+        ]
+    )
     assert_one_line_error(result, "cmn.txt", "line 18")
 
 
@@ -166,9 +201,21 @@ def test_fit_with_an_empty_or_binary_corpus(tmp_path, kind):
     data = tmp_path / "cmn-eng"
     data.mkdir()
     (data / "cmn.txt").write_bytes(codecs.BOM_UTF8 if kind == "bom-only" else b"\xff" + random.Random(0).randbytes(4000))
-    result = run([*FIT, "--config", "configs/cmn_eng.yaml", "--data.init_args.data_dir", str(data),
-                  "--data.init_args.download", "false", "--trainer.default_root_dir", str(tmp_path / "run"),
-                  "--trainer.logger", "false"])
+    result = run(
+        [
+            *FIT,
+            "--config",
+            "configs/cmn_eng.yaml",
+            "--data.init_args.data_dir",
+            str(data),
+            "--data.init_args.download",
+            "false",
+            "--trainer.default_root_dir",
+            str(tmp_path / "run"),
+            "--trainer.logger",
+            "false",
+        ]
+    )
     assert_one_line_error(result, str(data / "cmn.txt"), "no text" if kind == "bom-only" else "line 1 (byte offset 0)")
     assert result.returncode == 2
 
@@ -177,16 +224,41 @@ def test_fit_with_a_truncated_mnist_test_file_stops_before_training(tmp_path):
     fake_mnist(tmp_path / "mnist")
     images = tmp_path / "mnist" / "MNIST" / "raw" / "t10k-images-idx3-ubyte"  # 20 images: 16 + 15,680 bytes
     images.write_bytes(images.read_bytes()[:5000])
-    result = run([*FIT, "--config", "configs/mnist_subset.yaml", "--data.init_args.data_dir", str(tmp_path / "mnist"),
-                  "--data.init_args.download", "false", "--data.init_args.val_size", "10",
-                  "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.logger", "false"])
+    result = run(
+        [
+            *FIT,
+            "--config",
+            "configs/mnist_subset.yaml",
+            "--data.init_args.data_dir",
+            str(tmp_path / "mnist"),
+            "--data.init_args.download",
+            "false",
+            "--data.init_args.val_size",
+            "10",
+            "--trainer.default_root_dir",
+            str(tmp_path / "run"),
+            "--trainer.logger",
+            "false",
+        ]
+    )
     assert_one_line_error(result, str(images), "promises 20 images, 15696 bytes", "has 5000 bytes")
     assert result.returncode == 2 and not list((tmp_path / "run").rglob("*.ckpt"))
 
 
 def test_fit_with_model_sizes_that_do_not_fit_is_one_short_line(tmp_path):
-    result = run([*FIT, "--model.init_args.d_model", "30", "--model.init_args.nhead", "4",
-                  "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false"])
+    result = run(
+        [
+            *FIT,
+            "--model.init_args.d_model",
+            "30",
+            "--model.init_args.nhead",
+            "4",
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            "--trainer.logger",
+            "false",
+        ]
+    )
     line = assert_one_line_error(result, "Seq2SeqTransformer: d_model=30 must be divisible by nhead=4")
     assert result.returncode == 2 and len(line) < 100  # not the namespace and its vocabulary
 
@@ -257,8 +329,18 @@ class PoisonWeightsAt(Callback):
 
 def test_nan_loss_stops_with_the_step(tmp_path):
     poison = '{"class_path": "tests.test_bad_input.PoisonWeightsAt", "init_args": {"step": 5}}'
-    result = run([*FIT, "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false",
-                  "--trainer.enable_progress_bar", "false", f"--trainer.callbacks+={poison}"])
+    result = run(
+        [
+            *FIT,
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            "--trainer.logger",
+            "false",
+            "--trainer.enable_progress_bar",
+            "false",
+            f"--trainer.callbacks+={poison}",
+        ]
+    )
     line = assert_one_line_error(result, "loss became nan at step 5 (epoch 0)")
     assert result.returncode == 1, line
     assert not list(tmp_path.rglob("*.ckpt"))  # no checkpoint of a diverged model
@@ -292,8 +374,18 @@ def test_killed_while_saving_keeps_the_previous_checkpoint(tmp_path):
     # Epoch 0 writes the best checkpoint and last.ckpt (saves 1 and 2); epoch 1 dies by SIGKILL halfway
     # through its first save (a new best, or last.ckpt when the loss did not improve).
     kill = '{"class_path": "tests.test_bad_input.KillDuringSave", "init_args": {"n": 3}}'
-    common = ["--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false", "--trainer.enable_progress_bar",
-              "false", "--trainer.limit_train_batches", "2", "--test", "false"]
+    common = [
+        "--trainer.default_root_dir",
+        str(tmp_path),
+        "--trainer.logger",
+        "false",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.limit_train_batches",
+        "2",
+        "--test",
+        "false",
+    ]
     result = run([*FIT, *common, "--trainer.max_epochs", "3", f"--trainer.callbacks+={kill}"])
     assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
     ckpts = {p.name: p for p in tmp_path.rglob("*.ckpt")}

@@ -15,18 +15,27 @@ import torch
 
 from datamodules import ParallelCorpusDataModule, ToyTranslationDataModule
 from tasks import Seq2SeqTransformer
-from tasks.callbacks import EMA, BestAndLastCheckpoint
-from tests.conftest import ROOT, SHARED_DATA
+from tests.helpers import ROOT, SHARED_DATA, quiet_trainer
 from tests.test_corpus import chinese, english, write_tatoeba
+from training.callbacks import EMA, BestAndLastCheckpoint
 
-TINY = dict(d_model=32, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=64, max_len=48,
-            label_smoothing=0.0, lr=3e-3, warmup_steps=10, lr_schedule="constant", attention_maps=0)
+TINY = dict(
+    d_model=32,
+    nhead=2,
+    num_encoder_layers=1,
+    num_decoder_layers=1,
+    dim_feedforward=64,
+    max_len=48,
+    label_smoothing=0.0,
+    lr=3e-3,
+    warmup_steps=10,
+    lr_schedule="constant",
+    attention_maps=0,
+)
 
 
 def _trainer(root: Path, callbacks: list, **kwargs) -> L.Trainer:
-    defaults = dict(max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                    accelerator="cpu", default_root_dir=root)
-    return L.Trainer(callbacks=callbacks, **{**defaults, **kwargs})
+    return quiet_trainer(root, callbacks=callbacks, **{"max_epochs": 3, "enable_checkpointing": True, **kwargs})
 
 
 class RecordsValidationWeights(Seq2SeqTransformer):
@@ -91,8 +100,9 @@ def test_best_checkpoint_waits_for_a_metric_computed_every_n_epochs(tmp_path):
     L.seed_everything(0)
     dm = ToyTranslationDataModule(batch_size=3, repeats=2)
     model = Seq2SeqTransformer(tokenizers=dm.tokenizers, **{**TINY, "bleu_every_n_epochs": 2})
-    checkpoint = BestAndLastCheckpoint(dirpath=tmp_path, monitor="val/bleu", mode="max", save_last=True,
-                                       filename="epoch{epoch}", auto_insert_metric_name=False)
+    checkpoint = BestAndLastCheckpoint(
+        dirpath=tmp_path, monitor="val/bleu", mode="max", save_last=True, filename="epoch{epoch}", auto_insert_metric_name=False
+    )
     _trainer(tmp_path, [checkpoint], max_epochs=3).fit(model, datamodule=dm)  # BLEU after epochs 1 only
     assert Path(checkpoint.best_model_path).name == "epoch1.ckpt"
     assert torch.load(checkpoint.last_model_path, weights_only=True)["epoch"] == 2
@@ -103,8 +113,17 @@ def test_best_checkpoint_waits_for_a_metric_computed_every_n_epochs(tmp_path):
 
 def _corpus(tmp_path: Path, **kwargs) -> ParallelCorpusDataModule:
     write_tatoeba(tmp_path / "cmn.txt", list(zip(english(), chinese())))
-    return ParallelCorpusDataModule(data_dir=str(tmp_path), download=False, src_tokenizer="bpe", tgt_tokenizer="bpe",
-                                    src_vocab_size=150, tgt_vocab_size=150, max_tokens=400, max_len=48, **kwargs)
+    return ParallelCorpusDataModule(
+        data_dir=str(tmp_path),
+        download=False,
+        src_tokenizer="bpe",
+        tgt_tokenizer="bpe",
+        src_vocab_size=150,
+        tgt_vocab_size=150,
+        max_tokens=400,
+        max_len=48,
+        **kwargs,
+    )
 
 
 def test_shared_vocabulary_ties_all_three_embeddings_through_a_checkpoint(tmp_path):
@@ -178,8 +197,9 @@ def test_test_decoding_is_split_across_two_processes_with_the_same_bleu(tmp_path
     script.write_text(DDP_SCRIPT.format(root=str(ROOT), ckpt=str(ckpt), data=str(tmp_path / "data"), out=str(tmp_path)))
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     for devices in ("1", "2"):
-        result = subprocess.run([sys.executable, str(script), devices], capture_output=True, text=True, cwd=tmp_path,
-                                env=env, timeout=600)
+        result = subprocess.run(
+            [sys.executable, str(script), devices], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600
+        )
         assert result.returncode == 0, result.stderr[-3000:]
     one = json.loads((tmp_path / "rank0-of-1.json").read_text())
     ranks = [json.loads((tmp_path / f"rank{r}-of-2.json").read_text()) for r in (0, 1)]
@@ -192,15 +212,28 @@ def test_test_decoding_is_split_across_two_processes_with_the_same_bleu(tmp_path
 # ---------------------------------------------------------------------------------------------- recipes
 
 
-@pytest.mark.parametrize("recipe, data", [("toy_translation", None), ("multi30k", "multi30k"), ("cmn_eng", "cmn-eng"),
-                                          ("mnist_subset", "mnist"), ("mnist", "mnist")])
+@pytest.mark.parametrize(
+    "recipe, data",
+    [("toy_translation", None), ("multi30k", "multi30k"), ("cmn_eng", "cmn-eng"), ("mnist_subset", "mnist"), ("mnist", "mnist")],
+)
 def test_every_recipe_trains_and_tests_on_the_shared_data(tmp_path, recipe, data):
     """Each shipped recipe as written (its sizes, EMA, checkpoint metric), a few steps on the real data."""
-    from tests.test_workflow import fit
+    from tests.helpers import fit
 
-    args = ["--config", str(ROOT / "configs" / f"{recipe}.yaml"), "--trainer.max_epochs", "1",
-            "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "2",
-            "--trainer.logger", "CSVLogger"]
+    args = [
+        "--config",
+        str(ROOT / "configs" / f"{recipe}.yaml"),
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.limit_train_batches",
+        "2",
+        "--trainer.limit_val_batches",
+        "2",
+        "--trainer.limit_test_batches",
+        "2",
+        "--trainer.logger",
+        "CSVLogger",
+    ]
     if data:
         args += ["--data.init_args.data_dir", str(SHARED_DATA / data)]
     if recipe in ("multi30k", "cmn_eng"):  # an untrained model decodes to the length limit: keep BLEU small
@@ -213,7 +246,7 @@ def test_every_recipe_trains_and_tests_on_the_shared_data(tmp_path, recipe, data
 def test_ema_decay_warms_up_so_the_initial_weights_fade_quickly():
     from torch.optim.swa_utils import AveragedModel
 
-    from tasks.callbacks import _ema_with_warmup
+    from training.callbacks import _ema_with_warmup
 
     param = torch.nn.Parameter(torch.zeros(1))
     module = torch.nn.Module()

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from models import Seq2SeqNet
-from models.beam_search import beam_search, length_penalty_factor
+from models.decoding import beam_search, greedy_decode, length_penalty_factor
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -26,8 +26,22 @@ def make_net(seed: int, tgt_vocab: int = 8, eos_bias: float = 0.3, max_len: int 
     """A tiny untrained net; `eos_bias` is added to the `<eos>` logit so that some sentences
     finish early and others run to max_len."""
     torch.manual_seed(seed)
-    net = Seq2SeqNet(12, tgt_vocab, d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=2,
-                     dim_feedforward=32, dropout=0.0, max_len=max_len, pad_id=PAD).double().eval()
+    net = (
+        Seq2SeqNet(
+            12,
+            tgt_vocab,
+            d_model=16,
+            nhead=2,
+            num_encoder_layers=1,
+            num_decoder_layers=2,
+            dim_feedforward=32,
+            dropout=0.0,
+            max_len=max_len,
+            pad_id=PAD,
+        )
+        .double()
+        .eval()
+    )
     decode = net.decode
     bias = torch.zeros(tgt_vocab, dtype=torch.float64)
     bias[EOS] = eos_bias
@@ -68,14 +82,14 @@ def strip(row: torch.Tensor) -> list[int]:
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_beam_size_one_is_greedy(seed, use_cache):
     net, src = make_net(seed), make_sources(seed)
-    greedy = net.greedy_decode(src, BOS, EOS, max_len=12, use_cache=use_cache)
-    beam = net.beam_search(src, BOS, EOS, max_len=12, beam_size=1, length_penalty=0.0, use_cache=use_cache)
+    greedy = greedy_decode(net, src, BOS, EOS, max_len=12, use_cache=use_cache)
+    beam = beam_search(net, src, BOS, EOS, max_len=12, beam_size=1, length_penalty=0.0, use_cache=use_cache)
     assert torch.equal(beam, greedy)
 
 
 def test_greedy_comparison_covers_finished_and_unfinished_rows():
     """The seeds above exercise both outcomes: rows that emit <eos> and rows that run to max_len."""
-    finished = torch.cat([make_net(s).greedy_decode(make_sources(s), BOS, EOS, 12).eq(EOS).any(1) for s in range(4)])
+    finished = torch.cat([greedy_decode(make_net(s), make_sources(s), BOS, EOS, 12).eq(EOS).any(1) for s in range(4)])
     assert finished.any() and not finished.all()
 
 
@@ -85,8 +99,8 @@ def test_greedy_comparison_covers_finished_and_unfinished_rows():
 def test_cached_equals_uncached(seed, beam_size, length_penalty):
     net, src = make_net(seed), make_sources(seed)
     kwargs = dict(max_len=12, beam_size=beam_size, length_penalty=length_penalty)
-    cached = net.beam_search(src, BOS, EOS, use_cache=True, **kwargs)
-    uncached = net.beam_search(src, BOS, EOS, use_cache=False, **kwargs)
+    cached = beam_search(net, src, BOS, EOS, use_cache=True, **kwargs)
+    uncached = beam_search(net, src, BOS, EOS, use_cache=False, **kwargs)
     assert torch.equal(cached, uncached)
     check_well_formed(cached, 12)
 
@@ -99,9 +113,9 @@ def test_batched_equals_alone(seed, beam_size, length_penalty):
     lengths = (7, 3, 5, 1, 6)
     net, src = make_net(seed), make_sources(seed, lengths)
     kwargs = dict(max_len=12, beam_size=beam_size, length_penalty=length_penalty)
-    batched = net.beam_search(src, BOS, EOS, **kwargs)
+    batched = beam_search(net, src, BOS, EOS, **kwargs)
     for i, n in enumerate(lengths):
-        alone = net.beam_search(src[i : i + 1, :n], BOS, EOS, **kwargs)
+        alone = beam_search(net, src[i : i + 1, :n], BOS, EOS, **kwargs)
         assert strip(batched[i]) == strip(alone[0])
 
 
@@ -111,10 +125,10 @@ def test_float32_cached_uncached_and_batched_agree():
     net.float()
     decode = net.decode
     net.decode = lambda *args, **kwargs: decode(*args, **kwargs).float()
-    out = net.beam_search(src, BOS, EOS, 12, beam_size=3)
-    assert torch.equal(out, net.beam_search(src, BOS, EOS, 12, beam_size=3, use_cache=False))
+    out = beam_search(net, src, BOS, EOS, 12, beam_size=3)
+    assert torch.equal(out, beam_search(net, src, BOS, EOS, 12, beam_size=3, use_cache=False))
     for i, n in enumerate((7, 3, 5, 1, 6)):
-        assert strip(out[i]) == strip(net.beam_search(src[i : i + 1, :n], BOS, EOS, 12, beam_size=3)[0])
+        assert strip(out[i]) == strip(beam_search(net, src[i : i + 1, :n], BOS, EOS, 12, beam_size=3)[0])
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -122,8 +136,8 @@ def test_beam_scores_at_least_greedy_on_finished_sentences(seed):
     """Not a theorem per sentence (a beam can drop greedy's path), but it holds on these nets,
     and by a wide margin: untrained nets make the short hypotheses likelier."""
     net, src = make_net(seed), make_sources(seed)
-    greedy = net.greedy_decode(src, BOS, EOS, 12)
-    beam = net.beam_search(src, BOS, EOS, 12, beam_size=6, length_penalty=0.0)
+    greedy = greedy_decode(net, src, BOS, EOS, 12)
+    beam = beam_search(net, src, BOS, EOS, 12, beam_size=6, length_penalty=0.0)
     for i in range(src.size(0)):
         if EOS in strip(greedy[i]):
             g = sequence_logprob(net, src[i : i + 1], strip(greedy[i]))
@@ -178,8 +192,9 @@ def test_wide_beam_is_exact_search_on_real_net(length_penalty, use_cache):
         return net.decode(torch.tensor([prefix]), memory, src_pad)[0, -1].log_softmax(-1)
 
     score, best = oracle(logp_fn, vocab, L, length_penalty)
-    out = net.beam_search(src, BOS, EOS, L, beam_size=exhaustive_width(vocab, L),
-                          length_penalty=length_penalty, use_cache=use_cache)
+    out = beam_search(
+        net, src, BOS, EOS, L, beam_size=exhaustive_width(vocab, L), length_penalty=length_penalty, use_cache=use_cache
+    )
     assert strip(out[0]) == best
 
 
@@ -201,9 +216,6 @@ class TableNet(nn.Module):
     """A fake `Seq2SeqNet` whose next-token log-probs are a fixed function of (source, prefix):
     `table(source, prefix) -> list of V log-probs`. It counts its `decode` calls."""
 
-    greedy_decode = Seq2SeqNet.greedy_decode
-    beam_search = Seq2SeqNet.beam_search
-
     def __init__(self, table, vocab: int, max_len: int = 64):
         super().__init__()
         self.table, self.vocab, self.pad_id, self.max_len, self.calls = table, vocab, PAD, max_len, 0
@@ -221,8 +233,7 @@ class TableNet(nn.Module):
             prefixes = cache.tokens
         sources = [tuple(m[~p].long().tolist()) for m, p in zip(memory[:, :, 0], src_pad)]
         start = prefixes.size(1) - tgt.size(1)
-        rows = [[self.table(s, tuple(p[: j + 1])) for j in range(start, len(p))]
-                for s, p in zip(sources, prefixes.tolist())]
+        rows = [[self.table(s, tuple(p[: j + 1])) for j in range(start, len(p))] for s, p in zip(sources, prefixes.tolist())]
         return torch.tensor(rows, dtype=torch.float64).log_softmax(-1)  # (N, T, V)
 
 
@@ -253,8 +264,8 @@ def test_beam_finds_the_better_sequence_that_greedy_misses():
     probs = {(BOS,): {A: 0.6, B: 0.4 - 3e-6}, (BOS, B): {EOS: 0.99}}
     net = TableNet(table_from(probs, {EOS: 0.34, A: 0.33, B: 0.33 - 2e-6}, 5), 5)
     src = torch.tensor([[5, 6]])
-    greedy = strip(net.greedy_decode(src, BOS, EOS, 6)[0])
-    beam = strip(net.beam_search(src, BOS, EOS, 6, beam_size=2, length_penalty=0.0)[0])
+    greedy = strip(greedy_decode(net, src, BOS, EOS, 6)[0])
+    beam = strip(beam_search(net, src, BOS, EOS, 6, beam_size=2, length_penalty=0.0)[0])
     memory, src_pad = net.encode(src)
     score, best = oracle(lambda p: net.decode(torch.tensor([p]), memory, src_pad)[0, -1], 5, 4, 0.0)
     assert greedy == [BOS, A, EOS] and beam == best == [BOS, B, EOS]
@@ -269,7 +280,7 @@ def test_length_penalty_counts_generated_tokens_with_eos(length_penalty):
     A = 3
     probs = {(BOS,): {EOS: math.exp(-1.0), A: math.exp(-1.15)}}
     net = TableNet(table_from(probs, {EOS: 1 - 4e-9}, 6), 6)
-    out = net.beam_search(torch.tensor([[5]]), BOS, EOS, 5, beam_size=2, length_penalty=length_penalty)
+    out = beam_search(net, torch.tensor([[5]]), BOS, EOS, 5, beam_size=2, length_penalty=length_penalty)
     assert strip(out[0]) == ([BOS, A, EOS] if length_penalty else [BOS, EOS])
 
 
@@ -283,11 +294,11 @@ def test_search_goes_on_while_a_live_hypothesis_can_still_win(use_cache):
     probs.update({(BOS,) + (A,) * n: {A: certain} for n in (1, 2, 3)})
     net = TableNet(table_from(probs, {EOS: certain}, 5), 5)
     src = torch.tensor([[5]])
-    out = net.beam_search(src, BOS, EOS, 6, beam_size=1, length_penalty=2.0, use_cache=use_cache)
+    out = beam_search(net, src, BOS, EOS, 6, beam_size=1, length_penalty=2.0, use_cache=use_cache)
     memory, src_pad = net.encode(src)
     _, best = oracle(lambda p: net.decode(torch.tensor([p]), memory, src_pad)[0, -1], 5, 6, 2.0)
     assert strip(out[0]) == best == [BOS, A, A, A, A, EOS]
-    assert strip(net.greedy_decode(src, BOS, EOS, 6)[0]) == [BOS, EOS]
+    assert strip(greedy_decode(net, src, BOS, EOS, 6)[0]) == [BOS, EOS]
 
 
 @pytest.mark.parametrize("length_penalty", [0.0, 0.6, 2.0])
@@ -295,10 +306,11 @@ def test_search_goes_on_while_a_live_hypothesis_can_still_win(use_cache):
 def test_wide_beam_is_exact_search_on_tables(seed, length_penalty):
     vocab, L = 5, 4
     net, src = TableNet(random_table(vocab, seed), vocab), torch.tensor([[7, 8, 9], [5, 6, PAD]])
-    out = net.beam_search(src, BOS, EOS, L, beam_size=exhaustive_width(vocab, L), length_penalty=length_penalty)
+    out = beam_search(net, src, BOS, EOS, L, beam_size=exhaustive_width(vocab, L), length_penalty=length_penalty)
     for i in range(2):
         memory, src_pad = net.encode(src[i : i + 1])
-        score, best = oracle(lambda p: net.decode(torch.tensor([p]), memory, src_pad)[0, -1], vocab, L, length_penalty)
+        logp = lambda p, m=memory, pad=src_pad: net.decode(torch.tensor([p]), m, pad)[0, -1]
+        score, best = oracle(logp, vocab, L, length_penalty)
         assert strip(out[i]) == best
 
 
@@ -307,10 +319,10 @@ def test_tables_cached_uncached_and_batched_agree(beam_size):
     vocab, lengths = 6, (3, 1, 2)
     net, src = TableNet(random_table(vocab, 7, temperature=1.0), vocab), make_sources(0, lengths)
     kwargs = dict(max_len=8, beam_size=beam_size, length_penalty=1.0)
-    out = net.beam_search(src, BOS, EOS, **kwargs)
-    assert torch.equal(out, net.beam_search(src, BOS, EOS, use_cache=False, **kwargs))
+    out = beam_search(net, src, BOS, EOS, **kwargs)
+    assert torch.equal(out, beam_search(net, src, BOS, EOS, use_cache=False, **kwargs))
     for i, n in enumerate(lengths):
-        assert strip(out[i]) == strip(net.beam_search(src[i : i + 1, :n], BOS, EOS, **kwargs)[0])
+        assert strip(out[i]) == strip(beam_search(net, src[i : i + 1, :n], BOS, EOS, **kwargs)[0])
     check_well_formed(out, 8)
 
 
@@ -320,28 +332,28 @@ def test_tables_cached_uncached_and_batched_agree(beam_size):
 @pytest.mark.parametrize("beam_size", [6, 20])
 def test_beam_wider_than_vocabulary(beam_size):
     net, src = make_net(0, tgt_vocab=4), make_sources(0)
-    out = net.beam_search(src, BOS, EOS, 6, beam_size=beam_size)
+    out = beam_search(net, src, BOS, EOS, 6, beam_size=beam_size)
     check_well_formed(out, 6)
-    assert torch.equal(out, net.beam_search(src, BOS, EOS, 6, beam_size=beam_size, use_cache=False))
+    assert torch.equal(out, beam_search(net, src, BOS, EOS, 6, beam_size=beam_size, use_cache=False))
 
 
 @pytest.mark.parametrize("beam_size", [1, 2, 8])
 def test_max_len_one_and_zero(beam_size):
     net, src = make_net(1), make_sources(1)
-    out = net.beam_search(src, BOS, EOS, 1, beam_size=beam_size, length_penalty=0.0)
+    out = beam_search(net, src, BOS, EOS, 1, beam_size=beam_size, length_penalty=0.0)
     assert out.shape == (src.size(0), 2) and out[:, 0].eq(BOS).all()
     memory, src_pad = net.encode(src)
     first = net.decode(torch.full((src.size(0), 1), BOS), memory, src_pad)[:, -1]  # (B, V)
     eos_in_top_k = first.topk(beam_size, dim=-1).indices.eq(EOS).any(-1)
     # A finished hypothesis is preferred to an unfinished one; otherwise the likeliest token.
     assert torch.equal(out[:, 1], torch.where(eos_in_top_k, EOS, first.argmax(-1)))
-    zero = net.beam_search(src, BOS, EOS, 0, beam_size=beam_size)
+    zero = beam_search(net, src, BOS, EOS, 0, beam_size=beam_size)
     assert torch.equal(zero, torch.full((src.size(0), 1), BOS))
 
 
 def test_max_len_is_capped_by_positions():
     net, src = make_net(0, eos_bias=-5.0, max_len=10), make_sources(0)
-    out = net.beam_search(src, BOS, EOS, 1000, beam_size=3)
+    out = beam_search(net, src, BOS, EOS, 1000, beam_size=3)
     assert out.size(1) == 10  # <bos> + the 9 tokens that fit in 10 positions
     check_well_formed(out, 9)
 
@@ -358,7 +370,7 @@ def test_stops_once_all_sentences_have_finished(length_penalty):
         return [30.0 if v == EOS else 0.0 for v in range(vocab)]
 
     net = TableNet(table, vocab)
-    out = net.beam_search(make_sources(0, (2, 4)), BOS, EOS, 50, beam_size=3, length_penalty=length_penalty)
+    out = beam_search(net, make_sources(0, (2, 4)), BOS, EOS, 50, beam_size=3, length_penalty=length_penalty)
     assert net.calls == 2 and out.shape == (2, 3) and out[:, 2].eq(EOS).all()
 
 

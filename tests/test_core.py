@@ -5,14 +5,22 @@ import torch
 
 from models import Seq2SeqNet, SinusoidalPositionalEncoding, Transformer
 from models.attention import MultiHeadAttention
+from models.decoding import greedy_decode
 
 D, H = 32, 4
 
 
 def torch_reference(norm_first: bool, activation: str, layers: int = 2) -> torch.nn.Transformer:
     return torch.nn.Transformer(
-        d_model=D, nhead=H, num_encoder_layers=layers, num_decoder_layers=layers, dim_feedforward=64,
-        dropout=0.0, activation=activation, norm_first=norm_first, batch_first=True,
+        d_model=D,
+        nhead=H,
+        num_encoder_layers=layers,
+        num_decoder_layers=layers,
+        dim_feedforward=64,
+        dropout=0.0,
+        activation=activation,
+        norm_first=norm_first,
+        batch_first=True,
     )
 
 
@@ -36,16 +44,24 @@ def test_from_torch_matches_torch_transformer(norm_first, activation, train):
     src, tgt, src_pad, tgt_pad = padded_inputs()
     causal = torch.nn.Transformer.generate_square_subsequent_mask(tgt.size(1))
     with torch.no_grad():
-        expected = ref(src, tgt, tgt_mask=causal, tgt_is_causal=True, src_key_padding_mask=src_pad,
-                       tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad)
+        expected = ref(
+            src,
+            tgt,
+            tgt_mask=causal,
+            tgt_is_causal=True,
+            src_key_padding_mask=src_pad,
+            tgt_key_padding_mask=tgt_pad,
+            memory_key_padding_mask=src_pad,
+        )
         got = ours(src, tgt, src_pad, tgt_pad)
     # PyTorch's eval fast path zeroes padded positions: compare real ones.
     torch.testing.assert_close(got[~tgt_pad], expected[~tgt_pad], atol=1e-5, rtol=0)
 
 
 def test_from_torch_without_bias_and_sequence_first():
-    ref = torch.nn.Transformer(d_model=D, nhead=H, num_encoder_layers=1, num_decoder_layers=1,
-                               dim_feedforward=64, dropout=0.0, bias=False)
+    ref = torch.nn.Transformer(
+        d_model=D, nhead=H, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=64, dropout=0.0, bias=False
+    )
     ours = Transformer.from_torch(ref)
     src, tgt = torch.randn(5, 2, D), torch.randn(4, 2, D)  # (S, B, D): PyTorch's default layout
     causal = torch.nn.Transformer.generate_square_subsequent_mask(4)
@@ -107,13 +123,14 @@ def test_cache_reorder_selects_rows():
 
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_greedy_cached_equals_uncached_tokens(use_cache):
-    net = Seq2SeqNet(20, 30, d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2,
-                     dim_feedforward=64, dropout=0.0, max_len=40).eval()
+    net = Seq2SeqNet(
+        20, 30, d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64, dropout=0.0, max_len=40
+    ).eval()
     src = torch.randint(4, 20, (4, 9))
     src[1, 6:] = 0
     src[3, 2:] = 0
-    reference = net.greedy_decode(src, bos_id=1, eos_id=2, max_len=25, use_cache=False)
-    got = net.greedy_decode(src, bos_id=1, eos_id=2, max_len=25, use_cache=use_cache)
+    reference = greedy_decode(net, src, bos_id=1, eos_id=2, max_len=25, use_cache=False)
+    got = greedy_decode(net, src, bos_id=1, eos_id=2, max_len=25, use_cache=use_cache)
     assert torch.equal(got, reference)
     assert reference.size(1) > 5  # an untrained net decodes long sequences: the test covers many steps
 
@@ -169,13 +186,13 @@ def test_sinusoidal_positions_are_a_float32_buffer():
 
 
 def test_tied_embeddings_share_one_tensor():
-    net = Seq2SeqNet(10, 12, d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1,
-                     dim_feedforward=32, tie_embeddings=True)
+    net = Seq2SeqNet(
+        10, 12, d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32, tie_embeddings=True
+    )
     assert net.generator.weight is net.tgt_embed.weight
 
 
 def test_sequence_longer_than_positions_is_refused():
-    net = Seq2SeqNet(10, 10, d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1,
-                     dim_feedforward=32, max_len=8)
+    net = Seq2SeqNet(10, 10, d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32, max_len=8)
     with pytest.raises(ValueError, match="max_len=8"):
         net(torch.randint(4, 10, (1, 9)), torch.randint(4, 10, (1, 3)))

@@ -11,26 +11,21 @@ from pathlib import Path
 import pytest
 
 from datamodules.batching import Seq2SeqBatch
-from datamodules.corpus import (
-    ParallelCorpusDataModule,
-    TokenBudgetBatchSampler,
-    padding_waste,
-    read_aligned,
-    read_tatoeba,
-    split_pairs,
-)
+from datamodules.corpus import ParallelCorpusDataModule
+from datamodules.corpus_readers import read_aligned, read_tatoeba, split_pairs
 from datamodules.errors import CorpusFormatError, DataNotFoundError
-from datamodules.tokenizers import SubwordTokenizer, train_tokenizer
-from datamodules.vocab import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Vocab, tokenizer_from_dict
+from datamodules.samplers import TokenBudgetBatchSampler, padding_waste
+from datamodules.tokenizers import SubwordTokenizer, tokenizer_from_dict, train_tokenizer
+from datamodules.vocab import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Vocab
+from tests.helpers import SHARED_DATA
 
-ROOT = Path(__file__).resolve().parents[1]
-CMN = ROOT.parent / "shared/data/cmn-eng/cmn.txt"
-MULTI30K = ROOT.parent / "shared/data/multi30k"
+CMN = SHARED_DATA / "cmn-eng" / "cmn.txt"
+MULTI30K = SHARED_DATA / "multi30k"
 
 # A small generated English/Chinese corpus: enough repetition for BPE merges, no files needed.
 _EN_SUBJ = ["I", "You", "Tom", "Mary", "We", "They", "The old man", "My sister"]
 _EN_VERB = ["like", "want", "saw", "bought", "don't need", "can't find", "painted", "forgot"]
-_EN_OBJ = ["apples.", "the red car.", "a new book!", "his dog?", "that house, again.", "\"Hamlet\"."]
+_EN_OBJ = ["apples.", "the red car.", "a new book!", "his dog?", "that house, again.", '"Hamlet".']
 _ZH_SUBJ = ["我", "你", "汤姆", "玛丽", "我们", "他们"]
 _ZH_VERB = ["喜欢", "想要", "看见了", "买了", "不需要"]
 _ZH_OBJ = ["苹果。", "那辆红车。", "一本新书！", "他的狗？"]
@@ -110,7 +105,7 @@ def test_subword_round_trip_and_serialisation(kind: str) -> None:
     assert isinstance(tok, SubwordTokenizer)
     assert [tok.tokenizer.token_to_id(t) for t in SPECIAL_TOKENS] == [PAD, BOS, EOS, UNK]
     assert len(tok) <= 120
-    for text in texts[:50] + ["Mary can't find \"Hamlet\", again!"]:
+    for text in texts[:50] + ['Mary can\'t find "Hamlet", again!']:
         ids = tok.encode(text)
         assert ids and min(ids) > UNK, text  # every character was seen in training: no <unk>, no specials
         assert tok.decode(ids) == text

@@ -17,21 +17,10 @@ from datamodules.errors import DataNotFoundError
 from datamodules.mnist import BACKGROUND, MEAN, RAW_FILES, STD, MNISTDataModule, random_affine
 from models.mnist_net import MnistNet
 from tasks.mnist import MnistSequenceClassifier
+from tests.helpers import SHARED_DATA, quiet_trainer
 
-SHARED_MNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"  # ../shared/data/mnist
+SHARED_MNIST = SHARED_DATA / "mnist"
 TINY = dict(d_model=32, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=64, dropout=0.0)
-
-
-def quiet_trainer(tmp_path, **kwargs) -> L.Trainer:
-    kwargs.setdefault("logger", False)
-    kwargs.setdefault("enable_checkpointing", False)
-    return L.Trainer(
-        accelerator="cpu",
-        default_root_dir=tmp_path,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        **kwargs,
-    )
 
 
 # ---- data module on real IDX files -------------------------------------------------------------
@@ -89,6 +78,9 @@ def test_split_is_fixed_by_seed_and_val_size_may_be_a_fraction(tmp_path):
         dm.setup("fit")
         splits.append(dm.val_set.indices)
     assert len(splits[0]) == 10 and splits[0] == splits[1]
+    other = MNISTDataModule(str(tmp_path), val_size=0.2, split_seed=7, download=False)
+    other.setup("fit")
+    assert sorted(other.val_set.indices) != sorted(splits[0])
     with pytest.raises(ValueError, match="val_size"):
         bad = MNISTDataModule(str(tmp_path), val_size=50, download=False)
         bad.setup("fit")
@@ -164,9 +156,7 @@ def test_failed_download_gives_the_same_error_without_urllib_traceback(tmp_path,
 # ---- network -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "tokens, patch_size, num_tokens", [("rows", 7, 28), ("patches", 4, 49), ("patches", 7, 16)]
-)
+@pytest.mark.parametrize("tokens, patch_size, num_tokens", [("rows", 7, 28), ("patches", 4, 49), ("patches", 7, 16)])
 @pytest.mark.parametrize("head", ["decoder", "cls", "mean"])
 def test_every_layout_and_head_gives_logits(tokens, patch_size, num_tokens, head):
     net = MnistNet(tokens=tokens, patch_size=patch_size, head=head, **TINY)
@@ -255,9 +245,7 @@ def test_test_end_saves_and_logs_confusion_matrix_and_misclassified_digits(tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not (SHARED_MNIST / "MNIST" / "raw").is_dir(), reason=f"real MNIST (5k subset) not found at {SHARED_MNIST}"
-)
+@pytest.mark.skipif(not (SHARED_MNIST / "MNIST" / "raw").is_dir(), reason=f"real MNIST (5k subset) not found at {SHARED_MNIST}")
 def test_trains_on_real_mnist_subset_far_above_chance(tmp_path):
     L.seed_everything(0)
     dm = MNISTDataModule(str(SHARED_MNIST), batch_size=32, val_size=500, download=False)

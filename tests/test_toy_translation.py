@@ -1,8 +1,6 @@
 """The toy translator end to end: vocabularies, the recipe learns the pairs, the CLI, checkpoints."""
 
-import os
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -10,10 +8,7 @@ import torch
 from datamodules import PAD, UNK, ToyTranslationDataModule, Vocab, tokenizer_from_dict
 from datamodules.toy import TOY_PAIRS
 from tasks import Seq2SeqTransformer
-from tests.conftest import ROOT
-
-FIT = [sys.executable, str(ROOT / "scripts" / "fit.py")]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny models: one thread each, no oversubscription
+from tests.helpers import ENV, FIT, ROOT
 
 
 def test_vocab_encodes_decodes_and_serialises():
@@ -75,8 +70,14 @@ def test_unknown_characters_translate_without_error(trained_toy):
 
 
 def test_cli_print_config_and_overrides(tmp_path):
-    result = subprocess.run([*FIT, "--print_config", "--model.init_args.d_model", "48"],
-                            capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+    result = subprocess.run(
+        [*FIT, "--print_config", "--model.init_args.d_model", "48"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=ENV,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "d_model: 48" in result.stdout and "ToyTranslationDataModule" in result.stdout
 
@@ -86,8 +87,14 @@ def test_cli_trainer_flags_and_resume(tmp_path):
     assert subprocess.run(run, capture_output=True, cwd=ROOT, env=ENV, timeout=300).returncode == 0
     last = next(tmp_path.rglob("last.ckpt"))
     assert torch.load(last, weights_only=True)["epoch"] == 1
-    resumed = subprocess.run([*run[:-4], "--trainer.max_epochs", "3", "--trainer.limit_train_batches", "3",
-                              "--ckpt_path", "last"], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
+    resumed = subprocess.run(
+        [*run[:-4], "--trainer.max_epochs", "3", "--trainer.limit_train_batches", "3", "--ckpt_path", "last"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=ENV,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"Resuming from {last}" in resumed.stdout + resumed.stderr
     newest = max(tmp_path.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)

@@ -2,9 +2,6 @@
 
 import gzip
 import importlib.util
-import os
-import subprocess
-import sys
 
 import lightning as L
 import pytest
@@ -15,9 +12,8 @@ from datamodules import ToyTranslationDataModule
 from datamodules.toy import TOY_PAIRS
 from tasks import Seq2SeqTransformer
 from tasks.metrics import corpus_scores, default_bleu_tokenize
-from tests.conftest import ROOT
+from tests.helpers import ROOT, TOY_MODEL, quiet_trainer, script
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 REFS = ["A man sleeping in a green room on a couch.", "Two dogs run across the snowy field.", "The cat sat on the mat."]
 
 
@@ -76,13 +72,8 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("toy_bleu")
     L.seed_everything(0)
     dm = ToyTranslationDataModule(batch_size=3, repeats=16)
-    model = Seq2SeqTransformer(
-        tokenizers=dm.tokenizers, d_model=64, nhead=4, num_encoder_layers=2, num_decoder_layers=2,
-        dim_feedforward=128, max_len=32, label_smoothing=0.0, lr=0.003, warmup_steps=30, lr_schedule="constant",
-        bleu_every_n_epochs=1, attention_maps=2,
-    )
-    trainer = L.Trainer(max_epochs=14, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, default_root_dir=root, accelerator="cpu", gradient_clip_val=1.0)
+    model = Seq2SeqTransformer(tokenizers=dm.tokenizers, bleu_every_n_epochs=1, attention_maps=2, **TOY_MODEL)
+    trainer = quiet_trainer(root, max_epochs=14, gradient_clip_val=1.0)
     trainer.fit(model, datamodule=dm)
     ckpt = root / "toy.ckpt"
     trainer.save_checkpoint(ckpt)
@@ -112,9 +103,8 @@ def test_translate_uses_the_length_limit(trained):
 # ---------------------------------------------------------------------------------------------- scripts
 
 
-def _run(script, *args, stdin=None):
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / script), *args], input=stdin, capture_output=True,
-                          text=True, cwd=ROOT, env=ENV, timeout=600)
+def _run(name, *args, stdin=None):
+    return script(name.removesuffix(".py"), *args, input=stdin, timeout=600)
 
 
 def test_translate_script_arguments_and_stdin(trained):
@@ -125,8 +115,16 @@ def test_translate_script_arguments_and_stdin(trained):
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines() == expected
     # Standard input, in chunks of 2 lines; a blank line stays a blank line.
-    result = _run("translate.py", "--ckpt", ckpt, "--beam-size", "1", "--batch-size", "2",
-                  stdin=f"{sources[0]}\n\n{sources[1]}\n{sources[2]}\n")
+    result = _run(
+        "translate.py",
+        "--ckpt",
+        ckpt,
+        "--beam-size",
+        "1",
+        "--batch-size",
+        "2",
+        stdin=f"{sources[0]}\n\n{sources[1]}\n{sources[2]}\n",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines() == [*trained[1].translate(sources[:1]), "", *trained[1].translate(sources[1:])]
 
@@ -135,8 +133,11 @@ def test_translate_script_user_errors(tmp_path, trained, capsys):
     translate = _script("translate")
     bad = tmp_path / "bad.ckpt"
     bad.write_bytes(b"not a checkpoint")
-    for argv in (["--ckpt", str(tmp_path / "missing.ckpt"), "我"], ["--ckpt", str(bad), "我"],
-                 ["--ckpt", str(trained[2]), "我 是", "  "]):
+    for argv in (
+        ["--ckpt", str(tmp_path / "missing.ckpt"), "我"],
+        ["--ckpt", str(bad), "我"],
+        ["--ckpt", str(trained[2]), "我 是", "  "],
+    ):
         with pytest.raises(SystemExit) as exit_info:
             translate.main(argv)
         assert exit_info.value.code == 2
@@ -150,8 +151,21 @@ def test_evaluate_script(tmp_path, trained):
     with gzip.open(ref, "wt", encoding="utf-8") as f:
         f.write("".join(t + "\n" for _, t in TOY_PAIRS))
     hyp_file = tmp_path / "hyp.txt"
-    result = _run("evaluate.py", "--ckpt", str(trained[2]), "--src", str(src), "--ref", str(ref),
-                  "--beam-size", "2", "--batch-size", "2", "--hyp-out", str(hyp_file))
+    result = _run(
+        "evaluate.py",
+        "--ckpt",
+        str(trained[2]),
+        "--src",
+        str(src),
+        "--ref",
+        str(ref),
+        "--beam-size",
+        "2",
+        "--batch-size",
+        "2",
+        "--hyp-out",
+        str(hyp_file),
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     hyps = hyp_file.read_text(encoding="utf-8").splitlines()
     expected = corpus_scores(hyps, [t for _, t in TOY_PAIRS])

@@ -15,18 +15,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from datamodules.toy import TOY_PAIRS
-from tests.conftest import ROOT
-
-FIT = [sys.executable, str(ROOT / "scripts" / "fit.py")]
-# No key and offline mode: W&B must neither prompt nor wait; one thread per tiny model.
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-ENV.pop("WANDB_API_KEY", None)
-
-
-def fit(root: Path, *extra: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
-    # After `extra`: a --config there would otherwise override the root directory.
-    cmd = [*FIT, *extra, "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false"]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env or ENV, timeout=timeout)
+from tests.helpers import ENV, FIT, ROOT, fit
 
 
 class PauseAtStep(Callback):
@@ -46,7 +35,7 @@ class PauseAtStep(Callback):
 
 
 def test_offline_reason_never_waits(monkeypatch):
-    from tasks import loggers
+    from training import loggers
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     assert "WANDB_MODE" in loggers.offline_reason()
@@ -81,10 +70,23 @@ def test_default_logger_is_wandb_offline_with_config_and_sync_hint(tmp_path):
 
 
 def test_resumed_run_continues_the_same_wandb_run_in_its_recipe_group(tmp_path):
-    first = fit(tmp_path, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "4", "--test", "false")
+    from training.loggers import offline_history, offline_records
+
+    first = fit(tmp_path, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "4", "--trainer.log_every_n_steps", "2")
     assert first.returncode == 0, first.stderr[-3000:]
-    resumed = fit(tmp_path, "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "4", "--test", "false",
-                  "--ckpt_path", "last")
+    resumed = fit(
+        tmp_path,
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.limit_train_batches",
+        "4",
+        "--trainer.log_every_n_steps",
+        "2",
+        "--test",
+        "false",
+        "--ckpt_path",
+        "last",
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 2, runs
@@ -92,23 +94,53 @@ def test_resumed_run_continues_the_same_wandb_run_in_its_recipe_group(tmp_path):
     assert runs[1].name.rsplit("-", 1)[1] == run_id  # `wandb sync` uploads both folders into one run
     assert f"Continuing W&B run {run_id}" in resumed.stdout + resumed.stderr
 
+    # Steps keep increasing: W&B's own `_step` (else `wandb sync` writes the second folder's rows over
+    # the first's) and Lightning's x axis, `trainer/global_step`.
+    before, after = (list(offline_history(next(run.glob("*.wandb")))) for run in runs)
+    assert any("val/loss" in row for row in before) and any("val/loss" in row for row in after), (before, after)
+    steps = [row["_step"] for row in before + after]
+    assert steps == sorted(steps) and len(set(steps)) == len(steps), steps
+    global_steps = [row["trainer/global_step"] for row in before + after if "trainer/global_step" in row]
+    assert max(row.get("trainer/global_step", 0) for row in before) == 4  # 1 epoch of 4 batches
+    assert [g for g in global_steps if g > 4] and min(
+        row["trainer/global_step"] for row in after if "trainer/global_step" in row
+    ) > 4, global_steps
+
+    # Both folders: the recipe's group, and the resolved config as a file of the run.
+    for run in runs:
+        records = [r.run for r in offline_records(next(run.glob("*.wandb"))) if r.WhichOneof("record_type") == "run"]
+        assert records and all(r.run_id == run_id and r.run_group == "toy_translation" for r in records), records
+        config = (run / "files" / "lightning_config.yaml").read_text()
+        assert "ToyTranslationDataModule" in config and "d_model: 64" in config
+    assert "ckpt_path: last" in (runs[1] / "files" / "lightning_config.yaml").read_text()
+
 
 def test_wandb_runs_of_a_recipe_share_a_group(tmp_path, monkeypatch):
-    from tasks.cli import TransformerCLI
+    from training.cli import TransformerCLI
 
     monkeypatch.setenv("WANDB_MODE", "offline")
-    cli = TransformerCLI(args=["--config", str(ROOT / "configs" / "toy_translation.yaml"),
-                               "--trainer.default_root_dir", str(tmp_path)])
+    cli = TransformerCLI(
+        args=["--config", str(ROOT / "configs" / "toy_translation.yaml"), "--trainer.default_root_dir", str(tmp_path)]
+    )
     assert cli.trainer.logger._wandb_init["group"] == "toy_translation"
-    cli = TransformerCLI(args=["--config", str(ROOT / "configs" / "toy_translation.yaml"),
-                               "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.group", "mine"])
+    cli = TransformerCLI(
+        args=[
+            "--config",
+            str(ROOT / "configs" / "toy_translation.yaml"),
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            "--trainer.logger.group",
+            "mine",
+        ]
+    )
     assert cli.trainer.logger._wandb_init["group"] == "mine"
 
 
 @pytest.mark.parametrize("logger, produces", [("CSVLogger", "metrics.csv"), ("TensorBoardLogger", "events.out.tfevents*")])
 def test_logger_switch(tmp_path, logger, produces):
-    result = fit(tmp_path, "--trainer.logger", logger, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
-                 "--test", "false")
+    result = fit(
+        tmp_path, "--trainer.logger", logger, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--test", "false"
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert list(tmp_path.rglob(produces)) and not (tmp_path / "wandb").exists()
     assert list(tmp_path.rglob("last.ckpt"))
@@ -125,19 +157,51 @@ def _recipe(kind: str, data: Path) -> list[str]:
         from tests.test_mnist import fake_mnist
 
         fake_mnist(data, n_train=110)
-        return ["--config", str(ROOT / "configs" / "mnist_subset.yaml"), "--data.data_dir", str(data),
-                "--data.init_args.val_size", "10", "--data.init_args.batch_size", "8",
-                "--model.init_args.d_model", "16", "--model.init_args.num_encoder_layers", "1",
-                "--model.init_args.dim_feedforward", "32"]  # augmentation and dropout stay on
+        return [
+            "--config",
+            str(ROOT / "configs" / "mnist_subset.yaml"),
+            "--data.data_dir",
+            str(data),
+            "--data.init_args.val_size",
+            "10",
+            "--data.init_args.batch_size",
+            "8",
+            "--model.init_args.d_model",
+            "16",
+            "--model.init_args.num_encoder_layers",
+            "1",
+            "--model.init_args.dim_feedforward",
+            "32",
+        ]  # augmentation and dropout stay on
     from tests.test_corpus import chinese, english, write_tatoeba
 
     write_tatoeba(data / "cmn.txt", list(zip(english(), chinese())))  # 16 batches of 384 tokens
-    return ["--config", str(ROOT / "configs" / "cmn_eng.yaml"), "--data.init_args.data_dir", str(data),
-            "--data.init_args.max_tokens", "384", "--data.init_args.src_vocab_size", "60",
-            "--data.init_args.tgt_vocab_size", "80", "--model.init_args.d_model", "16",
-            "--model.init_args.nhead", "2", "--model.init_args.dim_feedforward", "32",
-            "--model.init_args.num_encoder_layers", "1", "--model.init_args.num_decoder_layers", "1",
-            "--model.init_args.warmup_steps", "10", "--model.init_args.bleu_every_n_epochs", "100"]
+    return [
+        "--config",
+        str(ROOT / "configs" / "cmn_eng.yaml"),
+        "--data.init_args.data_dir",
+        str(data),
+        "--data.init_args.max_tokens",
+        "384",
+        "--data.init_args.src_vocab_size",
+        "60",
+        "--data.init_args.tgt_vocab_size",
+        "80",
+        "--model.init_args.d_model",
+        "16",
+        "--model.init_args.nhead",
+        "2",
+        "--model.init_args.dim_feedforward",
+        "32",
+        "--model.init_args.num_encoder_layers",
+        "1",
+        "--model.init_args.num_decoder_layers",
+        "1",
+        "--model.init_args.warmup_steps",
+        "10",
+        "--model.init_args.bleu_every_n_epochs",
+        "100",
+    ]
 
 
 @pytest.mark.slow
@@ -146,8 +210,19 @@ def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(tmp_path, kind):
     # 3 epochs; a last.ckpt every 4 steps. Run B is killed at step 22, in its second epoch, two steps
     # after the last.ckpt of step 20; resumed, it must end where the uninterrupted run A ends.
     # With an EMA of the weights on: the average, too, must resume exactly.
-    common = [*_recipe(kind, tmp_path / "data"), "--trainer.max_epochs", "3", "--trainer.logger", "CSVLogger",
-              "--checkpoint.every_n_train_steps", "4", "--test", "false", "--ema_decay", "0.9"]
+    common = [
+        *_recipe(kind, tmp_path / "data"),
+        "--trainer.max_epochs",
+        "3",
+        "--trainer.logger",
+        "CSVLogger",
+        "--checkpoint.every_n_train_steps",
+        "4",
+        "--test",
+        "false",
+        "--ema_decay",
+        "0.9",
+    ]
     a = fit(tmp_path / "a", *common)
     assert a.returncode == 0, a.stderr[-3000:]
     a_last = next((tmp_path / "a").rglob("last.ckpt"))
@@ -155,10 +230,16 @@ def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(tmp_path, kind):
     assert 11 <= steps // 3 <= 19  # so steps 20 to 22 lie in the second epoch, not at its start
 
     b_root, marker = tmp_path / "b", tmp_path / "paused"
-    pause = ('{"class_path": "tests.test_workflow.PauseAtStep", '
-             f'"init_args": {{"step": 22, "marker": "{marker}"}}}}')
-    cmd = [*FIT, *common, "--trainer.default_root_dir", str(b_root), "--trainer.enable_progress_bar", "false",
-           f"--trainer.callbacks+={pause}"]
+    pause = f'{{"class_path": "tests.test_workflow.PauseAtStep", "init_args": {{"step": 22, "marker": "{marker}"}}}}'
+    cmd = [
+        *FIT,
+        *common,
+        "--trainer.default_root_dir",
+        str(b_root),
+        "--trainer.enable_progress_bar",
+        "false",
+        f"--trainer.callbacks+={pause}",
+    ]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 900
@@ -184,6 +265,11 @@ def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(tmp_path, kind):
     assert b_last != killed_last
     assert torch.load(b_last, weights_only=True)["global_step"] == steps
     a_state, b_state = torch.load(a_last, weights_only=True), torch.load(b_last, weights_only=True)
+    # The best score so far carried over the resume (into a new folder): the same best as run A's.
+    (a_best,), (b_best,) = (
+        [v for k, v in s["callbacks"].items() if k.startswith("BestAndLastCheckpoint")] for s in (a_state, b_state)
+    )
+    assert a_best["best_model_score"] == b_best["best_model_score"]
     for key in ("state_dict", "current_model_state", "averaging_state"):  # the average, the training weights
         wa, wb = a_state[key], b_state[key]
         assert wa.keys() == wb.keys()
@@ -194,8 +280,9 @@ def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(tmp_path, kind):
 def test_last_checkpoint_follows_every_epoch_when_the_best_does_not_change(tmp_path):
     # mode "max" on a falling val/loss: the first epoch stays the best one. last.ckpt must still
     # be the end of the run (Lightning 2.6 alone would leave it at the best epoch).
-    result = fit(tmp_path, "--trainer.max_epochs", "3", "--trainer.logger", "CSVLogger", "--checkpoint.mode", "max",
-                 "--test", "false")
+    result = fit(
+        tmp_path, "--trainer.max_epochs", "3", "--trainer.logger", "CSVLogger", "--checkpoint.mode", "max", "--test", "false"
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (best,) = [p for p in tmp_path.rglob("*.ckpt") if p.name != "last.ckpt"]
     assert torch.load(best, weights_only=True)["global_step"] == 16
@@ -207,7 +294,7 @@ def test_rng_state_round_trips_through_a_weights_only_checkpoint(tmp_path):
 
     import numpy as np
 
-    from tasks.callbacks import RngStateCallback
+    from training.callbacks import RngStateCallback
 
     cb = RngStateCallback()
     torch.manual_seed(1), random.seed(1), np.random.seed(1)
@@ -252,7 +339,7 @@ def _at_epoch(loader, epoch):
 
 
 def test_interrupted_checkpoint_write_keeps_the_old_checkpoint(tmp_path, monkeypatch):
-    from tasks.callbacks import AtomicCheckpointIO
+    from training.callbacks import AtomicCheckpointIO
 
     io, path = AtomicCheckpointIO(), tmp_path / "last.ckpt"
     io.save_checkpoint({"state_dict": {"w": torch.ones(3)}, "epoch": 1}, path)
@@ -273,11 +360,19 @@ def test_interrupted_checkpoint_write_keeps_the_old_checkpoint(tmp_path, monkeyp
 def test_fit_writes_checkpoints_atomically(tmp_path):
     from lightning.pytorch import Trainer
 
-    from tasks.callbacks import AtomicCheckpointIO
-    from tasks.cli import TransformerCLI
+    from training.callbacks import AtomicCheckpointIO
+    from training.cli import TransformerCLI
 
-    cli = TransformerCLI(args=["--config", str(ROOT / "configs" / "toy_translation.yaml"),
-                               "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false"])
+    cli = TransformerCLI(
+        args=[
+            "--config",
+            str(ROOT / "configs" / "toy_translation.yaml"),
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            "--trainer.logger",
+            "false",
+        ]
+    )
     assert isinstance(cli.trainer, Trainer) and isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
     names = {type(c).__name__ for c in cli.trainer.callbacks}
     assert {"RngStateCallback", "LoaderStateRestore", "FiniteLossCheck", "BestAndLastCheckpoint", "WandbRunId"} <= names
@@ -289,8 +384,19 @@ def test_fit_writes_checkpoints_atomically(tmp_path):
 @pytest.mark.slow
 def test_ddp_two_cpu_processes_make_one_wandb_run(tmp_path):
     # Attention maps stay on: saving them asks for trainer.log_dir, a collective every rank must join.
-    result = fit(tmp_path, "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
-                 "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "4")
+    result = fit(
+        tmp_path,
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.devices",
+        "2",
+        "--trainer.strategy",
+        "ddp",
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.limit_train_batches",
+        "4",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1, runs  # rank zero only
@@ -300,13 +406,23 @@ def test_ddp_two_cpu_processes_make_one_wandb_run(tmp_path):
 
 
 def test_bf16_mixed_on_cpu(tmp_path):
-    result = fit(tmp_path, "--trainer.precision", "bf16-mixed", "--trainer.logger", "CSVLogger",
-                 "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "4", "--test", "false")
+    result = fit(
+        tmp_path,
+        "--trainer.precision",
+        "bf16-mixed",
+        "--trainer.logger",
+        "CSVLogger",
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.limit_train_batches",
+        "4",
+        "--test",
+        "false",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = next(tmp_path.rglob("metrics.csv")).read_text().splitlines()
     header = metrics[0].split(",")
-    losses = [float(row.split(",")[header.index("val/loss")]) for row in metrics[1:]
-              if row.split(",")[header.index("val/loss")]]
+    losses = [float(row.split(",")[header.index("val/loss")]) for row in metrics[1:] if row.split(",")[header.index("val/loss")]]
     assert losses and all(torch.isfinite(torch.tensor(losses)))
 
 
@@ -327,12 +443,21 @@ def test_quickstart_notebook_runs(tmp_path):
     # machine has installed under "python3", and a quiet, single-threaded environment.
     spec = tmp_path / "kernels" / "quickstart"
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "quickstart", "language": "python",
-        "env": {"OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "QUICKSTART_ROOT": str(tmp_path / "run"),
-                "MPLBACKEND": "module://matplotlib_inline.backend_inline"},
-    }))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "quickstart",
+                "language": "python",
+                "env": {
+                    "OMP_NUM_THREADS": "1",
+                    "WANDB_MODE": "offline",
+                    "QUICKSTART_ROOT": str(tmp_path / "run"),
+                    "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+                },
+            }
+        )
+    )
     km = KernelManager(kernel_name="quickstart", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")]))
     client = nbclient.NotebookClient(nb, km=km, timeout=600, resources={"metadata": {"path": str(ROOT / "notebooks")}})
     client.execute()
@@ -342,4 +467,5 @@ def test_quickstart_notebook_runs(tmp_path):
         assert f"{src}  →  {tgt}" in text
     assert "error: checkpoint not found" in text
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the attention map
+    assert "missing from font" not in text  # ... with its Chinese characters drawn, not boxes
     assert list((tmp_path / "run").rglob("last.ckpt"))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import lightning as L
 import torch
@@ -49,7 +50,7 @@ def load_checkpoint(cls: type[M], path: str | Path, map_location: str | torch.de
     # give a checkpoint of another task away.
     found = hparams.get("_class_path", "").rsplit(".", 1)[-1]
     accepted = set(inspect.signature(cls.__init__).parameters) | {"_class_path", "_instantiator"}
-    if (found and found != cls.__name__) or not set(hparams) <= accepted:
+    if (found and found != cls.__name__) or (not found and not set(hparams) <= accepted):
         other = f"a {found} checkpoint" if found else "a checkpoint of another model"
         raise CheckpointError(f"{path} holds {other}, not a {cls.__name__} one")
     try:

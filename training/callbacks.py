@@ -10,12 +10,15 @@
 - `LogConfigCallback`: the full resolved config saved next to the logs and sent to W&B.
 - `EMA`: an exponential moving average of the weights (`--ema_decay`), validated, checkpointed and
   tested in place of the training weights.
+- `StepTimer`: the wall time of each training step (forward, backward, optimiser), for the summary.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +27,33 @@ import numpy as np
 import torch
 import yaml
 from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, ModelCheckpoint
-from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.trainer.states import TrainerFn
+
+
+class StepTimer(Callback):
+    """Times each training step, from the batch's start to its end (forward, backward, optimiser step,
+    the callbacks' per-step work): what the summary and the ablation table report as step time.
+    Validation and data loading between steps are left out."""
+
+    def __init__(self) -> None:
+        self.durations: list[float] = []
+        self._start: float | None = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        if self._start is not None:
+            self.durations.append(time.perf_counter() - self._start)
+            self._start = None
+
+    def median_ms(self) -> float | None:
+        """The median step in milliseconds, leaving out the first (warm-up) step when there are others."""
+        steps = self.durations[1:] or self.durations
+        return 1000 * statistics.median(steps) if steps else None
 
 
 class TrainingDivergedError(RuntimeError):
@@ -92,6 +118,27 @@ class BestAndLastCheckpoint(ModelCheckpoint):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_validation_end(trainer, pl_module)
         if not self._should_save_on_train_epoch_end(trainer):
+            self._save_last_if_missed(trainer)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        # A resumed run writes to a new folder, and Lightning then forgets the best score so far: the
+        # resumed run's first validation would become "the best" whatever the earlier epochs scored.
+        # The scores carry over; Lightning never removes a file outside the current folder, so the
+        # earlier run's checkpoints stay as they were.
+        super().load_state_dict({**state_dict, "dirpath": self.dirpath})
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        # While the monitored metric does not exist yet (val/bleu before its first epoch), Lightning puts
+        # off the whole every-n-steps save, last.ckpt included, to the next validation: a run killed
+        # before then would lose every step since the last epoch. last.ckpt is written on time.
+        every = self._every_n_train_steps
+        if (
+            every >= 1
+            and trainer.global_step % every == 0
+            and self.monitor is not None
+            and self.monitor not in self._monitor_candidates(trainer)
+        ):
             self._save_last_if_missed(trainer)
 
     def _save_topk_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict[str, torch.Tensor]) -> None:
@@ -171,16 +218,26 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class LogConfigCallback(SaveConfigCallback):
-    """LightningCLI's config.yaml in the log folder, and the same resolved config in the W&B run's
-    config (rank zero only: Lightning calls `save_config` there)."""
+    """LightningCLI's config.yaml in the log folder, and the same resolved config with the W&B run:
+    in its config (searchable, under `config`) and as the file `lightning_config.yaml` among the run's
+    files (`fit.py --config lightning_config.yaml` reruns it; wandb's own `config.yaml` is its flat
+    run config). Rank zero only: Lightning calls `save_config` there."""
+
+    FILENAME = "lightning_config.yaml"
 
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
         if not loggers:
             return
-        config = yaml.safe_load(self.parser.dump(self.config, skip_none=False, skip_check=True))
+        text = self.parser.dump(self.config, skip_none=False, skip_check=True)
+        config = yaml.safe_load(text)
         for logger in loggers:
-            logger.experiment.config.update({"config": config}, allow_val_change=True)
+            run = logger.experiment
+            run.config.update({"config": config}, allow_val_change=True)
+            if not getattr(run, "disabled", False):
+                path = Path(run.dir) / self.FILENAME
+                path.write_text(text)
+                run.save(str(path), base_path=run.dir, policy="now")
 
 
 class EMA(EMAWeightAveraging):

@@ -1,11 +1,15 @@
-"""Batched beam search for `Seq2SeqNet`: B sentences × K beams run as one (B*K, ...) batch.
+"""Decoding as functions over a network's `encode` and `decode`: greedy search and batched beam
+search. Any module with `encode(src) -> (memory, src_pad)`, `decode(tgt, memory, src_pad, cache)
+-> logits`, `core.new_cache()`, `pad_id` and `max_len` can be decoded (`models.Seq2SeqNet` is
+one); the network does not know about decoding, so nothing imports in a circle.
 
-Each step scores every one-token extension of the K live hypotheses of every sentence by its
-total log-prob and takes the 2K best candidates. Those ending in `<eos>` among the K best are
-finished, ranked with the GNMT length penalty (Wu et al., 2016: score / ((5 + n) / 6) ** alpha,
-n = generated tokens including `<eos>`), and the best of them is kept per sentence: it stays
-finished and only grows a padding column per step. The K best candidates that do not end in
-`<eos>` stay live, so every sentence keeps K live beams (2K candidates always hold K of them).
+Beam search runs B sentences × K beams as one (B*K, ...) batch. Each step scores every one-token
+extension of the K live hypotheses of every sentence by its total log-prob and takes the 2K best
+candidates. Those ending in `<eos>` among the K best are finished, ranked with the GNMT length
+penalty (Wu et al., 2016: score / ((5 + n) / 6) ** alpha, n = generated tokens including `<eos>`),
+and the best of them is kept per sentence: it stays finished and only grows a padding column per
+step. The K best candidates that do not end in `<eos>` stay live, so every sentence keeps K live
+beams (2K candidates always hold K of them).
 
 A sentence is done once its best finished hypothesis beats anything a live one can become:
 log-probs are <= 0, so a live score can only fall, and with alpha >= 0 its penalised score is
@@ -13,7 +17,7 @@ at most score / lp(max_len). Later finished hypotheses can then never win, so st
 returns exactly what running to `max_len` would (waiting for K finished ones, as n-best lists
 need, would only cost steps). The search stops when every sentence is done, or at `max_len`.
 
-With beam_size=1 and length_penalty=0 this is exactly `Seq2SeqNet.greedy_decode`.
+With beam_size=1 and length_penalty=0 beam search is exactly `greedy_decode`.
 """
 
 from __future__ import annotations
@@ -26,6 +30,30 @@ if TYPE_CHECKING:
     from .seq2seq import Seq2SeqNet
 
 
+@torch.no_grad()
+def greedy_decode(
+    net: Seq2SeqNet, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int, use_cache: bool = True
+) -> torch.Tensor:
+    """(B, S) source ids → (B, ≤ max_len + 1) target ids starting with `<bos>`; each row is padded
+    with `net.pad_id` after its `<eos>`. Stops when every row has emitted `<eos>`. With `use_cache`
+    each step feeds only the newest token and the decoder's key/value cache holds the rest."""
+    memory, src_pad = net.encode(src)
+    B = src.size(0)
+    max_len = min(max_len, net.max_len - 1)
+    ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
+    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+    cache = net.core.new_cache() if use_cache else None
+    for _ in range(max_len):
+        step_input = ys[:, -1:] if use_cache else ys
+        logits = net.decode(step_input, memory, src_pad, cache)[:, -1]  # (B, V)
+        next_token = logits.argmax(dim=-1).masked_fill(finished, net.pad_id)
+        ys = torch.cat([ys, next_token[:, None]], dim=1)
+        finished |= next_token.eq(eos_id)
+        if finished.all():
+            break
+    return ys
+
+
 def length_penalty_factor(length: int, alpha: float) -> float:
     """GNMT length penalty lp(length) = ((5 + length) / 6) ** alpha; 1 when alpha = 0."""
     return ((5.0 + length) / 6.0) ** alpha
@@ -33,7 +61,7 @@ def length_penalty_factor(length: int, alpha: float) -> float:
 
 @torch.no_grad()
 def beam_search(
-    net: "Seq2SeqNet",
+    net: Seq2SeqNet,
     src: torch.Tensor,  # (B, S) source ids, right-padded with net.pad_id
     bos_id: int,
     eos_id: int,

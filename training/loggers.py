@@ -8,8 +8,10 @@ of `scripts/fit.py` prints the `wandb sync …` command that uploads it later. N
 
 from __future__ import annotations
 
+import json
 import netrc
 import os
+import struct
 import threading
 import urllib.error
 import urllib.request
@@ -99,8 +101,14 @@ class AutoWandbLogger(WandbLogger):
         # No interactive login, and no wait on a server that is not there.
         kwargs.setdefault("settings", _quiet_settings())
         super().__init__(
-            name=name, save_dir=save_dir, version=version, offline=offline, project=project, log_model=log_model,
-            group=group, **kwargs,
+            name=name,
+            save_dir=save_dir,
+            version=version,
+            offline=offline,
+            project=project,
+            log_model=log_model,
+            group=group,
+            **kwargs,
         )
         if self._wandb_init.get("anonymous") is None:
             self._wandb_init.pop("anonymous", None)  # wandb warns about the key even when it is None
@@ -129,7 +137,15 @@ def continue_wandb_run(loggers: list[Logger], checkpoint: dict) -> str | None:
 
 
 class WandbRunId(Callback):
-    """Stores the W&B run id in each checkpoint (see `continue_wandb_run`)."""
+    """Stores the W&B run id in each checkpoint (see `continue_wandb_run`), with the run's step, and
+    on resume keeps W&B's own step (`_step`) increasing across the two runs.
+
+    Online, the W&B server continues `_step` after the last row it holds. Offline, wandb would start
+    the resumed run at `_step` 0, and `wandb sync` would then write its rows over the first run's (wandb
+    issue #5865); so the resumed run jumps ahead, past every row of the earlier offline folders of the
+    same run (rows logged after the checkpoint too: the test metrics, a killed run's last steps), or
+    past the step stored in the checkpoint when those folders are not there. `trainer/global_step`,
+    the x axis of Lightning's charts, continues from the checkpoint by itself."""
 
     def __init__(self) -> None:
         self._logger: WandbLogger | None = None
@@ -137,9 +153,74 @@ class WandbRunId(Callback):
     def setup(self, trainer, pl_module, stage: str) -> None:
         self._logger = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
 
+    def _run(self):
+        """The started, enabled W&B run (rank zero), else None."""
+        run = self._logger._experiment if self._logger is not None else None
+        return None if run is None or getattr(run, "disabled", False) else run
+
     def state_dict(self) -> dict:
         run_id = self._logger.version if self._logger is not None else None  # the run exists once anything is logged
-        return {"wandb_run_id": run_id} if run_id else {}
+        if not run_id:
+            return {}
+        state = {"wandb_run_id": run_id}
+        run = self._run()
+        if run is not None:
+            state["wandb_step"] = int(run.step)  # the W&B step of the next row
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        run = self._run()
+        if run is None or not state_dict.get("wandb_run_id") or run.id != state_dict["wandb_run_id"]:
+            return
+        after = [state_dict.get("wandb_step", 0)]
+        here = Path(run.dir).parent  # this run's folder, …/wandb/offline-run-<time>-<id>
+        for earlier in here.parent.glob(f"*-{run.id}/run-{run.id}.wandb"):
+            if earlier.parent != here:
+                after += [row["_step"] + 1 for row in offline_history(earlier) if "_step" in row]
+        step = max(after)
+        if step > run.step:  # online, the server's own continuation is already past it
+            run.log({}, step=step, commit=False)  # the next row gets W&B step `step`
+
+
+def offline_history(path: str | Path):
+    """The history rows ({key: value}, with `_step`) of a W&B run's local `.wandb` file, in order."""
+    for record in offline_records(path):
+        if record.WhichOneof("record_type") == "history":
+            yield {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+
+
+def offline_records(path: str | Path):
+    """The protobuf `Record`s (run, config, history, files, …) of a W&B run's local `.wandb` file.
+
+    The file is a LevelDB-style log: a 7-byte header, then 32 KiB blocks of chunks, each
+    `crc32 (4) | length (2) | type (1) | data`, type 1 a whole record, 2/3/4 its first, middle and
+    last pieces. A run killed while writing ends with a partial chunk, which ends the scan."""
+    from google.protobuf.message import DecodeError
+    from wandb.proto import wandb_internal_pb2
+
+    block, header = 32768, 7
+    data = Path(path).read_bytes()
+    if data[:4] != b":W&B":
+        return
+    pos, pieces = header, b""
+    while pos + header <= len(data):
+        left = block - pos % block
+        if left < header:  # a block's tail too short for a chunk header is zero padding
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + header])
+        if kind == 0 or pos + header + length > len(data):
+            return  # zeros past the last record, or a truncated chunk
+        pieces += data[pos + header : pos + header + length]
+        pos += header + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            try:
+                record.ParseFromString(pieces)
+            except DecodeError:
+                return
+            pieces = b""
+            yield record
 
 
 def run_dir(logger: Logger | None) -> str | None:

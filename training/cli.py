@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import sys
+import time
 from pathlib import Path
 
 import lightning as L
@@ -10,7 +12,14 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
 from .callbacks import (
-    EMA, AtomicCheckpointIO, BestAndLastCheckpoint, FiniteLossCheck, LoaderStateRestore, LogConfigCallback, RngStateCallback,
+    EMA,
+    AtomicCheckpointIO,
+    BestAndLastCheckpoint,
+    FiniteLossCheck,
+    LoaderStateRestore,
+    LogConfigCallback,
+    RngStateCallback,
+    StepTimer,
 )
 from .loading import CheckpointError, read_checkpoint
 from .loggers import AutoWandbLogger, WandbRunId, continue_wandb_run, run_dir, sync_command
@@ -34,7 +43,9 @@ class TransformerCLI(LightningCLI):
         kwargs.setdefault("save_config_callback", LogConfigCallback)
         trainer_defaults = kwargs.setdefault("trainer_defaults", {})
         # Persistent callbacks: always present, whatever --trainer.callbacks adds.
-        trainer_defaults.setdefault("callbacks", [RngStateCallback(), LoaderStateRestore(), FiniteLossCheck(), WandbRunId()])
+        trainer_defaults.setdefault(
+            "callbacks", [RngStateCallback(), LoaderStateRestore(), FiniteLossCheck(), WandbRunId(), StepTimer()]
+        )
         args = _default_logger_save_dir(list(sys.argv[1:] if args is None else args))
         super().__init__(
             L.LightningModule,
@@ -53,27 +64,37 @@ class TransformerCLI(LightningCLI):
         return parser
 
     def add_arguments_to_parser(self, parser) -> None:
-        parser.add_argument("--ckpt_path", type=str | None, default=None,
-                            help='checkpoint to resume from: a path, or "last" for the run\'s last checkpoint')
-        parser.add_argument("--test", type=bool, default=True,
-                            help="after fitting, test the best checkpoint when the data has a test split")
-        parser.add_argument("--ema_decay", type=float | None, default=None,
-                            help="keep an exponential moving average of the weights with this decay (e.g. 0.999); it is "
-                                 "validated, checkpointed and tested instead of the training weights (null: off)")
+        parser.add_argument(
+            "--ckpt_path",
+            type=str | None,
+            default=None,
+            help='checkpoint to resume from: a path, or "last" for the run\'s last checkpoint',
+        )
+        parser.add_argument(
+            "--test", type=bool, default=True, help="after fitting, test the best checkpoint when the data has a test split"
+        )
+        parser.add_argument(
+            "--ema_decay",
+            type=float | None,
+            default=None,
+            help="keep an exponential moving average of the weights with this decay (e.g. 0.999); it is "
+            "validated, checkpointed and tested instead of the training weights (null: off)",
+        )
         # One checkpoint callback for every recipe; metric names keep "/" out of file names.
         parser.add_lightning_class_args(BestAndLastCheckpoint, "checkpoint")
-        parser.set_defaults({
-            "checkpoint.monitor": "val/loss",
-            "checkpoint.mode": "min",
-            "checkpoint.filename": "epoch{epoch:03d}-step{step}",
-            "checkpoint.auto_insert_metric_name": False,
-            "checkpoint.save_last": True,
-        })
+        parser.set_defaults(
+            {
+                "checkpoint.monitor": "val/loss",
+                "checkpoint.mode": "min",
+                "checkpoint.filename": "epoch{epoch:03d}-step{step}",
+                "checkpoint.auto_insert_metric_name": False,
+                "checkpoint.save_last": True,
+            }
+        )
         # W&B by default; `--trainer.logger CSVLogger` (or TensorBoardLogger, or false) instead.
         parser.set_defaults({"trainer.logger": {"class_path": f"{AutoWandbLogger.__module__}.AutoWandbLogger"}})
         # Translation models get their tokenizers from the data module they are trained on.
         parser.link_arguments("data", "model.init_args.tokenizers", compute_fn=_tokenizers_of, apply_on="instantiate")
-
 
     def before_instantiate_classes(self) -> None:
         # Loggers write under trainer.default_root_dir unless told otherwise.
@@ -88,7 +109,8 @@ class TransformerCLI(LightningCLI):
             if init_args is not None and "save_dir" in init_args and not init_args.get("save_dir"):
                 init_args["save_dir"] = root
             if init_args is not None and "group" in init_args and not init_args.get("group") and config.get("config"):
-                init_args["group"] = Path(str(config.config[-1])).stem  # the recipe's name
+                # The recipe's name: the first --config (later ones, e.g. configs/variants/*, modify it).
+                init_args["group"] = Path(str(config.config[0])).stem
 
     def instantiate_trainer(self, **kwargs) -> L.Trainer:
         trainer = super().instantiate_trainer(**kwargs)
@@ -112,9 +134,9 @@ def _default_logger_save_dir(args: list[str]) -> list[str]:
             value = arg.split("=", 1)[1]
         else:
             continue
-        if value.lower() not in ("true", "false", "null", "none") and not value.lstrip().startswith(("{", "[")):
-            if not any(a.startswith("--trainer.logger.save_dir") for a in args):
-                return args + ["--trainer.logger.save_dir", ""]
+        a_class = value.lower() not in ("true", "false", "null", "none") and not value.lstrip().startswith(("{", "["))
+        if a_class and not any(a.startswith("--trainer.logger.save_dir") for a in args):
+            return args + ["--trainer.logger.save_dir", ""]
     return args
 
 
@@ -126,18 +148,42 @@ def run_fit(cli: TransformerCLI) -> None:
         run_id = continue_wandb_run(trainer.loggers, state) if state is not None else None
         if run_id:
             rank_zero_info(f"Continuing W&B run {run_id}")
+            keep_earlier_checkpoints(trainer)
+    start = time.monotonic()
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
+    fit_seconds = time.monotonic() - start
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if cli.config.test and _has_split(datamodule, "test_dataloader"):
         trainer.test(model, datamodule=datamodule, ckpt_path="best" if best else None)
     # log_dir broadcasts from rank zero under DDP: every rank must ask for it, not rank zero alone.
     log_dir = trainer.log_dir if trainer.logger is not None else None
     if trainer.is_global_zero:
-        summarize(trainer, model, datamodule, best, log_dir)
+        summary = summarize(trainer, model, datamodule, best, log_dir, fit_seconds)
+        summary_dir = Path(log_dir or trainer.default_root_dir)
+        summary_dir.mkdir(parents=True, exist_ok=True)
+        (summary_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+
+
+def keep_earlier_checkpoints(trainer: L.Trainer) -> None:
+    """A run that continues its W&B run also continues its log folder (`<project>/<run id>/`), where
+    Lightning would write the resumed run's checkpoints over the earlier ones: they go to the first
+    free `checkpoints-<n>` beside `checkpoints` instead (`--ckpt_path last` takes the newest)."""
+    logger = trainer.loggers[0] if trainer.loggers else None
+    if logger is None:
+        return
+    save_dir = logger.save_dir if logger.save_dir is not None else trainer.default_root_dir
+    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+    folder = Path(save_dir) / str(logger.name) / version
+    for callback in trainer.checkpoint_callbacks:
+        if callback.dirpath is None and (folder / "checkpoints").exists():
+            n = 2
+            while (folder / f"checkpoints-{n}").exists():
+                n += 1
+            callback.dirpath = str(folder / f"checkpoints-{n}")
 
 
 def resolve_ckpt_path(ckpt_path: str | None, trainer: L.Trainer) -> str | None:
-    """"last" means the newest last.ckpt of any earlier run under the trainer's root directory
+    """ "last" means the newest last.ckpt of any earlier run under the trainer's root directory
     (each run logs to a new version folder, so Lightning's own "last" would look in an empty one)."""
     if ckpt_path != "last":
         return ckpt_path
@@ -177,25 +223,47 @@ def _has_split(datamodule, hook: str) -> bool:
     return getattr(type(datamodule), hook) is not getattr(L.LightningDataModule, hook)
 
 
-def summarize(trainer: L.Trainer, model: L.LightningModule, datamodule, best: str, log_dir: str | None = None) -> None:
+def summarize(
+    trainer: L.Trainer,
+    model: L.LightningModule,
+    datamodule,
+    best: str,
+    log_dir: str | None = None,
+    fit_seconds: float | None = None,
+) -> dict:
+    """Print the end-of-run summary (a few translations of the best checkpoint, the checkpoints, the
+    test metrics, size and speed, where the logs are) and return it as plain data (summary.json)."""
     if best and hasattr(model, "translate") and hasattr(datamodule, "val_pairs"):
         best_model = type(model).load_from_checkpoint(best, map_location="cpu")
         pairs = datamodule.val_pairs()[:10]
         for (src, ref), hyp in zip(pairs, best_model.translate([s for s, _ in pairs])):
             rank_zero_info(f"{src}  →  {hyp}" + ("" if hyp == ref else f"   (reference: {ref})"))
     callback = trainer.checkpoint_callback
+    timer = next((c for c in trainer.callbacks if isinstance(c, StepTimer)), None)
+    score = callback.best_model_score if best and callback else None
+    summary = {
+        "best_checkpoint": best or None,
+        "monitor": callback.monitor if callback else None,
+        "best_score": score.item() if score is not None else None,
+        "last_checkpoint": (callback.last_model_path or None) if callback else None,
+        "test": {name: value.item() for name, value in sorted(trainer.callback_metrics.items()) if name.startswith("test/")},
+        "test_bleu_signature": getattr(model, "bleu_signatures", {}).get("test"),
+        "parameters": sum(p.numel() for p in model.parameters()),  # shared tables counted once
+        "steps": trainer.global_step,
+        "step_ms": timer.median_ms() if timer else None,
+        "fit_seconds": fit_seconds,
+        "log_dir": log_dir,
+    }
     lines = ["", "Summary"]
     if best:
-        score = callback.best_model_score
         lines.append(f"  best checkpoint: {best}" + (f"  ({callback.monitor}={score.item():.4f})" if score is not None else ""))
-    if callback and callback.last_model_path:
-        lines.append(f"  last checkpoint: {callback.last_model_path}")
-    for name, value in sorted(trainer.callback_metrics.items()):
-        if name.startswith("test/"):
-            lines.append(f"  {name}: {value.item():.4f}")
-    signature = getattr(model, "bleu_signatures", {}).get("test")
-    if signature:
-        lines.append(f"  test/bleu signature: {signature}")
+    if summary["last_checkpoint"]:
+        lines.append(f"  last checkpoint: {summary['last_checkpoint']}")
+    lines += [f"  {name}: {value:.4f}" for name, value in summary["test"].items()]
+    if summary["test_bleu_signature"]:
+        lines.append(f"  test/bleu signature: {summary['test_bleu_signature']}")
+    speed = f", median step {summary['step_ms']:.1f} ms" if summary["step_ms"] else ""
+    lines.append(f"  parameters: {summary['parameters']:,}; {summary['steps']:,} steps{speed}")
     if log_dir:
         lines.append(f"  logs: {log_dir}")
     for logger in trainer.loggers:
@@ -204,3 +272,4 @@ def summarize(trainer: L.Trainer, model: L.LightningModule, datamodule, best: st
         if sync_command(logger):
             lines.append(f"  offline W&B run; upload it with: {sync_command(logger)}")
     rank_zero_info("\n".join(lines))
+    return summary

@@ -1,0 +1,123 @@
+"""Readers of parallel corpora: Tatoeba/manythings files (`english<TAB>other<TAB>attribution`, one
+pair a line) and line-aligned pairs of files (Multi30k), plain or gzip; a duplicate-safe split; the
+download of a missing file. Each bad file is one `CorpusFormatError` naming the file (and the line,
+or the byte offset of text that is not UTF-8).
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import io
+import os
+import random
+import urllib.request
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+
+from .errors import CorpusFormatError
+
+Pair = tuple[str, str]
+
+
+def read_tatoeba(path: str | os.PathLike) -> list[Pair]:
+    """(english, other) pairs from a manythings file: `english<TAB>other<TAB>attribution` per line.
+
+    The byte-order mark the published files start with is dropped (it would otherwise glue itself to
+    the first English sentence); blank lines are skipped; anything else malformed is an error with its
+    line number, because silently skipping it would shift nothing but hide a broken download. So is a
+    file that is not UTF-8 text or holds no pair at all.
+    """
+    pairs = []
+    for lineno, line in enumerate(io.StringIO(_read_text(Path(path)), newline=None), 1):
+        if not line.strip():
+            continue
+        fields = line.rstrip("\n").split("\t")
+        if len(fields) < 2:
+            raise CorpusFormatError(f"{path}, line {lineno}: expected 'english<TAB>translation', found no tab")
+        english, other = fields[0].strip(), fields[1].strip()
+        if not english or not other:
+            raise CorpusFormatError(f"{path}, line {lineno}: empty sentence in 'english<TAB>translation'")
+        pairs.append((english, other))
+    if not pairs:
+        raise CorpusFormatError(f"{path}: no sentence pairs in it ({_emptiness(path)})")
+    return pairs
+
+
+def _read_text(path: Path) -> str:
+    """The whole file (gunzipped if the name ends in .gz) as UTF-8 text without a byte-order mark, or one
+    `CorpusFormatError` naming the file: not gzip, truncated, or not UTF-8 (with the line and byte offset)."""
+    try:
+        data = path.read_bytes()
+        if path.suffix == ".gz":
+            data = gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError; a truncated gzip an EOFError
+        what = "not a readable gzip file, truncated or corrupt" if path.suffix == ".gz" and path.is_file() else "unreadable"
+        raise CorpusFormatError(f"{path}: {what} ({getattr(err, 'strerror', None) or err})") from None
+    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        return data[bom:].decode("utf-8")
+    except UnicodeDecodeError as err:
+        offset = bom + err.start
+        line = data.count(b"\n", 0, offset) + 1
+        gunzipped = " of the gunzipped text" if path.suffix == ".gz" else ""
+        utf16 = ", it is UTF-16" if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else ""
+        raise CorpusFormatError(
+            f"{path}, line {line} (byte offset {offset}{gunzipped}): not UTF-8 text "
+            f"(byte 0x{data[offset]:02x}: {err.reason}{utf16}); save the file as UTF-8"
+        ) from None
+
+
+def _read_lines(path: Path) -> list[str]:
+    """The file's lines, stripped (a line ends at LF, CRLF or CR)."""
+    return [line.strip() for line in io.StringIO(_read_text(path), newline=None)]
+
+
+def _emptiness(path: Path) -> str:
+    return "it holds no text" if not _read_text(path) else "it holds only blank lines"
+
+
+def read_aligned(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> list[Pair]:
+    """(source, target) pairs from two line-aligned files (gzip if the name ends in .gz): line i ↔ line i."""
+    src, tgt = _read_lines(Path(src_path)), _read_lines(Path(tgt_path))
+    for path, lines in ((src_path, src), (tgt_path, tgt)):
+        if not any(lines):
+            raise CorpusFormatError(f"{path}: no sentences in it ({_emptiness(Path(path))})")
+    if len(src) != len(tgt):
+        raise CorpusFormatError(
+            f"Line-aligned files differ in length: {src_path} has {len(src)} lines, {tgt_path} has {len(tgt)}"
+        )
+    return list(zip(src, tgt))
+
+
+def split_pairs(
+    pairs: Sequence[Pair], val_fraction: float, test_fraction: float, seed: int
+) -> tuple[list[Pair], list[Pair], list[Pair]]:
+    """Random train/val/test split in which every copy of a repeated pair lands in the same split.
+
+    Tatoeba repeats pairs (and "Hi." → "你好。" in train with the same pair in test would reward
+    memorising), so whole groups of identical pairs are shuffled and cut, not single lines.
+    """
+    groups: dict[Pair, list[Pair]] = {}
+    for p in pairs:
+        groups.setdefault(p, []).append(p)
+    keys = list(groups)  # first-appearance order: the same file and seed always give the same split
+    random.Random(seed).shuffle(keys)
+    n_test, n_val = round(test_fraction * len(keys)), round(val_fraction * len(keys))
+    cut = lambda ks: [p for k in ks for p in groups[k]]  # noqa: E731
+    return cut(keys[n_test + n_val :]), cut(keys[n_test : n_test + n_val]), cut(keys[:n_test])
+
+
+def download(url: str, dest: Path) -> None:
+    """Fetch `url` to `dest` through a temporary name, so an interrupted download never looks complete."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # manythings.org refuses urllib's default user agent.
+    req = urllib.request.Request(url, headers={"User-Agent": "Mozilla/5.0 (transformer-lightning)"})
+    tmp = dest.with_name(dest.name + ".part")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r, open(tmp, "wb") as f:
+            f.write(r.read())
+        tmp.replace(dest)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,121 @@
+"""Batches that hold a token budget rather than a fixed number of sentences, as in the paper (~25k
+source and target tokens per batch): short sentences ride in big batches, long ones in small
+batches, and grouping similar lengths keeps padding low. The sampler shards itself across
+processes and resumes mid-epoch (see resumable.py)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+
+from torch.utils.data import DistributedSampler, Sampler
+
+from .resumable import run_seed
+
+
+class BatchSamplerView(DistributedSampler):
+    """A `TokenBudgetBatchSampler`'s indices, batch after batch, standing in as its `sampler` and as its
+    loader's `sampler`. Lightning calls `set_epoch` on `dataloader.batch_sampler.sampler`, not on the
+    batch sampler itself; and under DDP it replaces a loader's sampler unless that is a
+    `DistributedSampler`, which fails for a batch sampler. The batch sampler shards itself, so this
+    view says so, and `Trainer(strategy="ddp")` works without `use_distributed_sampler=False`."""
+
+    def __init__(self, owner: TokenBudgetBatchSampler):  # no super().__init__: it asks for a process group
+        self.owner = owner
+        self.num_replicas, self.rank, self.shuffle, self.seed = owner.num_replicas, owner.rank, owner.shuffle, owner.seed
+
+    @property
+    def epoch(self) -> int:
+        return self.owner.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self.owner.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        return (i for batch in self.owner.batches() for i in batch)
+
+    def __len__(self) -> int:
+        return sum(map(len, self.owner.batches()))
+
+
+class TokenBudgetBatchSampler(Sampler[list[int]]):
+    """Batches of example indices whose padded size `len(batch) * max(lengths in batch)` stays ≤ `max_tokens`.
+
+    Examples are sorted by length and packed greedily, so a batch holds similar lengths (little padding).
+    With `shuffle`, equal lengths are ordered at random before packing and the batches are shuffled,
+    both from seed + epoch (Lightning calls `set_epoch`): batch contents and order change every epoch.
+    Shuffled buckets (fairseq's way) would mix more, but they change the number of batches from epoch
+    to epoch, and Lightning fixes that number at setup: an epoch one batch short would skip validation.
+    Sorting everything keeps the sequence of lengths, hence the packing and the count, identical.
+    Without `shuffle`: the same batches, in length order, every time.
+    With `num_replicas` > 1 each rank takes every `num_replicas`-th batch, all ranks the same count.
+    The next pass leaves out its first `skip` batches (set by `resumable.ResumableDataLoader` on resume).
+    """
+
+    skip = 0
+
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        max_tokens: int,
+        shuffle: bool = False,
+        seed: int | None = None,
+        num_replicas: int = 1,
+        rank: int = 0,
+    ):
+        if lengths and max(lengths) > max_tokens:
+            raise ValueError(f"An example of {max(lengths)} tokens cannot fit a token budget of {max_tokens}")
+        self.lengths = list(lengths)
+        self.max_tokens, self.shuffle = max_tokens, shuffle
+        self.seed = run_seed() if seed is None else seed
+        self.num_replicas, self.rank = num_replicas, rank
+        self.epoch = 0
+        self.sampler = BatchSamplerView(self)
+        self._cache: tuple[int, list[list[int]]] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def batches(self) -> list[list[int]]:
+        """This epoch's batches for this rank (computed once per epoch: `len` and `iter` must agree)."""
+        if self._cache is not None and self._cache[0] == self.epoch:
+            return self._cache[1]
+        rng = random.Random(self.seed + self.epoch)
+        order = list(range(len(self.lengths)))
+        if self.shuffle:
+            rng.shuffle(order)
+        order.sort(key=self.lengths.__getitem__)  # stable: equal lengths keep their shuffled order
+        out: list[list[int]] = []
+        batch: list[int] = []
+        for i in order:  # lengths ascend, so the newest example is the batch's longest
+            if batch and self.lengths[i] * (len(batch) + 1) > self.max_tokens:
+                out.append(batch)
+                batch = []
+            batch.append(i)
+        if batch:
+            out.append(batch)
+        if self.shuffle:
+            rng.shuffle(out)
+        if self.num_replicas > 1 and out:
+            # Equal counts per rank or DDP hangs on the last step: training drops the remainder (other
+            # batches next epoch), evaluation repeats the first batches so nothing is left out.
+            n = len(out) // self.num_replicas if self.shuffle else -(-len(out) // self.num_replicas)
+            out = [out[i % len(out)] for i in range(n * self.num_replicas)][self.rank :: self.num_replicas]
+        self._cache = (self.epoch, out)
+        return out
+
+    def __iter__(self) -> Iterator[list[int]]:
+        skip, self.skip = self.skip, 0
+        return iter(self.batches()[skip:])
+
+    def __len__(self) -> int:
+        return len(self.batches())
+
+
+def padding_waste(batches: Sequence[Sequence[int]], src_lens: Sequence[int], tgt_lens: Sequence[int]) -> float:
+    """Fraction of the padded source+target positions that are padding."""
+    real = padded = 0
+    for b in batches:
+        real += sum(src_lens[i] + tgt_lens[i] for i in b)
+        padded += len(b) * (max(src_lens[i] for i in b) + max(tgt_lens[i] for i in b))
+    return 1 - real / padded if padded else 0.0

@@ -1,0 +1,171 @@
+"""Run one recipe once per research variant (and seed) and write a table: what each option does to
+the score, the size and the speed of a baseline you trust.
+
+    python scripts/ablate.py --recipe configs/mnist_subset.yaml --seeds 0 1 2 --out docs/ablation_mnist.md \
+        -- --data.data_dir ../shared/data/mnist
+    python scripts/ablate.py --recipe configs/multi30k.yaml --variants baseline rotary swiglu \
+        -- --data.data_dir ../shared/data/multi30k --trainer.max_time 00:00:10:00
+
+Each run is `scripts/fit.py --config RECIPE --config configs/variants/<variant>.yaml --seed_everything S`
+plus whatever follows `--`, in a folder of its own under `--root`, one run after another. W&B logs
+them in one group, `ablation-<recipe>`, each named `<variant>-s<seed>`. The table gives, per
+variant: the test score (mean ± sample standard deviation over the seeds), the best validation
+score, the parameters, the median training step and the wall time of a run. One seed gives no
+standard deviation: read differences smaller than the seed-to-seed spread as noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS_DIR = ROOT / "configs" / "variants"
+
+
+def variant_names() -> list[str]:
+    names = sorted(p.stem for p in VARIANTS_DIR.glob("*.yaml"))
+    return ["baseline"] + [n for n in names if n != "baseline"]
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipe", required=True, help="a recipe in configs/, e.g. configs/mnist_subset.yaml")
+    parser.add_argument(
+        "--variants", nargs="+", default=None, help=f"names in configs/variants/ (default: all, {', '.join(variant_names())})"
+    )
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--root", default=None, help="folder of the runs (default: runs/ablation/<recipe>)")
+    parser.add_argument("--out", default=None, help="write the markdown table here too (and the raw results as .json beside it)")
+    args = parser.parse_args(argv)
+    recipe = Path(args.recipe)
+    if not recipe.is_file():
+        parser.error(f"--recipe {recipe}: no such file")
+    args.variants = args.variants or variant_names()
+    unknown = [v for v in args.variants if not (VARIANTS_DIR / f"{v}.yaml").is_file()]
+    if unknown:
+        parser.error(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(variant_names())}")
+    args.root = Path(args.root or ROOT / "runs" / "ablation" / recipe.stem)
+    return args, extra
+
+
+def run_one(recipe: Path, variant: str, seed: int, folder: Path, extra: list[str]) -> dict:
+    """One fit.py run; its summary.json, with the command, exit status and wall time added."""
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "fit.py"),
+        "--config",
+        str(recipe),
+        "--config",
+        str(VARIANTS_DIR / f"{variant}.yaml"),
+        "--seed_everything",
+        str(seed),
+        "--trainer.default_root_dir",
+        str(folder),
+        "--trainer.enable_progress_bar",
+        "false",
+    ]
+    if not any(a.startswith("--trainer.logger") for a in extra):  # W&B (the default): one group, named runs
+        cmd += [f"--trainer.logger.group=ablation-{recipe.stem}", f"--trainer.logger.name={variant}-s{seed}"]
+    cmd += extra
+    folder.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with open(folder / "output.log", "w") as log:
+        status = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
+    result = {
+        "variant": variant,
+        "seed": seed,
+        "status": status,
+        "wall_seconds": time.monotonic() - start,
+        "command": " ".join(cmd[1:]),
+    }
+    summaries = sorted(folder.rglob("summary.json"), key=lambda p: p.stat().st_mtime)
+    if status == 0 and summaries:
+        result.update(json.loads(summaries[-1].read_text()))
+    return result
+
+
+def score_of(result: dict) -> tuple[str, float] | None:
+    """The run's headline test score: BLEU for translation, accuracy (in %) for classification."""
+    test = result.get("test") or {}
+    if "test/bleu" in test:
+        return "test BLEU", test["test/bleu"]
+    if "test/acc" in test:
+        return "test accuracy (%)", 100 * test["test/acc"]
+    return None
+
+
+def mean_std(values: list[float]) -> str:
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def table(results: list[dict], recipe: Path, extra: list[str]) -> str:
+    scored = [score_of(r) for r in results if score_of(r)]
+    metric = scored[0][0] if scored else "test score"
+    monitor = next((r["monitor"] for r in results if r.get("monitor")), "best validation")
+    lines = [
+        f"| variant | seeds | {metric} | best {monitor} | parameters | median step (ms) | wall time (min) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for variant in dict.fromkeys(r["variant"] for r in results):
+        runs = [r for r in results if r["variant"] == variant]
+        ok = [r for r in runs if r["status"] == 0 and "parameters" in r]
+        seeds_cell = f"{len(ok)}" + (f" ({len(runs) - len(ok)} failed)" if len(ok) < len(runs) else "")
+        if not ok:
+            lines.append(f"| {variant} | {seeds_cell} | – | – | – | – | – |")
+            continue
+        scale = 100 if monitor.endswith("acc") else 1
+        best = [scale * r["best_score"] for r in ok if r.get("best_score") is not None]
+        step_ms = statistics.median(r["step_ms"] for r in ok if r.get("step_ms")) if any(r.get("step_ms") for r in ok) else None
+        wall = statistics.mean(r["wall_seconds"] for r in ok) / 60
+        lines.append(
+            f"| {variant} | {seeds_cell} | {mean_std([score_of(r)[1] for r in ok if score_of(r)])} | {mean_std(best)} "
+            f"| {ok[0]['parameters']:,} | {f'{step_ms:.1f}' if step_ms else '–'} | {wall:.1f} |"
+        )
+    seeds = sorted({r["seed"] for r in results})
+    lines += [
+        "",
+        f"Recipe `{recipe}` plus `{' '.join(extra) or '(nothing)'}`; seeds {', '.join(map(str, seeds))}; "
+        "each row's variant file is `configs/variants/<variant>.yaml`.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, extra = parse_args(argv)
+    recipe = Path(args.recipe)
+    results = []
+    for seed in args.seeds:  # every variant once before any is repeated: a partial sweep is still a table
+        for variant in args.variants:
+            result = run_one(recipe, variant, seed, args.root / f"{variant}-s{seed}", extra)
+            shown = score_of(result)
+            if result["status"] != 0:
+                shown = f"failed (exit {result['status']}), see {args.root / f'{variant}-s{seed}' / 'output.log'}"
+            else:
+                shown = f"{shown[0]} {shown[1]:.2f}" if shown else f"best {result.get('monitor')} {result.get('best_score')}"
+            print(f"{variant} seed {seed}: {shown}", flush=True)
+            results.append(result)
+    text = table(results, recipe, extra)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+        out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    return 0 if all(r["status"] == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

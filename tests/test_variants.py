@@ -1,0 +1,295 @@
+"""The research options of the core (norm, gated feed-forwards, rotary/learned positions, QK-norm,
+grouped-query attention), each held to the baseline's invariants: padding changes nothing, the future
+is invisible, cached decoding equals uncached (greedy and beam), all-padding rows stay finite in
+fp32/bf16/fp16, checkpoints round-trip, and the toy set is learned. Plus an oracle for each option
+where one exists (the same attention with repeated key/value heads, a hand-written gated FFN, the
+scale invariance that QK-norm promises, RoPE's relative positions)."""
+
+import lightning as L
+import pytest
+import torch
+import torch.nn.functional as F
+
+from datamodules import ToyTranslationDataModule
+from datamodules.toy import TOY_PAIRS
+from models import MnistNet, Seq2SeqNet
+from models.attention import MultiHeadAttention
+from models.decoding import beam_search, greedy_decode
+from models.layers import FeedForward
+from models.positional import RotaryEmbedding, apply_rotary
+from tasks import MnistSequenceClassifier, Seq2SeqTransformer
+from tests.helpers import TOY_MODEL, quiet_trainer
+
+PAD, BOS, EOS = 0, 1, 2
+
+# Each option alone, then combinations (a LLaMA-style stack; post-norm with every attention option).
+VARIANTS = {
+    "baseline": {},
+    "rmsnorm": dict(norm="rmsnorm"),
+    "gelu": dict(activation="gelu"),
+    "swiglu": dict(activation="swiglu"),
+    "geglu": dict(activation="geglu"),
+    "learned": dict(positional="learned"),
+    "rotary": dict(positional="rotary"),
+    "qk_norm": dict(qk_norm=True),
+    "gqa": dict(num_kv_heads=2),
+    "mqa": dict(num_kv_heads=1),
+    "llama": dict(norm_first=True, norm="rmsnorm", activation="swiglu", positional="rotary", qk_norm=True, num_kv_heads=2),
+    "postnorm-all-attention": dict(positional="rotary", qk_norm=True, num_kv_heads=1, norm="rmsnorm"),
+}
+ids = list(VARIANTS)
+params = [VARIANTS[k] for k in ids]
+
+
+def make_net(options: dict, seed: int = 0, vocab: int = 24) -> Seq2SeqNet:
+    torch.manual_seed(seed)
+    return Seq2SeqNet(
+        vocab,
+        vocab,
+        d_model=32,
+        nhead=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dim_feedforward=48,
+        dropout=0.0,
+        max_len=40,
+        pad_id=PAD,
+        **options,
+    ).eval()
+
+
+def sources(lengths=(7, 3, 5, 1), vocab: int = 24, seed: int = 0) -> torch.Tensor:
+    """(B, S) random ids, right-padded to the longest."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.full((len(lengths), max(lengths)), PAD)
+    for i, n in enumerate(lengths):
+        src[i, :n] = torch.randint(3, vocab, (n,), generator=g)
+    return src
+
+
+# ---------------------------------------------------------------------------------------------- invariants
+
+
+@pytest.mark.parametrize("options", params, ids=ids)
+def test_padding_changes_nothing(options):
+    net = make_net(options)
+    src, tgt = torch.randint(3, 24, (1, 5)), torch.randint(3, 24, (1, 4))
+    alone = net(src, tgt)  # (1, 4, V)
+    # The same pair in a batch with a longer neighbour: its source and target are right-padded.
+    src_b = torch.cat([F.pad(src, (0, 4), value=PAD), torch.randint(3, 24, (1, 9))])
+    tgt_b = torch.cat([F.pad(tgt, (0, 3), value=PAD), torch.randint(3, 24, (1, 7))])
+    torch.testing.assert_close(net(src_b, tgt_b)[0, :4], alone[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("options", params, ids=ids)
+def test_future_is_invisible(options):
+    net = make_net(options)
+    src, tgt = sources(), torch.randint(3, 24, (4, 6))
+    changed = tgt.clone()
+    changed[:, 4] = (tgt[:, 4] + 1 - 3) % 21 + 3  # another token at position 4 only
+    a, b = net(src, tgt), net(src, changed)
+    torch.testing.assert_close(a[:, :4], b[:, :4])
+    assert not torch.allclose(a[:, 4:], b[:, 4:])
+
+
+@pytest.mark.parametrize("options", params, ids=ids)
+def test_cached_steps_equal_the_full_decoder(options):
+    net = make_net(options)
+    src, tgt = sources(), torch.randint(3, 24, (4, 7))
+    memory, src_pad = net.encode(src)
+    full = net.decode(tgt, memory, src_pad)
+    cache = net.core.new_cache()
+    # A 3-token prefix in one call (the cache offset then starts at 3), then one token a step.
+    steps = [net.decode(tgt[:, :3], memory, src_pad, cache)]
+    steps += [net.decode(tgt[:, t : t + 1], memory, src_pad, cache) for t in range(3, 7)]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("options", params, ids=ids)
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_cached_decoding_equals_uncached(options, beam_size):
+    net = make_net(options).double()  # no argmax ties between two float32 summation orders
+    src = sources()
+    if beam_size == 1:
+        cached = greedy_decode(net, src, BOS, EOS, max_len=20, use_cache=True)
+        uncached = greedy_decode(net, src, BOS, EOS, max_len=20, use_cache=False)
+    else:  # beams are reordered between steps: the cache's rows must follow their hypotheses
+        cached = beam_search(net, src, BOS, EOS, max_len=20, beam_size=beam_size, use_cache=True)
+        uncached = beam_search(net, src, BOS, EOS, max_len=20, beam_size=beam_size, use_cache=False)
+    assert torch.equal(cached, uncached)
+    if beam_size == 1:  # beams may find <eos> early; greedy on an untrained net runs long: many cached steps
+        assert cached.size(1) > 5
+
+
+@pytest.mark.parametrize("options", params, ids=ids)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_all_padding_rows_stay_finite(options, dtype):
+    net = make_net(options).to(dtype)
+    src = sources((5, 3))
+    src[0] = PAD  # a source that is padding only: its queries have no key to attend to
+    tgt = torch.randint(3, 24, (2, 4))
+    logits = net(src, tgt)
+    assert logits.dtype == dtype and torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("options", params, ids=ids)
+def test_translation_checkpoint_round_trip(tmp_path, options):
+    dm = ToyTranslationDataModule(repeats=1)
+    model = Seq2SeqTransformer(
+        tokenizers=dm.tokenizers,
+        d_model=32,
+        nhead=4,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        dim_feedforward=48,
+        warmup_steps=1,
+        **options,
+    )
+    trainer = quiet_trainer(tmp_path, max_steps=2, limit_val_batches=0)
+    trainer.fit(model, dm)
+    trainer.save_checkpoint(tmp_path / "model.ckpt")
+    assert torch.load(tmp_path / "model.ckpt", weights_only=True)  # plain data, no pickled objects
+    again = Seq2SeqTransformer.load_from_checkpoint(tmp_path / "model.ckpt")
+    assert {k: again.hparams[k] for k in options} == options
+    model.eval()
+    sentences = [s for s, _ in TOY_PAIRS]
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, again.state_dict()[key]), key
+    assert again.translate(sentences, beam_size=2) == model.translate(sentences, beam_size=2)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        dict(positional="rotary", norm="rmsnorm", activation="swiglu", qk_norm=True, num_kv_heads=2),
+        dict(positional="sinusoidal", num_kv_heads=1),
+    ],
+    ids=["baseline", "llama", "sinusoidal-mqa"],
+)
+@pytest.mark.parametrize("head", ["decoder", "mean"])
+def test_mnist_variants_round_trip_and_ignore_the_batch(tmp_path, options, head):
+    model = MnistSequenceClassifier(d_model=32, nhead=4, num_encoder_layers=1, dim_feedforward=48, head=head, **options).eval()
+    images = torch.randn(3, 1, 28, 28)
+    logits = model(images)
+    assert logits.shape == (3, 10) and torch.isfinite(logits).all()
+    torch.testing.assert_close(model(images[1:2]), logits[1:2], atol=1e-5, rtol=1e-5)  # rows are independent
+    path = tmp_path / "mnist.ckpt"
+    torch.save({"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}, path)
+    state = torch.load(path, weights_only=True)
+    again = MnistSequenceClassifier(**state["hyper_parameters"]).eval()
+    again.load_state_dict(state["state_dict"])
+    torch.testing.assert_close(again(images), logits)
+
+
+# ---------------------------------------------------------------------------------------------- oracles
+
+
+@pytest.mark.parametrize("num_kv_heads", [1, 2])
+@pytest.mark.parametrize("cross", [False, True])
+def test_grouped_query_attention_equals_multi_head_with_repeated_kv_heads(num_kv_heads, cross):
+    D, H = 32, 4
+    Dh, groups = D // H, H // num_kv_heads
+    grouped = MultiHeadAttention(D, H, num_kv_heads=num_kv_heads, cross=cross).eval()
+    full = MultiHeadAttention(D, H, cross=cross).eval()
+
+    def repeat_heads(t):  # (Hkv·Dh, …) → (H·Dh, …): key/value head j serves query heads j·groups … j·groups + groups - 1
+        return t.view(num_kv_heads, Dh, *t.shape[1:]).repeat_interleave(groups, dim=0).reshape(H * Dh, *t.shape[1:])
+
+    with torch.no_grad():
+        full.out_proj.load_state_dict(grouped.out_proj.state_dict())
+        if cross:
+            full.q_proj.load_state_dict(grouped.q_proj.state_dict())
+            for name in ("weight", "bias"):
+                k, v = getattr(grouped.kv_proj, name).chunk(2)
+                getattr(full.kv_proj, name).copy_(torch.cat([repeat_heads(k), repeat_heads(v)]))
+        else:
+            for name in ("weight", "bias"):
+                q, k, v = getattr(grouped.qkv_proj, name).split([D, num_kv_heads * Dh, num_kv_heads * Dh])
+                getattr(full.qkv_proj, name).copy_(torch.cat([q, repeat_heads(k), repeat_heads(v)]))
+    x, memory = torch.randn(2, 5, D), torch.randn(2, 7, D)
+    args = (x, memory) if cross else (x,)
+    torch.testing.assert_close(grouped(*args)[0], full(*args)[0], atol=1e-5, rtol=1e-5)
+    # The explicit-weights path (attention maps) repeats the heads itself.
+    torch.testing.assert_close(grouped(*args, need_weights=True)[0], full(*args)[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("num_kv_heads, fraction", [(4, 1.0), (2, 0.5), (1, 0.25)])
+def test_grouped_query_cache_holds_only_the_key_value_heads(num_kv_heads, fraction):
+    baseline, net = make_net({}), make_net(dict(num_kv_heads=num_kv_heads))
+    src, tgt = sources(), torch.randint(3, 24, (4, 6))
+    sizes = []
+    for model in (baseline, net):
+        memory, src_pad = model.encode(src)
+        cache = model.core.new_cache()
+        model.decode(tgt, memory, src_pad, cache)
+        sizes.append(cache.nbytes())
+    assert cache.layers[0]["self"]["k"].shape == (4, num_kv_heads, 6, 8)  # (B, Hkv, T, Dh)
+    assert sizes[1] == fraction * sizes[0]
+
+
+def test_swiglu_and_geglu_are_the_gated_formulas():
+    x = torch.randn(2, 3, 16)
+    for name, act in (("swiglu", F.silu), ("geglu", F.gelu)):
+        ff = FeedForward(16, 24, dropout=0.0, activation=name, bias=True)
+        assert ff.linear1.weight.shape == (48, 16)  # gate and value, each dim_feedforward wide
+        (wg, wv), (bg, bv) = ff.linear1.weight.chunk(2), ff.linear1.bias.chunk(2)
+        expected = ff.linear2(act(x @ wg.T + bg) * (x @ wv.T + bv))
+        torch.testing.assert_close(ff(x), expected)
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_qk_norm_makes_attention_blind_to_the_scale_of_queries_and_keys(norm):
+    D = 32
+    attn = MultiHeadAttention(D, 4, qk_norm=True, norm=norm, eps=1e-12).eval()
+    plain = MultiHeadAttention(D, 4).eval()
+    plain.load_state_dict({k: v for k, v in attn.state_dict().items() if not k.startswith(("q_norm", "k_norm"))})
+    x = torch.randn(2, 6, D)
+    before, before_plain = attn(x)[0], plain(x)[0]
+    with torch.no_grad():
+        for module in (attn, plain):  # queries and keys 50× larger: logits that would saturate the softmax
+            module.qkv_proj.weight[: 2 * D] *= 50
+            module.qkv_proj.bias[: 2 * D] *= 50
+    torch.testing.assert_close(attn(x)[0], before, atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(plain(x)[0], before_plain, atol=1e-2)
+
+
+def test_rotary_scores_depend_on_the_distance_only():
+    rope = RotaryEmbedding(16)
+    q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
+
+    def score(m: int, n: int) -> torch.Tensor:
+        return (apply_rotary(q, rope(1, m)) * apply_rotary(k, rope(1, n))).sum()
+
+    for m, n, shift in ((3, 1, 5), (0, 7, 11), (20, 20, 3)):
+        torch.testing.assert_close(score(m, n), score(m + shift, n + shift), atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(score(3, 1), score(3, 2))
+    torch.testing.assert_close(apply_rotary(q, rope(1, 0)), q)  # position 0 is the identity
+
+
+def test_rotary_net_has_no_additive_positions_and_cross_attention_has_no_rotation():
+    net = make_net(dict(positional="rotary"))
+    assert net.src_pos is None and net.tgt_pos is None and net.core.rotary is not None
+    x, memory = torch.randn(1, 2, 32), torch.randn(1, 3, 32)
+    with pytest.raises(ValueError, match="self-attention"):
+        net.core.decoder_layers[0].cross_attn(x, memory, rope=net.core._rope(x))
+
+
+def test_mnist_rotary_net_reads_positions_from_attention_only():
+    net = MnistNet(d_model=32, nhead=4, num_encoder_layers=1, dim_feedforward=48, head="mean", positional="rotary")
+    assert net.pos is None and net.core.rotary is not None
+
+
+# ---------------------------------------------------------------------------------------------- learning
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("options", params, ids=ids)
+def test_every_variant_learns_the_toy_set(tmp_path, options):
+    L.seed_everything(0)
+    dm = ToyTranslationDataModule()
+    model = Seq2SeqTransformer(tokenizers=dm.tokenizers, attention_maps=0, **TOY_MODEL, **options)
+    quiet_trainer(tmp_path, max_epochs=25).fit(model, dm)
+    sources = [s for s, _ in TOY_PAIRS]
+    assert model.translate(sources) == [t for _, t in TOY_PAIRS]
+    assert model.translate(sources, beam_size=3, use_cache=False) == [t for _, t in TOY_PAIRS]
