@@ -62,6 +62,25 @@ def timed(fn, device) -> float:
     return time.perf_counter() - start
 
 
+def peak_cpu_bytes(fn) -> int:
+    """Peak bytes of the profiler-tracked CPU allocations during one call of `fn`, above what was
+    live before it (activations, gradients, temporaries; not the weights or optimizer state)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = sorted(
+        (e.start_ns(), e.nbytes())
+        for e in prof.profiler.kineto_results.events()
+        if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU
+    )
+    live = peak = 0
+    for _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    return peak
+
+
 def summary(times: list[float]) -> dict:
     """Median and spread (min, max, interquartile range) of a list of seconds."""
     times = sorted(times)

@@ -25,7 +25,18 @@ import types
 
 import torch
 import torch.nn.functional as F
-from _common import device_or_exit, environment, padding, print_table, ratio_summary, summary, sync, timed, write_json
+from _common import (
+    device_or_exit,
+    environment,
+    padding,
+    peak_cpu_bytes,
+    print_table,
+    ratio_summary,
+    summary,
+    sync,
+    timed,
+    write_json,
+)
 from torch import nn
 
 import models.attention
@@ -218,20 +229,7 @@ def peak_step_memory(contender, device) -> int | None:
         contender.step()
         sync(device)
         return torch.cuda.max_memory_allocated()
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        contender.step()
-    events = sorted(
-        (e.start_ns(), e.nbytes())
-        for e in prof.profiler.kineto_results.events()
-        if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU
-    )
-    live = peak = 0
-    for _, nbytes in events:
-        live += nbytes
-        peak = max(peak, live)
-    return peak
+    return peak_cpu_bytes(contender.step)
 
 
 def run(args) -> dict:

@@ -44,3 +44,15 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD) -> torch.Ten
 def collate_pairs(pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Seq2SeqBatch:
     """A list of already-encoded (src_ids, tgt_ids) pairs → one padded batch."""
     return Seq2SeqBatch(pad_sequences([p[0] for p in pairs]), pad_sequences([p[1] for p in pairs]))
+
+
+def map_in_length_batches(fn, texts: list[str], batch_size: int) -> list:
+    """`fn(batch)` over `texts` in batches of similar length (less padding), results in input order:
+    how both translation engines (tasks.Seq2SeqTransformer, deploy.ctranslate2) translate many sentences."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    out: list = [None] * len(texts)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        for i, result in zip(chunk, fn([texts[i] for i in chunk])):
+            out[i] = result
+    return out

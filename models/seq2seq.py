@@ -92,6 +92,13 @@ class Seq2SeqNet(nn.Module):
         need_weights: bool = False,
     ):
         """→ logits (B, T, V) (and cross-attention weights per layer when asked)."""
+        out = self.decode_features(tgt, memory, src_pad, cache, need_weights)
+        if need_weights:
+            return self.generator(out[0]), out[1]
+        return self.generator(out)
+
+    def decode_features(self, tgt, memory, src_pad, cache=None, need_weights=False):
+        """`decode` without the generator: the decoder's outputs (B, T, D) (and weights when asked)."""
         offset = cache.length if cache is not None else 0
         self._check_len(offset + tgt.size(1))
         # Targets are right-padded (see datamodules.batching), so the causal mask already hides
@@ -100,12 +107,19 @@ class Seq2SeqNet(nn.Module):
         x = self.tgt_embed(tgt) * self.embed_scale
         if self.tgt_pos is not None:
             x = self.tgt_pos(x, offset)
-        out = self.core.decode(self.embed_dropout(x), memory, None, src_pad, cache, need_weights)
-        if need_weights:
-            return self.generator(out[0]), out[1]
-        return self.generator(out)
+        return self.core.decode(self.embed_dropout(x), memory, None, src_pad, cache, need_weights)
 
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        """Teacher forcing: (B, S) source ids, (B, T) target input ids → (B, T, V) logits."""
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, tgt_out: torch.Tensor | None = None):
+        """Teacher forcing: (B, S) source ids, (B, T) target input ids → (B, T, V) logits.
+
+        With `tgt_out` (B, T), the next tokens, only the real (non-padding) positions go through the
+        generator: → (N, V) logits and their (N,) labels, N = tokens of `tgt_out` that are not padding.
+        The generator is a step's largest matmul (8k × 256 per position for Multi30k), so at 25 %
+        padding this saves a quarter of it; cross-entropy over the N equals the (B, T, V) one with
+        `ignore_index=pad_id`. (An argument of `forward`, not a method, so `compile` covers it.)"""
         memory, src_pad = self.encode(src)
-        return self.decode(tgt, memory, src_pad)
+        if tgt_out is None:
+            return self.decode(tgt, memory, src_pad)
+        hidden = self.decode_features(tgt, memory, src_pad)  # (B, T, D)
+        real = tgt_out.ne(self.pad_id)  # (B, T)
+        return self.generator(hidden[real]), tgt_out[real]  # (N, V), (N,)

@@ -2,6 +2,7 @@
 
     python scripts/evaluate.py --ckpt CKPT --src data/multi30k/test_2016_flickr.de.gz \
         --ref data/multi30k/test_2016_flickr.en.gz [--beam-size 4] [--batch-size 64] [--hyp-out FILE]
+    python scripts/evaluate.py --engine ctranslate2 --model OUT_DIR [--compute-type int8] --src ... --ref ...
 
 Files may be gzip (name ending in .gz) or plain text; line i of --ref translates line i of --src.
 The metrics are wired exactly as during training (tasks/metrics.py): cased BLEU with the 13a
@@ -28,7 +29,12 @@ from training.loading import InputError, exit_on_user_error, load_checkpoint, lo
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ckpt", required=True, help="a Seq2SeqTransformer checkpoint (.ckpt)")
+    parser.add_argument("--ckpt", help="a Seq2SeqTransformer checkpoint (.ckpt), for --engine torch")
+    parser.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"], help="default: torch")
+    parser.add_argument("--model", help="a directory written by scripts/export.py, for --engine ctranslate2")
+    parser.add_argument(
+        "--compute-type", default="default", help="CTranslate2's compute type (default: the exported weights' own)"
+    )
     parser.add_argument("--src", required=True, help="source sentences, one a line (plain or .gz)")
     parser.add_argument("--ref", required=True, help="reference translations, line-aligned with --src")
     parser.add_argument("--beam-size", type=int, default=4, help="beam width; 1 = greedy (default: 4)")
@@ -50,6 +56,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     args = parser.parse_args(argv)
+    if args.engine == "torch" and not args.ckpt:
+        parser.error("--ckpt is required (or --engine ctranslate2 --model DIR)")
+    if args.engine == "ctranslate2" and not args.model:
+        parser.error("--engine ctranslate2 needs --model DIR (a directory written by scripts/export.py)")
     if args.beam_size < 1 or args.batch_size < 1:
         parser.error("--beam-size and --batch-size must be at least 1")
     return args
@@ -71,9 +81,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from tasks import Seq2SeqTransformer
     from tasks.metrics import corpus_scores
 
-    model = load_checkpoint(Seq2SeqTransformer, args.ckpt, map_location=args.device)
-    if args.weights == "training":
-        load_training_weights(model, args.ckpt)
+    if args.engine == "ctranslate2":
+        from deploy.ctranslate2 import CTranslate2Translator
+
+        model = CTranslate2Translator(args.model, device=args.device, compute_type=args.compute_type)
+    else:
+        model = load_checkpoint(Seq2SeqTransformer, args.ckpt, map_location=args.device)
+        if args.weights == "training":
+            load_training_weights(model, args.ckpt)
     kwargs = {} if args.length_penalty is None or args.beam_size == 1 else {"length_penalty": args.length_penalty}
     start = time.time()
     hyps = model.translate_many(
@@ -86,7 +101,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if args.hyp_out:
         Path(args.hyp_out).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     decoding = "greedy" if args.beam_size == 1 else f"beam {args.beam_size}"
-    print(f"sentences: {len(pairs)}  decoding: {decoding}  weights: {args.weights}  time: {seconds:.1f}s")
+    engine = f"ctranslate2 ({args.compute_type})" if args.engine == "ctranslate2" else f"torch, {args.weights} weights"
+    print(f"sentences: {len(pairs)}  decoding: {decoding}  engine: {engine}  time: {seconds:.1f}s")
     print(f"SacreBLEU: {scores['bleu']:.2f}  ({scores['bleu_signature']})")
     print(f"chrF: {scores['chrf']:.2f}  ({scores['chrf_signature']})")
     print(f"lowercased BLEU (not comparable with the cased score): {lowercased['bleu']:.2f}  ({lowercased['bleu_signature']})")

@@ -2,6 +2,12 @@
 
     python scripts/translate.py --ckpt runs/multi30k/.../epoch012-step2899.ckpt "Ein Hund rennt."
     python scripts/translate.py --ckpt CKPT --beam-size 1 < sentences.txt > translations.txt
+    python scripts/translate.py --engine ctranslate2 --model OUT_DIR "Ein Hund rennt."   # scripts/export.py's
+
+With `--engine ctranslate2` the model is a directory written by scripts/export.py, run by
+CTranslate2 (`--compute-type int8` runs float32 weights in int8). Greedy outputs are ours; its beam
+search stops a sentence earlier than ours when the length penalty is on, so some beam outputs differ
+unless `--length-penalty 0` (deploy/ctranslate2.py).
 
 With sentences as arguments, prints one translation per argument (an empty argument is an error).
 With none, reads standard input line by line and prints one line per input line, in order, in
@@ -25,7 +31,12 @@ from training.loading import InputError, exit_on_user_error, load_checkpoint  # 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ckpt", required=True, help="a Seq2SeqTransformer checkpoint (.ckpt)")
+    parser.add_argument("--ckpt", help="a Seq2SeqTransformer checkpoint (.ckpt), for --engine torch")
+    parser.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"], help="default: torch")
+    parser.add_argument("--model", help="a directory written by scripts/export.py, for --engine ctranslate2")
+    parser.add_argument(
+        "--compute-type", default="default", help="CTranslate2's compute type (default: the exported weights' own)"
+    )
     parser.add_argument("--beam-size", type=int, default=4, help="beam width; 1 = greedy (default: 4)")
     parser.add_argument(
         "--length-penalty", type=float, default=None, help="GNMT length penalty alpha for beam search (default: the checkpoint's)"
@@ -37,6 +48,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     parser.add_argument("sentences", nargs="*", help="sentences to translate (default: standard input, one a line)")
     args = parser.parse_args(argv)
+    if args.engine == "torch" and not args.ckpt:
+        parser.error("--ckpt is required (or --engine ctranslate2 --model DIR)")
+    if args.engine == "ctranslate2" and not args.model:
+        parser.error("--engine ctranslate2 needs --model DIR (a directory written by scripts/export.py)")
     if args.beam_size < 1:
         parser.error("--beam-size must be at least 1")
     if args.batch_size < 1:
@@ -75,10 +90,15 @@ def main(argv: list[str] | None = None) -> None:
     for i, sentence in enumerate(args.sentences, 1):
         if not sentence.strip():
             raise InputError(f"argument {i} is an empty sentence: there is nothing to translate")
-    from tasks import Seq2SeqTransformer
+    if args.engine == "ctranslate2":
+        from deploy.ctranslate2 import CTranslate2Translator
 
-    model = load_checkpoint(Seq2SeqTransformer, args.ckpt, map_location=args.device)
-    model.eval()
+        model = CTranslate2Translator(args.model, device=args.device, compute_type=args.compute_type)
+    else:
+        from tasks import Seq2SeqTransformer
+
+        model = load_checkpoint(Seq2SeqTransformer, args.ckpt, map_location=args.device)
+        model.eval()
     if args.sentences:
         source: Iterable[str] = args.sentences
     else:

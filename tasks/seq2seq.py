@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 from torchmetrics.classification import MulticlassAccuracy
 
-from datamodules.batching import Seq2SeqBatch, frame_source, pad_sequences
+from datamodules.batching import Seq2SeqBatch, frame_source, map_in_length_batches, pad_sequences
 from datamodules.checks import TRANSFORMER, TRANSFORMER_RELATIONS, at_least, check_hparams, fraction, one_of
 from datamodules.errors import HyperparameterError
 from datamodules.tokenizers import tokenizer_from_dict
@@ -133,11 +133,9 @@ class Seq2SeqTransformer(L.LightningModule):
     def _step(self, batch: Seq2SeqBatch, stage: str, accuracy: MulticlassAccuracy) -> torch.Tensor:
         src, tgt = batch
         tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # teacher forcing: predict token t+1 from ≤ t
-        logits = self(src, tgt_in)  # (B, T, V)
-        loss = F.cross_entropy(
-            logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD, label_smoothing=self.hparams.label_smoothing
-        )
-        accuracy(logits.flatten(0, 1), tgt_out.flatten())
+        logits, labels = self.net(src, tgt_in, tgt_out)  # (N, V), (N,): the padded positions left out
+        loss = F.cross_entropy(logits, labels, label_smoothing=self.hparams.label_smoothing)
+        accuracy(logits, labels)
         on_step = stage == "train"
         # Epoch-level losses are averaged over every process (checkpoints monitor val/loss); a no-op on one.
         self.log(
@@ -298,13 +296,7 @@ class Seq2SeqTransformer(L.LightningModule):
     def translate_many(self, sentences: list[str], beam_size: int = 1, batch_size: int | None = None, **kwargs) -> list[str]:
         """`translate` over many sentences in batches of similar length; results in input order."""
         batch_size = batch_size or self.hparams.eval_batch_size
-        order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
-        out: list[str | None] = [None] * len(sentences)
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            for i, hyp in zip(chunk, self.translate([sentences[i] for i in chunk], beam_size=beam_size, **kwargs)):
-                out[i] = hyp
-        return out
+        return map_in_length_batches(lambda batch: self.translate(batch, beam_size=beam_size, **kwargs), sentences, batch_size)
 
     @torch.no_grad()
     def translate(

@@ -83,3 +83,19 @@ def test_compile_check(tmp_path, capsys):
     assert len(data["train"]) == 3 and all(r["compiled_step_s"] > 0 for r in data["train"])
     assert data["train_graphs_after_second_length"] == 0, data["train"]  # no recompile per padded length
     assert data["decode"] and all(r["same_as_eager"] for r in data["decode"])
+
+
+def test_peers(tmp_path, capsys):
+    pytest.importorskip("transformers", reason="pip install -e '.[bench]'")
+    pytest.importorskip("x_transformers", reason="pip install -e '.[bench]'")
+    pytest.importorskip("ctranslate2", reason="pip install -e '.[bench]'")
+    stdout, data = run_benchmark("peers", tmp_path, capsys)
+    assert "What differs from ours" in stdout and "peer time / ours" in stdout
+    names = [r["name"] for r in data["train"]["results"]]
+    assert names == ["ours", "torch.nn.Transformer", "HF Marian", "x-transformers"]
+    assert all(r["tokens_per_s"] > 0 and r["peer_over_ours"]["median"] > 0 for r in data["train"]["results"])
+    for beam in ("beam1", "beam4"):
+        rows = data["decode"]["results"][beam]
+        assert [r["name"].split()[0] for r in rows] == ["ours", "HF", "CTranslate2", "CTranslate2"]
+        assert all(r["sentences_per_s"] > 0 for r in rows)
+    assert data["train"]["results"][0]["peer_over_ours"]["median"] == pytest.approx(1.0)

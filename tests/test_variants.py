@@ -82,6 +82,24 @@ def test_padding_changes_nothing(options):
 
 
 @pytest.mark.parametrize("options", params, ids=ids)
+def test_loss_over_real_target_positions_equals_the_padded_loss(options):
+    """`net(src, tgt_in, tgt_out)` runs the generator on the real positions only; the label-smoothed
+    loss and every gradient equal those of the full (B, T, V) logits with ignore_index."""
+    src, tgt = sources(), sources((6, 2, 4, 5), seed=1)
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    full, packed = make_net(options), make_net(options)
+    logits = full(src, tgt_in)
+    loss_full = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD, label_smoothing=0.1)
+    real_logits, labels = packed(src, tgt_in, tgt_out)
+    loss_packed = F.cross_entropy(real_logits, labels, label_smoothing=0.1)
+    assert real_logits.size(0) == int(tgt_out.ne(PAD).sum()) < tgt_out.numel()
+    torch.testing.assert_close(loss_packed, loss_full)
+    loss_full.backward(), loss_packed.backward()
+    for (name, a), b in zip(full.named_parameters(), packed.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("options", params, ids=ids)
 def test_future_is_invisible(options):
     net = make_net(options)
     src, tgt = sources(), torch.randint(3, 24, (4, 6))

@@ -1,0 +1,386 @@
+"""Our translation model against the libraries a user would pick instead, on the same work.
+
+Training step (forward, label-smoothed cross-entropy, backward, AdamW), whole models from token ids:
+  - ours: `models.Seq2SeqNet` (post-norm, sinusoidal positions, three-way tied embeddings);
+  - `torch.nn.Transformer` with the same embeddings, positions and tied generator around it;
+  - Hugging Face `MarianMTModel` built from a `MarianConfig` of the same size (random weights);
+  - `x-transformers`' `XTransformer` of the same size.
+Decoding (batch of sources, exactly `--out-len` tokens: end-of-sentence is never chosen), greedy
+and beam search with the length penalty 1:
+  - ours, with the key/value cache; HF `generate` (its cache); CTranslate2 running *our* weights
+    (scripts/export.py's conversion) in float32 and in int8.
+
+Every contender gets the same token ids, padding, sizes, dropout, loss and optimizer; runs are
+interleaved (order rotating each repeat) and each ratio is peer time / our time of the same repeat
+(> 1: ours is faster). What differs in each peer's architecture is printed under the tables.
+
+    python benchmarks/peers.py --size small                # d256, 4 heads, 3+3, ff 1024
+    python benchmarks/peers.py --size base --repeats 5     # d512, 8 heads, 6+6, ff 2048
+    python benchmarks/peers.py --tiny                      # seconds; what CI runs
+Needs the optional peers: pip install -e ".[bench]".
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+
+import torch
+import torch.nn.functional as F
+from _common import environment, padded_ids, peak_cpu_bytes, print_table, ratio_summary, summary, timed, write_json
+from torch import nn
+
+from datamodules.vocab import Vocab
+from models.decoding import beam_search, greedy_decode
+from models.positional import SinusoidalPositionalEncoding
+
+SIZES = {
+    "small": dict(d_model=256, nhead=4, layers=3, ff=1024),
+    "base": dict(d_model=512, nhead=8, layers=6, ff=2048),
+}
+TINY = dict(d_model=32, nhead=4, layers=1, ff=64, vocab=60, batch=2, src_len=6, tgt_len=6, out_len=4, repeats=2, warmup=1)
+PAD, BOS, EOS = 0, 1, 2
+EOS_NEVER = -1  # an id argmax never returns: our searches then run exactly out_len steps
+
+DIFFERENCES = {
+    "torch.nn.Transformer": "our architecture exactly (post-norm, final norms, biases), with our embeddings and generator",
+    "HF Marian": "no final norm after either stack; a final-logits bias; sinusoids laid out as [sin | cos] halves",
+    "x-transformers": "pre-norm; learned positions; GELU; norms without gain or bias; no attention biases; no residual dropout",
+    "CTranslate2": "our own weights, converted by scripts/export.py (identical outputs in float32); C++ engine, no autograd",
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size", default="small", choices=sorted(SIZES))
+    p.add_argument("--vocab", type=int, default=8000, help="one joint vocabulary, as configs/multi30k.yaml")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--src-len", type=int, default=24)
+    p.add_argument("--tgt-len", type=int, default=24, help="training target length (padded like the source)")
+    p.add_argument("--out-len", type=int, default=32, help="decoded tokens per sentence")
+    p.add_argument("--pad-frac", type=float, default=0.25)
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--task", default="both", choices=["train", "decode", "both"])
+    p.add_argument("--compile", action="store_true", help="add a row: ours under torch.compile (training)")
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None)
+    p.add_argument("--tiny", action="store_true", help="a few seconds at a toy size (CI smoke test)")
+    args = p.parse_args(argv)
+    for k, v in SIZES[args.size].items():
+        setattr(args, k, v)
+    if args.tiny:
+        for k, v in TINY.items():
+            setattr(args, k, v)
+    return args
+
+
+# ------------------------------------------------------------------------------------------
+# The contenders
+
+
+def our_module(args):
+    """A `Seq2SeqTransformer` of the benchmark's size (its `net` is what trains and decodes; the
+    module is what exports to CTranslate2), with a word vocabulary of `--vocab` tokens."""
+    from tasks import Seq2SeqTransformer
+
+    words = Vocab([f"w{i}" for i in range(args.vocab - 4)], "word").to_dict()
+    return Seq2SeqTransformer(
+        tokenizers={"src": words, "tgt": words},
+        d_model=args.d_model,
+        nhead=args.nhead,
+        num_encoder_layers=args.layers,
+        num_decoder_layers=args.layers,
+        dim_feedforward=args.ff,
+        dropout=args.dropout,
+        max_len=256,
+        tie_embeddings=True,
+        share_embeddings=True,
+    )
+
+
+class TorchTransformerSeq2Seq(nn.Module):
+    """`torch.nn.Transformer` with what Seq2SeqNet puts around its core: a shared scaled embedding,
+    sinusoidal positions, embedding dropout and a tied generator."""
+
+    def __init__(self, args):
+        super().__init__()
+        self.embed = nn.Embedding(args.vocab, args.d_model, padding_idx=PAD)
+        self.pos = SinusoidalPositionalEncoding(args.d_model, 256)
+        self.drop = nn.Dropout(args.dropout)
+        self.core = nn.Transformer(
+            args.d_model, args.nhead, args.layers, args.layers, args.ff, args.dropout, batch_first=True
+        )  # fmt: skip
+        self.scale = math.sqrt(args.d_model)
+
+    def forward(self, src, tgt):
+        src_pad = src.eq(PAD)
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1), device=tgt.device)
+        x = self.drop(self.pos(self.embed(src) * self.scale))
+        y = self.drop(self.pos(self.embed(tgt) * self.scale))
+        out = self.core(
+            x, y, tgt_mask=causal, src_key_padding_mask=src_pad, memory_key_padding_mask=src_pad, tgt_is_causal=True
+        )  # fmt: skip
+        return out @ self.embed.weight.t()  # (B, T, V)
+
+
+def marian(args):
+    from transformers import MarianConfig, MarianMTModel
+
+    config = MarianConfig(
+        vocab_size=args.vocab,
+        d_model=args.d_model,
+        encoder_layers=args.layers,
+        decoder_layers=args.layers,
+        encoder_attention_heads=args.nhead,
+        decoder_attention_heads=args.nhead,
+        encoder_ffn_dim=args.ff,
+        decoder_ffn_dim=args.ff,
+        activation_function="relu",
+        dropout=args.dropout,
+        attention_dropout=args.dropout,
+        activation_dropout=args.dropout,
+        max_position_embeddings=256,
+        scale_embedding=True,
+        pad_token_id=PAD,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        decoder_start_token_id=BOS,
+        forced_eos_token_id=None,
+    )
+    return MarianMTModel(config)
+
+
+def x_transformer(args):
+    from x_transformers import XTransformer
+
+    common = dict(depth=args.layers, heads=args.nhead, max_seq_len=256, attn_dim_head=args.d_model // args.nhead)
+    drop = dict(attn_dropout=args.dropout, ff_dropout=args.dropout, emb_dropout=args.dropout, ff_mult=args.ff // args.d_model)
+    kwargs = {f"enc_{k}": v for k, v in {**common, **drop, "num_tokens": args.vocab}.items()}
+    kwargs |= {f"dec_{k}": v for k, v in {**common, **drop, "num_tokens": args.vocab}.items()}
+    model = XTransformer(dim=args.d_model, tie_token_emb=True, **kwargs)
+    decoder = model.decoder.net
+    decoder.to_logits.weight = decoder.token_emb.emb.weight  # the generator tied too, as ours and Marian's
+    return model
+
+
+class TrainContender:
+    """`logits_fn(src, tgt_in)` gives (B, T, V) logits, scored with ignore_index as peers are used;
+    or, with `packed`, `logits_fn(src, tgt_in, tgt_out)` gives the real positions' (N, V) logits and
+    labels, as our task trains (Seq2SeqNet.forward). The loss is the same either way."""
+
+    def __init__(self, name, model, logits_fn, args, batch, packed: bool = False):
+        self.name, self.model, self.logits_fn, self.packed = name, model, logits_fn, packed
+        self.src, self.tgt = batch
+        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        self.smoothing = args.label_smoothing
+        self.times: list[float] = []
+        self.peak_bytes = None
+        model.train()
+
+    def step(self):
+        self.opt.zero_grad(set_to_none=True)
+        tgt_in, tgt_out = self.tgt[:, :-1], self.tgt[:, 1:]
+        if self.packed:
+            logits, labels = self.logits_fn(self.src, tgt_in, tgt_out)  # (N, V), (N,)
+        else:
+            logits, labels = self.logits_fn(self.src, tgt_in).flatten(0, 1), tgt_out.flatten()  # (B*T, V)
+        loss = F.cross_entropy(logits, labels, ignore_index=PAD, label_smoothing=self.smoothing)
+        loss.backward()
+        self.opt.step()
+        return loss
+
+
+def train_contenders(args, ours, batch):
+    torch_model = TorchTransformerSeq2Seq(args)
+    hf = marian(args)
+    xt = x_transformer(args)
+    contenders = [
+        TrainContender("ours", ours.net, ours.net, args, batch, packed=True),
+        TrainContender("torch.nn.Transformer", torch_model, torch_model, args, batch),
+        TrainContender(
+            "HF Marian",
+            hf,
+            lambda s, t: hf(input_ids=s, attention_mask=s.ne(PAD), decoder_input_ids=t).logits,
+            args,
+            batch,
+        ),
+        TrainContender(
+            "x-transformers",
+            xt,
+            lambda s, t: xt.decoder.net(t, context=xt.encoder(s, mask=s.ne(PAD), return_embeddings=True), context_mask=s.ne(PAD)),
+            args,
+            batch,
+        ),
+    ]
+    if args.compile:
+        compiled = torch.compile(ours.net, dynamic=False)
+        contenders.append(TrainContender("ours, torch.compile", ours.net, compiled, args, batch, packed=True))
+    return contenders
+
+
+# ------------------------------------------------------------------------------------------
+# Measurement
+
+
+def interleaved(contenders, run_one, args):
+    """Warm up, then time `run_one(c)` for every contender in each repeat, the order rotating."""
+    for _ in range(args.warmup):
+        for c in contenders:
+            run_one(c)
+    n = len(contenders)
+    for r in range(args.repeats):
+        order = [contenders[(r + i) % n] for i in range(n)]
+        for c in order if r % 2 == 0 else order[::-1]:
+            c.times.append(timed(lambda c=c: run_one(c), "cpu"))
+        print(f"repeat {r + 1}/{args.repeats}", file=sys.stderr, flush=True)
+
+
+def rows_against_ours(contenders, units: float, unit_name: str) -> tuple[list[list], list[dict]]:
+    ours = contenders[0]
+    rows, results = [], []
+    for c in contenders:
+        s = summary(c.times)
+        ratio = ratio_summary(c.times, ours.times)  # peer time / our time: > 1 means ours is faster
+        mem = "n/a" if c.peak_bytes is None else f"{c.peak_bytes / 2**20:.1f}"
+        rows.append(
+            [
+                c.name,
+                f"{s['median_s'] * 1e3:.1f}",
+                f"{s['min_s'] * 1e3:.1f}–{s['max_s'] * 1e3:.1f}",
+                f"{units / s['median_s']:,.1f}",
+                "1 (reference)" if c is ours else f"{ratio['median']:.2f} ({ratio['min']:.2f}–{ratio['max']:.2f})",
+                mem,
+            ]
+        )
+        results.append(
+            {"name": c.name, "time": s, unit_name: units / s["median_s"], "peer_over_ours": ratio, "peak_bytes": c.peak_bytes}
+        )
+    return rows, results
+
+
+def run_train(args, ours, src, tgt) -> dict:
+    contenders = train_contenders(args, ours, (src, tgt))
+    if args.compile:
+        start = timed(contenders[-1].step, "cpu")
+        print(f"torch.compile: first step {start:.1f} s (compilation included)", file=sys.stderr)
+    interleaved(contenders, lambda c: c.step(), args)
+    for c in contenders:
+        c.peak_bytes = peak_cpu_bytes(c.step)
+    tokens = int(src.ne(PAD).sum() + tgt[:, 1:].ne(PAD).sum())
+    rows, results = rows_against_ours(contenders, tokens, "tokens_per_s")
+    title = (
+        f"Training step, CPU fp32: d_model {args.d_model}, {args.nhead} heads, {args.layers}+{args.layers} layers, "
+        f"ff {args.ff}, vocab {args.vocab}, dropout {args.dropout}, batch {args.batch}, src/tgt {args.src_len}/{args.tgt_len} "
+        f"tokens ({args.pad_frac:.0%} padding), label smoothing {args.label_smoothing}, AdamW; {args.repeats} interleaved "
+        f"repeats, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
+    headers = ["model", "step ms (median)", "step ms (min–max)", "tokens/s", "peer time / ours (median, min–max)", "peak MiB"]
+    table = print_table(headers, rows, title)
+    return {"table": table, "results": results, "tokens_per_step": tokens}
+
+
+class DecodeContender:
+    def __init__(self, name, fn):
+        self.name, self.fn = name, fn
+        self.times: list[float] = []
+        self.peak_bytes = None
+
+
+def decode_contenders(args, ours, src, beam: int, ct2_dir: str):
+    import ctranslate2
+
+    from deploy.ctranslate2 import vocabulary
+
+    net = ours.net.eval()
+    hf = marian(args).eval()
+    words = vocabulary(ours.src_tokenizer)
+    tokens = [[words[i] for i in row if i != PAD] for row in src.tolist()]  # each ends with <eos>, as ours
+    n, threads = args.out_len, torch.get_num_threads()
+    ct2 = {
+        ct: ctranslate2.Translator(ct2_dir, compute_type=ct, inter_threads=1, intra_threads=threads) for ct in ("float32", "int8")
+    }
+
+    def run_ours():
+        if beam == 1:
+            return greedy_decode(net, src, BOS, EOS_NEVER, n)
+        return beam_search(net, src, BOS, EOS_NEVER, n, beam_size=beam, length_penalty=1.0)
+
+    def run_hf():
+        with torch.no_grad():
+            return hf.generate(
+                input_ids=src, attention_mask=src.ne(PAD), max_new_tokens=n, min_new_tokens=n, num_beams=beam,
+                do_sample=False, length_penalty=1.0,
+            )  # fmt: skip
+
+    def run_ct2(kind):
+        return lambda: ct2[kind].translate_batch(
+            tokens, beam_size=beam, max_decoding_length=n, min_decoding_length=n, length_penalty=1.0 if beam > 1 else 0.0
+        )  # fmt: skip
+
+    return [
+        DecodeContender("ours", run_ours),
+        DecodeContender("HF Marian generate", run_hf),
+        DecodeContender("CTranslate2 float32 (our weights)", run_ct2("float32")),
+        DecodeContender("CTranslate2 int8 (our weights)", run_ct2("int8")),
+    ]
+
+
+def run_decode(args, ours, src) -> dict:
+    from deploy.ctranslate2 import export_ctranslate2
+
+    tables, results = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        ct2_dir = str(export_ctranslate2(ours.eval(), f"{tmp}/ct2"))
+        for beam in (1, 4):
+            contenders = decode_contenders(args, ours, src, beam, ct2_dir)
+            with torch.inference_mode():
+                interleaved(contenders, lambda c: c.fn(), args)
+                for c in contenders[:2]:  # CTranslate2 allocates outside torch: not seen by its profiler
+                    c.peak_bytes = peak_cpu_bytes(c.fn)
+            rows, res = rows_against_ours(contenders, args.batch, "sentences_per_s")
+            title = (
+                f"{'Greedy decoding' if beam == 1 else f'Beam search ({beam} beams)'}, CPU: d_model {args.d_model}, "
+                f"{args.nhead} heads, {args.layers}+{args.layers} layers, ff {args.ff}, vocab {args.vocab}, batch {args.batch}, "
+                f"{args.src_len}-token sources ({args.pad_frac:.0%} padding), exactly {args.out_len} output tokens; "
+                f"{args.repeats} interleaved repeats, {torch.get_num_threads()} threads"
+            )
+            headers = ["decoder", "ms (median)", "ms (min–max)", "sentences/s", "peer time / ours (median, min–max)", "peak MiB"]
+            tables.append(print_table(headers, rows, title))
+            results[f"beam{beam}"] = res
+    return {"tables": tables, "results": results}
+
+
+def run(args) -> dict:
+    torch.manual_seed(args.seed)
+    ours = our_module(args)
+    g = torch.Generator().manual_seed(args.seed)
+    src = padded_ids(args.batch, args.src_len, args.vocab, args.pad_frac, PAD, g)
+    src[torch.arange(args.batch), src.ne(PAD).sum(1) - 1] = EOS  # sources end with <eos>, as ours are framed
+    tgt = padded_ids(args.batch, args.tgt_len + 1, args.vocab, args.pad_frac, PAD, g)
+    tgt[:, 0] = BOS
+    payload = {"benchmark": "peers", "config": vars(args), "environment": environment("cpu")}
+    if args.task in ("train", "both"):
+        payload["train"] = run_train(args, ours, src, tgt)
+    if args.task in ("decode", "both"):
+        payload["decode"] = run_decode(args, ours, src)
+    print("\nWhat differs from ours:")
+    for name, text in DIFFERENCES.items():
+        print(f"  - {name}: {text}")
+    payload["differences"] = DIFFERENCES
+    return payload
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    payload = run(args)
+    write_json(args.json, payload)
+    return payload
+
+
+if __name__ == "__main__":
+    main()

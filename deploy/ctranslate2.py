@@ -1,0 +1,282 @@
+"""Export a trained `Seq2SeqTransformer` to CTranslate2, and translate with the exported model.
+
+CTranslate2 (https://opennmt.net/CTranslate2) is the C++ inference engine translation models are
+deployed with: fused kernels, int8 weights, no Python per step. `export_ctranslate2` writes our
+weights into its `TransformerSpec`, and our tokenizers beside them (`tokenizers.json`), so that
+`CTranslate2Translator(out_dir).translate([...])` reads and writes text exactly as the checkpoint does.
+
+Three details make a naive conversion translate differently, and are handled here:
+  - Like `torch.nn.Transformer`, both of our stacks end with a final norm, post-norm included.
+    CTranslate2 builds that norm whenever the weights hold one (`encoder/layer_norm`), but its spec
+    declares it for pre-norm models only, so it is added to the post-norm spec by hand;
+  - our sinusoidal table interleaves sin/cos (PE[p, 2i], PE[p, 2i+1]) where CTranslate2's own
+    concatenates them, so the table is exported as weights (`position_encodings.encodings`), as a
+    learned table is;
+  - sources end with `<eos>` (datamodules.batching.frame_source) and targets start with `<bos>`:
+    the vocabulary keeps our special tokens, which the spec's config names.
+
+Options CTranslate2 cannot represent the way we compute them (rotary positions in our rotate-half
+layout inside an encoder–decoder, query/key norms with our gain) are refused by `check_exportable`.
+Beam search: both apply GNMT's length penalty, but CTranslate2 stops a sentence once its top beam
+ends (OpenNMT's rule), where ours stops once no live hypothesis can still beat the best finished one
+under the penalty (models.decoding). With alpha = 0 the two rules agree and so do the outputs; with
+alpha > 0 CTranslate2 sometimes settles for an earlier, shorter hypothesis (6 of 64 Multi30k test
+sentences differ with alpha = 1; docs/results.md has the BLEU of both).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from datamodules.batching import frame_source, map_in_length_batches
+from datamodules.tokenizers import SubwordTokenizer, tokenizer_from_dict
+from datamodules.vocab import SPECIAL_TOKENS
+from models.positional import SinusoidalPositionalEncoding
+from training.loading import InputError
+
+TOKENIZERS_FILE = "tokenizers.json"  # our tokenizers and decoding defaults, beside CTranslate2's model.bin
+QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+
+
+class ExportError(InputError):
+    """A checkpoint CTranslate2 cannot represent, an output directory that must not be replaced, or
+    no `ctranslate2` package: the scripts print it as one line (training.loading.exit_on_user_error)."""
+
+
+def _ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError:
+        raise ExportError("CTranslate2 is not installed: pip install -e '.[deploy]'") from None
+    return ctranslate2
+
+
+def check_exportable(hparams: dict) -> None:
+    """Raise `ExportError` naming the first option of a checkpoint that CTranslate2 cannot run as we do."""
+    if hparams.get("positional", "sinusoidal") == "rotary":
+        raise ExportError("rotary positions (positional=rotary) cannot be exported to CTranslate2's encoder–decoder")
+    if hparams.get("qk_norm", False):
+        raise ExportError("query/key norms (qk_norm=True) cannot be exported to CTranslate2")
+    if hparams.get("activation", "relu") not in ("relu", "gelu", "swiglu", "geglu"):
+        raise ExportError(f"activation {hparams['activation']!r} has no CTranslate2 equivalent")
+
+
+def vocabulary(tokenizer) -> list[str]:
+    """The token string of every id (CTranslate2 vocabularies are lists of strings, index = id)."""
+    if isinstance(tokenizer, SubwordTokenizer):
+        tokens = [tokenizer.tokenizer.id_to_token(i) for i in range(len(tokenizer))]
+    else:
+        tokens = list(tokenizer.tokens)
+    if tokens[: len(SPECIAL_TOKENS)] != SPECIAL_TOKENS or len(set(tokens)) != len(tokens):
+        raise ExportError("the tokenizer's pieces are not unique strings with the special tokens first")
+    return tokens
+
+
+def _converter_class():
+    _ctranslate2()
+    from ctranslate2.converters import Converter
+
+    class Seq2SeqConverter(Converter):
+        def __init__(self, model):
+            self.model = model
+
+        def _load(self):
+            return build_spec(self.model)
+
+    return Seq2SeqConverter
+
+
+def build_spec(model):
+    """The `ctranslate2.specs.TransformerSpec` of a `Seq2SeqTransformer`'s weights and vocabularies."""
+    _ctranslate2()
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    hp, net = model.hparams, model.net
+    check_exportable(hp)
+    activation = hp.get("activation", "relu")
+    rms = hp.get("norm", "layernorm") == "rmsnorm"
+    kv_heads = hp.get("num_kv_heads") or hp["nhead"]
+    act = common_spec.Activation.GELU if activation in ("gelu", "geglu") else common_spec.Activation.RELU
+    if activation == "swiglu":
+        act = common_spec.Activation.SWISH
+    options = dict(
+        pre_norm=True,  # declares each stack's final norm; post-norm models set pre_norm back below
+        activation=act,
+        ffn_glu=activation in ("swiglu", "geglu"),
+        rms_norm=rms,
+        num_heads_kv=kv_heads if kv_heads != hp["nhead"] else None,
+    )
+    encoder = transformer_spec.TransformerEncoderSpec(hp["num_encoder_layers"], hp["nhead"], **options)
+    decoder = transformer_spec.TransformerDecoderSpec(hp["num_decoder_layers"], hp["nhead"], **options)
+    for stack in (encoder, decoder):
+        # Our post-norm stacks end with a norm too (see the module docstring): the spec, built as
+        # pre-norm, declared it; the flag the layers read says post-norm.
+        stack.pre_norm = hp["norm_first"]
+    spec = transformer_spec.TransformerSpec(encoder, decoder)
+
+    # Copies: CTranslate2 quantizes the spec's arrays in place, which must not touch the model's weights.
+    state = {k: v.detach().to("cpu", torch.float32, copy=True) for k, v in net.state_dict().items()}
+    _set_embeddings(encoder, state, "src_embed", net.src_pos)
+    _set_embeddings(decoder, state, "tgt_embed", net.tgt_pos)
+    _set_norm(encoder.layer_norm, state, "core.encoder_norm")
+    _set_norm(decoder.layer_norm, state, "core.decoder_norm")
+    for i, layer in enumerate(encoder.layer):
+        prefix = f"core.encoder_layers.{i}"
+        _set_attention(layer.self_attention, state, f"{prefix}.self_attn", self_attention=True)
+        _set_norm(layer.self_attention.layer_norm, state, f"{prefix}.norm1")
+        _set_ffn(layer.ffn, state, f"{prefix}.ff", activation)
+        _set_norm(layer.ffn.layer_norm, state, f"{prefix}.norm2")
+    for i, layer in enumerate(decoder.layer):
+        prefix = f"core.decoder_layers.{i}"
+        _set_attention(layer.self_attention, state, f"{prefix}.self_attn", self_attention=True)
+        _set_norm(layer.self_attention.layer_norm, state, f"{prefix}.norm1")
+        _set_attention(layer.attention, state, f"{prefix}.cross_attn", self_attention=False)
+        _set_norm(layer.attention.layer_norm, state, f"{prefix}.norm2")
+        _set_ffn(layer.ffn, state, f"{prefix}.ff", activation)
+        _set_norm(layer.ffn.layer_norm, state, f"{prefix}.norm3")
+    decoder.projection.weight = state["generator.weight"]
+
+    pad, bos, eos, unk = SPECIAL_TOKENS
+    spec.config.bos_token, spec.config.eos_token, spec.config.unk_token = bos, eos, unk
+    spec.config.decoder_start_token = bos
+    spec.config.layer_norm_epsilon = 1e-5  # models.transformer's default, the only one we build
+    spec.register_source_vocabulary(vocabulary(model.src_tokenizer))
+    spec.register_target_vocabulary(vocabulary(model.tgt_tokenizer))
+    return spec
+
+
+def _set_embeddings(stack, state, name, positions) -> None:
+    table = stack.embeddings[0] if isinstance(stack.embeddings, list) else stack.embeddings  # the encoder's is a list
+    table.weight = state[f"{name}.weight"]
+    stack.scale_embeddings = True  # ours multiply by sqrt(d_model) before adding positions, as CTranslate2 does
+    if isinstance(positions, SinusoidalPositionalEncoding):
+        table = positions.pe  # (max_len, D), in our layout
+    else:  # learned
+        table = positions.embedding.weight
+    stack.position_encodings.encodings = table.detach().to("cpu", torch.float32, copy=True)
+
+
+def _set_norm(spec, state, prefix) -> None:
+    spec.gamma = state[f"{prefix}.weight"]
+    if f"{prefix}.bias" in state:
+        spec.beta = state[f"{prefix}.bias"]
+
+
+def _set_linear(spec, state, prefix) -> None:
+    spec.weight = state[f"{prefix}.weight"]
+    if f"{prefix}.bias" in state:
+        spec.bias = state[f"{prefix}.bias"]
+
+
+def _set_attention(spec, state, prefix, self_attention: bool) -> None:
+    # CTranslate2 fuses q/k/v (self-attention) and k/v (cross-attention) in this order, as we do.
+    if self_attention:
+        _set_linear(spec.linear[0], state, f"{prefix}.qkv_proj")
+    else:
+        _set_linear(spec.linear[0], state, f"{prefix}.q_proj")
+        _set_linear(spec.linear[1], state, f"{prefix}.kv_proj")
+    _set_linear(spec.linear[-1], state, f"{prefix}.out_proj")
+
+
+def _set_ffn(spec, state, prefix, activation: str) -> None:
+    if activation in ("swiglu", "geglu"):  # our linear1 holds [gate; value]; CTranslate2 splits them
+        weight, bias = state[f"{prefix}.linear1.weight"], state.get(f"{prefix}.linear1.bias")
+        gate_w, value_w = weight.chunk(2, dim=0)
+        spec.linear_0.weight, spec.linear_0_noact.weight = gate_w.contiguous(), value_w.contiguous()
+        if bias is not None:
+            gate_b, value_b = bias.chunk(2)
+            spec.linear_0.bias, spec.linear_0_noact.bias = gate_b.contiguous(), value_b.contiguous()
+    else:
+        _set_linear(spec.linear_0, state, f"{prefix}.linear1")
+    _set_linear(spec.linear_1, state, f"{prefix}.linear2")
+
+
+def export_ctranslate2(model, out_dir: str | Path, quantization: str | None = None, force: bool = False) -> Path:
+    """Write `model` (a `Seq2SeqTransformer`) as a CTranslate2 model directory, with our tokenizers.
+
+    An existing `out_dir` is replaced only with `force`, and only if it is empty or an earlier
+    export (it holds CTranslate2's model.bin): never a directory of something else."""
+    out_dir = Path(out_dir)
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise ExportError(f"quantization must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}")
+    check_exportable(model.hparams)
+    if out_dir.exists():
+        if not force:
+            raise ExportError(f"{out_dir} exists; pass --force to replace an earlier export")
+        if not out_dir.is_dir() or (any(out_dir.iterdir()) and not (out_dir / "model.bin").is_file()):
+            raise ExportError(f"{out_dir} is not an earlier CTranslate2 export; refusing to replace it")
+    _converter_class()(model).convert(str(out_dir), quantization=quantization, force=force)
+    hp = model.hparams
+    meta = {
+        "tokenizers": {"src": model.src_tokenizer.to_dict(), "tgt": model.tgt_tokenizer.to_dict()},
+        "max_len": hp["max_len"],
+        "max_len_a": hp["max_len_a"],
+        "max_len_b": hp["max_len_b"],
+        "length_penalty": hp["length_penalty"],
+        "quantization": quantization or "float32",
+    }
+    (out_dir / TOKENIZERS_FILE).write_text(json.dumps(meta))
+    return out_dir
+
+
+class CTranslate2Translator:
+    """Translate text with an exported model: our tokenizers around a `ctranslate2.Translator`.
+
+    `compute_type` is CTranslate2's ("default" runs the weights as exported, "int8", "float32", ...).
+    Output lengths follow the checkpoint's `max_len_a` × source + `max_len_b`, as `Seq2SeqTransformer`'s do."""
+
+    def __init__(self, model_dir: str | Path, device: str = "cpu", compute_type: str = "default", threads: int = 0):
+        ctranslate2 = _ctranslate2()
+        model_dir = Path(model_dir)
+        meta_path = model_dir / TOKENIZERS_FILE
+        if not (model_dir / "model.bin").is_file() or not meta_path.is_file():
+            raise ExportError(f"{model_dir} is not a model written by scripts/export.py (no model.bin or {TOKENIZERS_FILE})")
+        self.meta = json.loads(meta_path.read_text())
+        self.src_tokenizer = tokenizer_from_dict(self.meta["tokenizers"]["src"])
+        self.tgt_tokenizer = tokenizer_from_dict(self.meta["tokenizers"]["tgt"])
+        self.src_vocab = vocabulary(self.src_tokenizer)
+        self.tgt_index = {tok: i for i, tok in enumerate(vocabulary(self.tgt_tokenizer))}
+        threads = threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+        self.translator = ctranslate2.Translator(
+            str(model_dir), device=device, compute_type=compute_type, inter_threads=1, intra_threads=threads
+        )
+
+    def source_tokens(self, sentence: str) -> list[str]:
+        if not isinstance(sentence, str) or not sentence.strip():
+            raise InputError("an empty sentence: there is nothing to translate")
+        return [self.src_vocab[i] for i in frame_source(self.src_tokenizer.encode(sentence), self.meta["max_len"])]
+
+    def translate_ids(
+        self, sources: list[list[str]], beam_size: int = 1, max_len: int | None = None, length_penalty: float | None = None
+    ) -> list[list[int]]:
+        """Token lists (each ending in `<eos>`) → output ids, `<eos>` included when generated."""
+        if max_len is None:
+            longest = max(len(s) for s in sources)
+            max_len = int(self.meta["max_len_a"] * longest + self.meta["max_len_b"])
+        max_len = min(max_len, self.meta["max_len"] - 1)
+        alpha = self.meta["length_penalty"] if length_penalty is None else length_penalty
+        results = self.translator.translate_batch(
+            sources,
+            beam_size=beam_size,
+            length_penalty=alpha if beam_size > 1 else 0.0,
+            max_decoding_length=max_len,
+            return_end_token=True,
+            max_input_length=0,
+        )
+        return [[self.tgt_index[tok] for tok in r.hypotheses[0]] for r in results]
+
+    def translate_many(self, sentences: list[str], beam_size: int = 1, batch_size: int = 64, **kwargs) -> list[str]:
+        """`translate` over many sentences in batches of similar length (as `Seq2SeqTransformer.translate_many`)."""
+        return map_in_length_batches(lambda batch: self.translate(batch, beam_size=beam_size, **kwargs), sentences, batch_size)
+
+    def translate(self, sentences: list[str], beam_size: int = 1, max_len: int | None = None, **kwargs) -> list[str]:
+        if isinstance(sentences, str):
+            sentences = [sentences]
+        if not sentences:
+            return []
+        ids = self.translate_ids([self.source_tokens(s) for s in sentences], beam_size, max_len, **kwargs)
+        return [self.tgt_tokenizer.decode(row) for row in ids]

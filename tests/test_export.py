@@ -1,0 +1,202 @@
+"""Export to CTranslate2: the exported model computes what ours computes, and decodes the same.
+
+The oracle is our own network run in PyTorch: per-token log-probabilities of teacher-forced
+targets (CTranslate2's `score_batch`) for every architecture option it can represent, then greedy
+and beam outputs of a trained toy model and of a model trained briefly on real Tatoeba data."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+
+from datamodules import ParallelCorpusDataModule, ToyTranslationDataModule
+from datamodules.batching import frame_target, pad_sequences
+from datamodules.toy import TOY_PAIRS
+from datamodules.vocab import Vocab
+from tasks import Seq2SeqTransformer
+from tests.helpers import SHARED_DATA, TOY_MODEL, quiet_trainer, script
+
+ctranslate2 = pytest.importorskip("ctranslate2", reason="pip install -e '.[deploy]'")
+from deploy.ctranslate2 import CTranslate2Translator, ExportError, export_ctranslate2, vocabulary  # noqa: E402
+
+WORDS = Vocab([f"w{i}" for i in range(60)], "word").to_dict()
+SRC = ["w1 w2 w3 w4 w5", "w7 w8", "w9 w10 w11 w12 w13 w14 w15 w16", "w30"]
+TGT = ["w3 w4 w5 w6", "w2 w2 w2 w2 w2 w2 w2", "w5", "w40 w41 w42"]
+
+
+def sharpened_model(**options) -> Seq2SeqTransformer:
+    """A small random model whose weights are scaled up, so that its next-token distributions are far
+    from uniform and a wrongly mapped weight shows in the log-probabilities."""
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(
+        tokenizers={"src": WORDS, "tgt": WORDS},
+        d_model=32,
+        nhead=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dim_feedforward=64,
+        max_len=64,
+        **options,
+    ).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3) if p.dim() >= 2 else p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def save_checkpoint(model, path):
+    """What Lightning's weights-only checkpoint holds, written without a Trainer."""
+    torch.save(
+        {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams), "pytorch-lightning_version": L.__version__},
+        path,
+    )
+    return path
+
+
+def our_log_probs(model, sources, targets) -> torch.Tensor:
+    src = model.encode_sources(sources)
+    tgt = pad_sequences([frame_target(model.tgt_tokenizer.encode(t)) for t in targets], 0)
+    with torch.no_grad():
+        logp = model.net(src, tgt[:, :-1]).log_softmax(-1)  # (B, T, V)
+    return logp.gather(-1, tgt[:, 1:, None])[..., 0]  # (B, T): the log-prob of each next target token
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"norm_first": True},
+        {"activation": "gelu"},
+        {"activation": "swiglu"},
+        {"activation": "geglu"},
+        {"norm": "rmsnorm"},
+        {"num_kv_heads": 2},
+        {"num_kv_heads": 1},
+        {"positional": "learned"},
+        {"tie_embeddings": True, "share_embeddings": True},
+    ],
+    ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "baseline",
+)
+def test_exported_model_scores_every_token_as_ours(tmp_path, options):
+    model = sharpened_model(**options)
+    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"))
+    vocab = vocabulary(model.tgt_tokenizer)
+    results = translator.translator.score_batch(
+        [translator.source_tokens(s) for s in SRC], [[vocab[i] for i in model.tgt_tokenizer.encode(t)] for t in TGT]
+    )
+    ours = our_log_probs(model, SRC, TGT)
+    assert ours.min() < -5  # far from uniform (log 1/64 = -4.2): the check below can fail
+    for row, result in zip(ours, results):
+        theirs = torch.tensor(result.log_probs)  # the target's tokens and <eos>
+        torch.testing.assert_close(row[: len(theirs)], theirs, atol=2e-5, rtol=0)
+
+
+def test_post_norm_final_norm_is_exported(tmp_path):
+    """Our post-norm stacks end with a norm, which CTranslate2's post-norm spec lacks: with it
+    disabled (gain 1, bias 0 on ours; absent in a naive export), the scores would not match."""
+    model = sharpened_model()
+    with torch.no_grad():
+        model.net.core.decoder_norm.weight.mul_(2.0)  # a norm that matters
+    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"))
+    vocab = vocabulary(model.tgt_tokenizer)
+    result = translator.translator.score_batch(
+        [translator.source_tokens(SRC[0])], [[vocab[i] for i in model.tgt_tokenizer.encode(TGT[0])]]
+    )
+    torch.testing.assert_close(our_log_probs(model, SRC[:1], TGT[:1])[0], torch.tensor(result[0].log_probs), atol=2e-5, rtol=0)
+
+
+def assert_same_decoding(model, translator, sentences, batch_size=16):
+    """Greedy, and beam 4 without length penalty (where both searches stop alike), in the same batches."""
+    for beam in (1, 4):
+        ours = model.translate_many(sentences, beam_size=beam, batch_size=batch_size, length_penalty=0.0)
+        theirs = translator.translate_many(sentences, beam_size=beam, batch_size=batch_size, length_penalty=0.0)
+        mismatches = [(s, a, b) for s, a, b in zip(sentences, ours, theirs) if a != b]
+        assert not mismatches, f"beam {beam}: {len(mismatches)} of {len(sentences)} differ, e.g. {mismatches[0]}"
+
+
+@pytest.fixture(scope="module")
+def trained_toy():
+    L.seed_everything(0)
+    dm = ToyTranslationDataModule(batch_size=3, repeats=16)
+    model = Seq2SeqTransformer(tokenizers=dm.tokenizers, bleu_every_n_epochs=0, **TOY_MODEL)
+    quiet_trainer(max_epochs=14, gradient_clip_val=1.0).fit(model, datamodule=dm)
+    return model.eval()
+
+
+def test_trained_toy_model_translates_the_same(tmp_path, trained_toy):
+    translator = CTranslate2Translator(export_ctranslate2(trained_toy, tmp_path / "ct2"))
+    sources = [s for s, _ in TOY_PAIRS]
+    assert translator.translate(sources) == [t for _, t in TOY_PAIRS]
+    assert_same_decoding(trained_toy, translator, sources + ["我 是", "学 生 我", "是 是 是"])
+    before = {k: v.clone() for k, v in trained_toy.state_dict().items()}
+    int8 = CTranslate2Translator(export_ctranslate2(trained_toy, tmp_path / "int8", quantization="int8"))
+    assert int8.translate(sources) == [t for _, t in TOY_PAIRS]  # int8 weights: still the three pairs
+    after = trained_toy.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # quantizing the export leaves the model alone
+
+
+CMN = SHARED_DATA / "cmn-eng"
+
+
+@pytest.mark.skipif(not (CMN / "cmn.txt").exists(), reason=f"real Tatoeba data absent: put cmn.txt in {CMN}")
+def test_model_trained_on_real_data_translates_the_same(tmp_path):
+    """Chinese characters in, English BPE out: a few hundred steps on Tatoeba, then 64 test sentences."""
+    L.seed_everything(0)
+    dm = ParallelCorpusDataModule(
+        str(CMN), src_vocab_size=2000, tgt_vocab_size=2000, max_tokens=1024, download=False
+    )  # fmt: skip
+    model = Seq2SeqTransformer(
+        tokenizers=dm.tokenizers, d_model=64, nhead=4, num_encoder_layers=2, num_decoder_layers=2,
+        dim_feedforward=128, max_len=128, lr=2e-3, warmup_steps=50, bleu_every_n_epochs=0,
+    )  # fmt: skip
+    quiet_trainer(max_steps=300, limit_val_batches=0).fit(model, datamodule=dm)
+    model.eval()
+    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"))
+    sentences = [s for s, _ in dm.test_pairs()[:64]]
+    assert len(set(model.translate_many(sentences))) > 10  # it translates, not one string for everything
+    assert_same_decoding(model, translator, sentences)
+
+
+def test_options_ctranslate2_cannot_represent_are_refused(tmp_path):
+    for options, name in (({"positional": "rotary"}, "rotary"), ({"qk_norm": True}, "qk_norm")):
+        with pytest.raises(ExportError, match=name):
+            export_ctranslate2(sharpened_model(**options), tmp_path / name)
+        assert not (tmp_path / name).exists()
+
+
+def test_export_and_translate_scripts(tmp_path, trained_toy):
+    ckpt = save_checkpoint(trained_toy, tmp_path / "toy.ckpt")
+    out = tmp_path / "ct2"
+    result = script("export", "--ckpt", str(ckpt), "--to", "ctranslate2", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    sources = [s for s, _ in TOY_PAIRS]
+    result = script("translate", "--engine", "ctranslate2", "--model", str(out), "--beam-size", "1", *sources)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == [t for _, t in TOY_PAIRS]
+    (tmp_path / "src.txt").write_text("".join(s + "\n" for s in sources))
+    (tmp_path / "ref.txt").write_text("".join(t + "\n" for _, t in TOY_PAIRS))
+    files = ["--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
+    scored = script("evaluate", "--engine", "ctranslate2", "--model", str(out), "--compute-type", "int8", *files)
+    assert scored.returncode == 0, scored.stderr[-2000:]
+    assert "engine: ctranslate2 (int8)" in scored.stdout and "SacreBLEU: 100.00" in scored.stdout
+
+    # An existing directory is kept unless --force, and --force never replaces something else.
+    again = script("export", "--ckpt", str(ckpt), "--to", "ctranslate2", str(out))
+    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "--force" in again.stderr
+    assert script("export", "--ckpt", str(ckpt), "--to", "ctranslate2", str(out), "--force").returncode == 0
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    refused = script("export", "--ckpt", str(ckpt), "--to", "ctranslate2", str(precious), "--force")
+    assert refused.returncode == 2 and "refusing" in refused.stderr and (precious / "notes.txt").read_text() == "keep me"
+
+    # Bad inputs: one line, exit status 2.
+    rotary = save_checkpoint(sharpened_model(positional="rotary"), tmp_path / "rotary.ckpt")
+    for args in (
+        ("export", "--ckpt", str(rotary), "--to", "ctranslate2", str(tmp_path / "r")),
+        ("export", "--ckpt", str(tmp_path / "missing.ckpt"), "--to", "ctranslate2", str(tmp_path / "m")),
+        ("translate", "--engine", "ctranslate2", "--model", str(tmp_path), "hello"),
+    ):
+        bad = script(*args)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and bad.stderr.startswith("error:"), (args, bad.stderr)
