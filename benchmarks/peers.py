@@ -23,6 +23,7 @@ Needs the optional peers: pip install -e ".[bench]".
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import tempfile
@@ -263,6 +264,10 @@ def rows_against_ours(contenders, units: float, unit_name: str) -> tuple[list[li
     return rows, results
 
 
+def model_size(args) -> str:
+    return f"d_model {args.d_model}, {args.nhead} heads, {args.layers}+{args.layers} layers, ff {args.ff}, vocab {args.vocab}"
+
+
 def run_train(args, ours, src, tgt) -> dict:
     contenders = train_contenders(args, ours, (src, tgt))
     if args.compile:
@@ -274,8 +279,8 @@ def run_train(args, ours, src, tgt) -> dict:
     tokens = int(src.ne(PAD).sum() + tgt[:, 1:].ne(PAD).sum())
     rows, results = rows_against_ours(contenders, tokens, "tokens_per_s")
     title = (
-        f"Training step, CPU fp32: d_model {args.d_model}, {args.nhead} heads, {args.layers}+{args.layers} layers, "
-        f"ff {args.ff}, vocab {args.vocab}, dropout {args.dropout}, batch {args.batch}, src/tgt {args.src_len}/{args.tgt_len} "
+        f"Training step, CPU fp32: {model_size(args)}, dropout {args.dropout}, batch {args.batch}, "
+        f"src/tgt {args.src_len}/{args.tgt_len} "
         f"tokens ({args.pad_frac:.0%} padding), label smoothing {args.label_smoothing}, AdamW; {args.repeats} interleaved "
         f"repeats, torch {torch.__version__}, {torch.get_num_threads()} threads"
     )
@@ -291,7 +296,9 @@ class DecodeContender:
         self.peak_bytes = None
 
 
-def decode_contenders(args, ours, src, beam: int, ct2_dir: str):
+def decode_contenders(args, ours, src, ct2_dir: str):
+    """For beam sizes 1 and 4, the four decoders, each a function of the beam size; the models and
+    CTranslate2 translators are built once for both."""
     import ctranslate2
 
     from deploy.ctranslate2 import vocabulary
@@ -305,12 +312,12 @@ def decode_contenders(args, ours, src, beam: int, ct2_dir: str):
         ct: ctranslate2.Translator(ct2_dir, compute_type=ct, inter_threads=1, intra_threads=threads) for ct in ("float32", "int8")
     }
 
-    def run_ours():
+    def run_ours(beam):
         if beam == 1:
             return greedy_decode(net, src, BOS, EOS_NEVER, n)
         return beam_search(net, src, BOS, EOS_NEVER, n, beam_size=beam, length_penalty=1.0)
 
-    def run_hf():
+    def run_hf(beam):
         with torch.no_grad():
             return hf.generate(
                 input_ids=src, attention_mask=src.ne(PAD), max_new_tokens=n, min_new_tokens=n, num_beams=beam,
@@ -318,16 +325,16 @@ def decode_contenders(args, ours, src, beam: int, ct2_dir: str):
             )  # fmt: skip
 
     def run_ct2(kind):
-        return lambda: ct2[kind].translate_batch(
+        return lambda beam: ct2[kind].translate_batch(
             tokens, beam_size=beam, max_decoding_length=n, min_decoding_length=n, length_penalty=1.0 if beam > 1 else 0.0
         )  # fmt: skip
 
-    return [
-        DecodeContender("ours", run_ours),
-        DecodeContender("HF Marian generate", run_hf),
-        DecodeContender("CTranslate2 float32 (our weights)", run_ct2("float32")),
-        DecodeContender("CTranslate2 int8 (our weights)", run_ct2("int8")),
-    ]
+    return {
+        "ours": run_ours,
+        "HF Marian generate": run_hf,
+        "CTranslate2 float32 (our weights)": run_ct2("float32"),
+        "CTranslate2 int8 (our weights)": run_ct2("int8"),
+    }
 
 
 def run_decode(args, ours, src) -> dict:
@@ -335,17 +342,17 @@ def run_decode(args, ours, src) -> dict:
 
     tables, results = [], {}
     with tempfile.TemporaryDirectory() as tmp:
-        ct2_dir = str(export_ctranslate2(ours.eval(), f"{tmp}/ct2"))
+        decoders = decode_contenders(args, ours, src, str(export_ctranslate2(ours.eval(), f"{tmp}/ct2")))
         for beam in (1, 4):
-            contenders = decode_contenders(args, ours, src, beam, ct2_dir)
+            contenders = [DecodeContender(name, functools.partial(fn, beam)) for name, fn in decoders.items()]
             with torch.inference_mode():
                 interleaved(contenders, lambda c: c.fn(), args)
                 for c in contenders[:2]:  # CTranslate2 allocates outside torch: not seen by its profiler
                     c.peak_bytes = peak_cpu_bytes(c.fn)
             rows, res = rows_against_ours(contenders, args.batch, "sentences_per_s")
             title = (
-                f"{'Greedy decoding' if beam == 1 else f'Beam search ({beam} beams)'}, CPU: d_model {args.d_model}, "
-                f"{args.nhead} heads, {args.layers}+{args.layers} layers, ff {args.ff}, vocab {args.vocab}, batch {args.batch}, "
+                f"{'Greedy decoding' if beam == 1 else f'Beam search ({beam} beams)'}, CPU: {model_size(args)}, "
+                f"batch {args.batch}, "
                 f"{args.src_len}-token sources ({args.pad_frac:.0%} padding), exactly {args.out_len} output tokens; "
                 f"{args.repeats} interleaved repeats, {torch.get_num_threads()} threads"
             )
