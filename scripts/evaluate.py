@@ -24,17 +24,18 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` 
 
 from datamodules.corpus_readers import read_aligned  # noqa: E402
 from datamodules.errors import DataNotFoundError  # noqa: E402
-from training.loading import InputError, exit_on_user_error, load_checkpoint, load_training_weights  # noqa: E402
+from training.loading import (  # noqa: E402
+    InputError,
+    add_engine_arguments,
+    check_engine_arguments,
+    exit_on_user_error,
+    load_translator,
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ckpt", help="a Seq2SeqTransformer checkpoint (.ckpt), for --engine torch")
-    parser.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"], help="default: torch")
-    parser.add_argument("--model", help="a directory written by scripts/export.py, for --engine ctranslate2")
-    parser.add_argument(
-        "--compute-type", default="default", help="CTranslate2's compute type (default: the exported weights' own)"
-    )
+    add_engine_arguments(parser)
     parser.add_argument("--src", required=True, help="source sentences, one a line (plain or .gz)")
     parser.add_argument("--ref", required=True, help="reference translations, line-aligned with --src")
     parser.add_argument("--beam-size", type=int, default=4, help="beam width; 1 = greedy (default: 4)")
@@ -54,12 +55,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=["averaged", "training"],
         help="of a checkpoint that holds both (--ema_decay runs): which to score (default: averaged)",
     )
-    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     args = parser.parse_args(argv)
-    if args.engine == "torch" and not args.ckpt:
-        parser.error("--ckpt is required (or --engine ctranslate2 --model DIR)")
-    if args.engine == "ctranslate2" and not args.model:
-        parser.error("--engine ctranslate2 needs --model DIR (a directory written by scripts/export.py)")
+    check_engine_arguments(parser, args)
     if args.beam_size < 1 or args.batch_size < 1:
         parser.error("--beam-size and --batch-size must be at least 1")
     return args
@@ -78,17 +75,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if blank:
         raise InputError(f"{args.src}, line {blank[0]}: empty source sentence ({len(blank)} in all)")
 
-    from tasks import Seq2SeqTransformer
     from tasks.metrics import corpus_scores
 
-    if args.engine == "ctranslate2":
-        from deploy.ctranslate2 import CTranslate2Translator
-
-        model = CTranslate2Translator(args.model, device=args.device, compute_type=args.compute_type)
-    else:
-        model = load_checkpoint(Seq2SeqTransformer, args.ckpt, map_location=args.device)
-        if args.weights == "training":
-            load_training_weights(model, args.ckpt)
+    model = load_translator(args)
     kwargs = {} if args.length_penalty is None or args.beam_size == 1 else {"length_penalty": args.length_penalty}
     start = time.time()
     hyps = model.translate_many(

@@ -26,17 +26,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
-from training.loading import InputError, exit_on_user_error, load_checkpoint  # noqa: E402
+from training.loading import InputError, add_engine_arguments, check_engine_arguments, exit_on_user_error, load_translator  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ckpt", help="a Seq2SeqTransformer checkpoint (.ckpt), for --engine torch")
-    parser.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"], help="default: torch")
-    parser.add_argument("--model", help="a directory written by scripts/export.py, for --engine ctranslate2")
-    parser.add_argument(
-        "--compute-type", default="default", help="CTranslate2's compute type (default: the exported weights' own)"
-    )
+    add_engine_arguments(parser)
     parser.add_argument("--beam-size", type=int, default=4, help="beam width; 1 = greedy (default: 4)")
     parser.add_argument(
         "--length-penalty", type=float, default=None, help="GNMT length penalty alpha for beam search (default: the checkpoint's)"
@@ -45,13 +40,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--max-len", type=int, default=None, help="most output tokens (default: max_len_a x source length + max_len_b)"
     )
     parser.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default: 32)")
-    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     parser.add_argument("sentences", nargs="*", help="sentences to translate (default: standard input, one a line)")
     args = parser.parse_args(argv)
-    if args.engine == "torch" and not args.ckpt:
-        parser.error("--ckpt is required (or --engine ctranslate2 --model DIR)")
-    if args.engine == "ctranslate2" and not args.model:
-        parser.error("--engine ctranslate2 needs --model DIR (a directory written by scripts/export.py)")
+    check_engine_arguments(parser, args)
     if args.beam_size < 1:
         parser.error("--beam-size must be at least 1")
     if args.batch_size < 1:
@@ -90,15 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     for i, sentence in enumerate(args.sentences, 1):
         if not sentence.strip():
             raise InputError(f"argument {i} is an empty sentence: there is nothing to translate")
-    if args.engine == "ctranslate2":
-        from deploy.ctranslate2 import CTranslate2Translator
-
-        model = CTranslate2Translator(args.model, device=args.device, compute_type=args.compute_type)
-    else:
-        from tasks import Seq2SeqTransformer
-
-        model = load_checkpoint(Seq2SeqTransformer, args.ckpt, map_location=args.device)
-        model.eval()
+    model = load_translator(args)
     if args.sentences:
         source: Iterable[str] = args.sentences
     else:
