@@ -10,6 +10,7 @@ augmentation is a random affine applied to a whole batch after it reaches the de
 costs no CPU worker). Measured on one CPU core, an epoch of the 4,500-image subset takes 1.15 s
 through torchvision's per-image transforms and 0.10 s this way: a fifth of the small recipe's 5 s
 epochs saved.
+An elastic distortion (`elastic`, Simard et al. 2003) can be added in the same pass.
 """
 
 from __future__ import annotations
@@ -93,16 +94,29 @@ class MNISTDataModule(L.LightningDataModule):
         num_workers: int = 0,
         val_size: int | float = 0.1,  # int: number of training images held out; float: fraction of them
         augment: bool = False,  # small random affine on training batches only (see random_affine)
+        elastic: float = 0.0,  # with augment: rms pixels of an added elastic distortion; 0 = none
+        elastic_sigma: float = 4.0,  # smoothness of that distortion, in pixels (Simard et al. use 4)
         split_seed: int = 42,  # fixes which training images are held out, whatever the run's seed
         download: bool = True,  # try the internet in prepare_data when the files are absent
     ):
         super().__init__()
-        check_hparams(self, locals(), {"batch_size": at_least(1), "num_workers": at_least(0), "val_size": _val_size})
+        check_hparams(
+            self,
+            locals(),
+            {
+                "batch_size": at_least(1),
+                "num_workers": at_least(0),
+                "val_size": _val_size,
+                "elastic": at_least(0),
+                "elastic_sigma": at_least(0.5),
+            },
+        )
         self.save_hyperparameters()
         self.data_dir = Path(data_dir)
         self.raw_dir = self.data_dir / "MNIST" / "raw"  # where torchvision.datasets.MNIST reads
         self.batch_size, self.num_workers = batch_size, num_workers
         self.val_size, self.augment, self.split_seed, self.download = val_size, augment, split_seed, download
+        self.elastic, self.elastic_sigma = elastic, elastic_sigma
         self.train_set = self.val_set = self.test_set = None
 
     # ---- files -------------------------------------------------------------------------------
@@ -198,7 +212,7 @@ class MNISTDataModule(L.LightningDataModule):
         """Lightning calls this on each batch once it is on the device: augment training batches there."""
         images, labels = batch
         if self.augment and self.trainer is not None and self.trainer.training:
-            images = random_affine(images)
+            images = random_affine(images, elastic=self.elastic, elastic_sigma=self.elastic_sigma)
         return images, labels
 
     # ---- loaders -----------------------------------------------------------------------------
@@ -233,12 +247,18 @@ def random_affine(
     degrees: float = 10.0,  # rotation in [-degrees, degrees]
     translate: float = 0.1,  # shift in [-translate, translate] of the image side, each axis
     scale: tuple[float, float] = (0.9, 1.1),  # zoom factor range
+    elastic: float = 0.0,  # rms displacement in pixels of an elastic distortion on top; 0 = none
+    elastic_sigma: float = 4.0,  # its smoothness: the Gaussian's standard deviation in pixels
 ) -> torch.Tensor:
     """A random rotation, shift and zoom per image, for a whole batch at once, on its device.
 
     Digits stay legible under a few degrees of rotation, a couple of pixels of shift and ±10 % zoom
     (torchvision's RandomAffine(10, (0.1, 0.1), (0.9, 1.1)) draws from the same ranges); flips would
     turn some digits into others, so none. Pixels from outside the image are black.
+
+    `elastic` adds the distortion of Simard, Steinkraus & Platt (ICDAR 2003), the augmentation that took
+    their MNIST error down the most: uniform noise per pixel and axis, smoothed by a Gaussian, scaled to
+    `elastic` pixels rms (a wobble of the strokes, as handwriting varies), sampled in the same pass.
     """
     B = images.size(0)
     u = torch.rand(B, 4, device=images.device) * 2 - 1  # (B, 4) in [-1, 1)
@@ -249,5 +269,24 @@ def random_affine(
     # affine_grid maps each output pixel to where it samples the input: the inverse transform.
     theta = torch.stack([torch.stack([cos, -sin, shift[:, 0]], 1), torch.stack([sin, cos, shift[:, 1]], 1)], 1)
     grid = F.affine_grid(theta.to(images.dtype), list(images.shape), align_corners=False)  # (B, H, W, 2)
+    if elastic > 0:
+        H, W = images.shape[-2:]
+        field = smooth_noise(B, H, W, elastic_sigma, images.device).to(images.dtype)  # (B, H, W, 2) unit rms
+        grid = grid + field * elastic * (2 / torch.tensor([W, H], device=images.device, dtype=images.dtype))
     # grid_sample fills with zeros; shift so that zero is the black background.
     return F.grid_sample(images - BACKGROUND, grid, align_corners=False) + BACKGROUND
+
+
+def smooth_noise(batch: int, height: int, width: int, sigma: float, device) -> torch.Tensor:
+    """(B, H, W, 2) random displacements: uniform noise blurred by a Gaussian of `sigma` pixels, scaled to
+    an rms of 1 over the batch. The noise is drawn with a margin and blurred without padding, so the
+    edges are as smooth as the middle."""
+    radius = math.ceil(3 * sigma)
+    taps = torch.arange(-radius, radius + 1, dtype=torch.float32, device=device)
+    kernel = torch.exp(-0.5 * (taps / sigma) ** 2)
+    kernel = kernel / kernel.sum()  # (K,)
+    noise = torch.rand(batch * 2, 1, height + 2 * radius, width + 2 * radius, device=device) * 2 - 1
+    field = F.conv2d(noise, kernel.view(1, 1, -1, 1))  # blur the rows' direction: (2B, 1, H, W + 2r)
+    field = F.conv2d(field, kernel.view(1, 1, 1, -1))  # then the columns': (2B, 1, H, W)
+    field = field.view(batch, 2, height, width).permute(0, 2, 3, 1)  # (B, H, W, 2): x and y displacements
+    return field / field.pow(2).mean().sqrt().clamp_min(1e-12)

@@ -49,7 +49,10 @@ class FeedForward(nn.Module):
         return self.linear2(self.dropout(h))
 
 
-class EncoderLayer(nn.Module):
+class _Layer(nn.Module):
+    """What both layers hold: self-attention (and, in a decoder, cross-attention), the feed-forward,
+    one norm per sublayer and the residual dropout, created in that order (seeded inits depend on it)."""
+
     def __init__(
         self,
         d_model,
@@ -63,15 +66,26 @@ class EncoderLayer(nn.Module):
         norm="layernorm",
         qk_norm=False,
         num_kv_heads=None,
+        *,
+        cross: bool,
     ):
         super().__init__()
         self.norm_first = norm_first
         attn = dict(num_kv_heads=num_kv_heads, qk_norm=qk_norm, norm=norm, eps=layer_norm_eps)
         self.self_attn = MultiHeadAttention(d_model, nhead, dropout, bias, **attn)
+        if cross:
+            self.cross_attn = MultiHeadAttention(d_model, nhead, dropout, bias, cross=True, **attn)
         self.ff = FeedForward(d_model, dim_feedforward, dropout, activation, bias)
         self.norm1 = make_norm(norm, d_model, layer_norm_eps, bias)
         self.norm2 = make_norm(norm, d_model, layer_norm_eps, bias)
+        if cross:
+            self.norm3 = make_norm(norm, d_model, layer_norm_eps, bias)
         self.dropout = nn.Dropout(dropout)
+
+
+class EncoderLayer(_Layer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs, cross=False)
 
     def _sa(self, x, mask, rope):
         return self.dropout(self.self_attn(x, attn_mask=mask, rope=rope)[0])
@@ -84,31 +98,9 @@ class EncoderLayer(nn.Module):
         return self.norm2(x + self.dropout(self.ff(x)))
 
 
-class DecoderLayer(nn.Module):
-    def __init__(
-        self,
-        d_model,
-        nhead,
-        dim_feedforward,
-        dropout,
-        activation,
-        layer_norm_eps,
-        norm_first,
-        bias,
-        norm="layernorm",
-        qk_norm=False,
-        num_kv_heads=None,
-    ):
-        super().__init__()
-        self.norm_first = norm_first
-        attn = dict(num_kv_heads=num_kv_heads, qk_norm=qk_norm, norm=norm, eps=layer_norm_eps)
-        self.self_attn = MultiHeadAttention(d_model, nhead, dropout, bias, **attn)
-        self.cross_attn = MultiHeadAttention(d_model, nhead, dropout, bias, cross=True, **attn)
-        self.ff = FeedForward(d_model, dim_feedforward, dropout, activation, bias)
-        self.norm1 = make_norm(norm, d_model, layer_norm_eps, bias)
-        self.norm2 = make_norm(norm, d_model, layer_norm_eps, bias)
-        self.norm3 = make_norm(norm, d_model, layer_norm_eps, bias)
-        self.dropout = nn.Dropout(dropout)
+class DecoderLayer(_Layer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs, cross=True)
 
     def forward(
         self,

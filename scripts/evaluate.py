@@ -27,6 +27,7 @@ from datamodules.errors import DataNotFoundError  # noqa: E402
 from training.loading import (  # noqa: E402
     InputError,
     add_engine_arguments,
+    add_weights_argument,
     check_engine_arguments,
     exit_on_user_error,
     load_translator,
@@ -49,12 +50,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         choices=["13a", "zh", "intl", "char", "none"],
         help="SacreBLEU tokenizer (default: zh for Chinese references, else 13a)",
     )
-    parser.add_argument(
-        "--weights",
-        default="averaged",
-        choices=["averaged", "training"],
-        help="of a checkpoint that holds both (--ema_decay runs): which to score (default: averaged)",
-    )
+    add_weights_argument(parser, "score")
     args = parser.parse_args(argv)
     check_engine_arguments(parser, args)
     if args.beam_size < 1 or args.batch_size < 1:

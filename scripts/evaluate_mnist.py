@@ -20,7 +20,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
-from training.loading import exit_on_user_error, load_checkpoint, load_training_weights  # noqa: E402
+from training.loading import add_weights_argument, exit_on_user_error, load_checkpoint, load_training_weights  # noqa: E402
 
 
 def accuracy(model, loader) -> float:
@@ -39,12 +39,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--data-dir", default="data/mnist", help="torchvision's layout: <dir>/MNIST/raw (default: data/mnist)")
     parser.add_argument("--val-size", type=int, default=500, help="training images held out for validation (default: 500)")
     parser.add_argument("--split-seed", type=int, default=42, help="which images are held out (default: 42)")
-    parser.add_argument(
-        "--weights",
-        default="averaged",
-        choices=["averaged", "training"],
-        help="of a checkpoint that holds both (--ema_decay runs): which to score (default: averaged)",
-    )
+    add_weights_argument(parser, "score")
     args = parser.parse_args(argv)
 
     from datamodules import MNISTDataModule

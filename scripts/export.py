@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
 from deploy.ctranslate2 import QUANTIZATIONS, export_ctranslate2  # noqa: E402
-from training.loading import exit_on_user_error, load_checkpoint, load_training_weights  # noqa: E402
+from training.loading import add_weights_argument, exit_on_user_error, load_checkpoint, load_training_weights  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -32,12 +32,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--to", required=True, choices=["ctranslate2"], help="the engine to export for")
     parser.add_argument("out_dir", help="the directory to write (must not exist, unless --force)")
     parser.add_argument("--quantization", default=None, choices=QUANTIZATIONS, help="weight type (default: float32)")
-    parser.add_argument(
-        "--weights",
-        default="averaged",
-        choices=["averaged", "training"],
-        help="of a checkpoint that holds both (--ema_decay runs): which to export (default: averaged)",
-    )
+    add_weights_argument(parser, "export")
     parser.add_argument("--force", action="store_true", help="replace OUT_DIR if it holds an earlier export")
     return parser.parse_args(argv)
 

@@ -45,6 +45,7 @@ class MnistSequenceClassifier(L.LightningModule):
         weight_decay: float = 0.05,  # on weight matrices only, not on biases and LayerNorms
         warmup_fraction: float = 0.05,  # of all training steps; then cosine decay to zero
         label_smoothing: float = 0.0,
+        mixup: float = 0.0,  # α of mixup (Zhang et al., 2018): blend image pairs by λ ~ Beta(α, α); 0 = off
         num_misclassified_shown: int = 64,  # test digits in the misclassified grid
     ):
         super().__init__()
@@ -59,6 +60,7 @@ class MnistSequenceClassifier(L.LightningModule):
                 "num_queries": at_least(1),
                 "num_decoder_layers": at_least(0),
                 "warmup_fraction": fraction,
+                "mixup": at_least(0),
                 "num_misclassified_shown": at_least(0),
             },
             *TRANSFORMER_RELATIONS,
@@ -104,8 +106,15 @@ class MnistSequenceClassifier(L.LightningModule):
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         images, labels = batch  # (B, 1, 28, 28), (B,)
+        smoothing, mixup = self.hparams.label_smoothing, self.hparams.mixup
+        if mixup > 0:  # each image blended with another of the batch; train/acc counts the first's label
+            lam = float(torch.distributions.Beta(mixup, mixup).sample())
+            partner = torch.randperm(images.size(0), device=images.device)  # (B,)
+            images = lam * images + (1 - lam) * images[partner]
         logits = self(images)  # (B, 10)
-        loss = F.cross_entropy(logits, labels, label_smoothing=self.hparams.label_smoothing)
+        loss = F.cross_entropy(logits, labels, label_smoothing=smoothing)
+        if mixup > 0:  # both labels, in the images' proportion
+            loss = lam * loss + (1 - lam) * F.cross_entropy(logits, labels[partner], label_smoothing=smoothing)
         self.train_acc(logits.argmax(-1), labels)
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/acc", self.train_acc, on_step=False, on_epoch=True)

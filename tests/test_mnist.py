@@ -11,10 +11,11 @@ from types import SimpleNamespace
 import lightning as L
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from datamodules.errors import DataNotFoundError
-from datamodules.mnist import BACKGROUND, MEAN, RAW_FILES, STD, MNISTDataModule, random_affine
+from datamodules.errors import DataNotFoundError, HyperparameterError
+from datamodules.mnist import BACKGROUND, MEAN, RAW_FILES, STD, MNISTDataModule, random_affine, smooth_noise
 from models.mnist_net import MnistNet
 from tasks.mnist import MnistSequenceClassifier
 from tests.helpers import SHARED_DATA, quiet_trainer
@@ -116,6 +117,38 @@ def test_random_affine_identity_background_and_ranges():
     assert (centre_x - 13.5).abs().max() > 1.5  # and it does move them
 
 
+def test_elastic_distortion_is_smooth_small_and_keeps_the_background():
+    torch.manual_seed(0)
+    field = smooth_noise(32, 28, 28, sigma=4.0, device="cpu")  # (B, H, W, 2)
+    assert field.shape == (32, 28, 28, 2)
+    torch.testing.assert_close(field.pow(2).mean(), torch.tensor(1.0))
+    # Smooth: neighbouring pixels move almost together (white noise would give a correlation near 0).
+    x = field[..., 0]
+    corr = torch.corrcoef(torch.stack([x[:, :, :-1].flatten(), x[:, :, 1:].flatten()]))[0, 1]
+    assert corr > 0.9
+    blank = torch.full((4, 1, 28, 28), BACKGROUND)
+    torch.testing.assert_close(random_affine(blank, elastic=2.0), blank)
+    # With the affine part off, a centred dot moves about as far as the field's rms, no further than
+    # a few times it, and the strength is what sets how far.
+    dot = torch.full((256, 1, 28, 28), BACKGROUND)
+    dot[:, :, 13:15, 13:15] = (1 - MEAN) / STD
+
+    def dot_shift(elastic: float) -> torch.Tensor:
+        ink = random_affine(dot, degrees=0, translate=0, scale=(1, 1), elastic=elastic) - BACKGROUND
+        coords = torch.arange(28.0)
+        centre_x = (ink.sum(2).squeeze(1) * coords).sum(1) / ink.sum((1, 2, 3))
+        return (centre_x - 13.5).abs()  # (N,) pixels
+
+    small, large = dot_shift(0.5), dot_shift(2.0)
+    assert 0.1 < small.mean() < 0.6 < large.mean() < 2.5 and large.max() < 8
+
+
+def test_elastic_needs_a_sensible_strength(tmp_path):
+    for bad in ({"elastic": -1.0}, {"elastic_sigma": 0.0}):
+        with pytest.raises(HyperparameterError, match="elastic"):
+            MNISTDataModule(str(tmp_path), **bad)
+
+
 def test_ddp_shards_are_disjoint_and_shuffled(tmp_path):
     fake_mnist(tmp_path, n_train=60)
     shards = []
@@ -207,6 +240,26 @@ def test_overfits_a_small_batch(tmp_path, tokens, head):
     model.eval()
     assert trainer.callback_metrics["train/loss"] < 0.05
     assert (model(images).argmax(-1) == labels).all()
+
+
+def test_mixup_loss_is_the_blend_of_both_labels_losses():
+    L.seed_everything(0)
+    model = MnistSequenceClassifier(tokens="patches", head="mean", **TINY, mixup=0.4, label_smoothing=0.1)
+    model.log = lambda *args, **kwargs: None  # no trainer to log to
+    images, labels = random_digits(8).tensors
+    torch.manual_seed(3)
+    loss = model.training_step((images, labels), 0)
+    torch.manual_seed(3)  # the same draws, by hand
+    lam = float(torch.distributions.Beta(0.4, 0.4).sample())
+    partner = torch.randperm(8)
+    logits = model(lam * images + (1 - lam) * images[partner])
+    expected = lam * F.cross_entropy(logits, labels, label_smoothing=0.1) + (1 - lam) * F.cross_entropy(
+        logits, labels[partner], label_smoothing=0.1
+    )
+    assert 0 < lam < 1 and not torch.equal(partner, torch.arange(8))
+    torch.testing.assert_close(loss, expected)
+    with pytest.raises(HyperparameterError, match="mixup"):
+        MnistSequenceClassifier(mixup=-0.1)
 
 
 def test_checkpoint_round_trip_without_datamodule(tmp_path):

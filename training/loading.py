@@ -68,6 +68,19 @@ def load_training_weights(model: L.LightningModule, path: str | Path) -> None:
     model.load_state_dict(state["current_model_state"])
 
 
+WEIGHTS = ("averaged", "training")
+
+
+def add_weights_argument(parser, verb: str) -> None:
+    """`--weights averaged|training`: which of the two sets an EMA checkpoint holds a script `verb`s."""
+    parser.add_argument(
+        "--weights",
+        default="averaged",
+        choices=WEIGHTS,
+        help=f"of a checkpoint that holds both (--ema_decay runs): which to {verb} (default: averaged)",
+    )
+
+
 def add_engine_arguments(parser) -> None:
     """The flags that pick what translates, shared by scripts/translate.py and scripts/evaluate.py."""
     parser.add_argument("--ckpt", help="a Seq2SeqTransformer checkpoint (.ckpt), for --engine torch")

@@ -1,0 +1,56 @@
+"""Average the weights of the last checkpoints of a run, fairseq-style, into one checkpoint.
+
+    python scripts/average_checkpoints.py CKPT CKPT [CKPT ...] --out averaged.ckpt
+    python scripts/average_checkpoints.py RUN/checkpoints --last 5 --out averaged.ckpt
+
+The run must have kept a checkpoint per epoch (`fit.py ... --checkpoint.save_top_k -1`). The output
+loads like any checkpoint (`load_from_checkpoint`, `weights_only=True`, scripts/evaluate.py,
+scripts/translate.py, scripts/export.py) and carries the last one's hyperparameters and tokenizers;
+it holds no optimiser state, so a run cannot resume from it. Of EMA checkpoints the averaged weights
+are averaged, unless `--weights training`. An existing --out is replaced only with --force, and never
+when it is one of the inputs. Bad input: one line on stderr, exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
+
+from training.averaging import average_checkpoints, last_checkpoints  # noqa: E402
+from training.callbacks import AtomicCheckpointIO  # noqa: E402
+from training.loading import CheckpointError, add_weights_argument, exit_on_user_error  # noqa: E402
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("inputs", nargs="+", help="checkpoint files, or one directory of them with --last N")
+    parser.add_argument("--last", type=int, help="with a directory: average its N checkpoints of highest step")
+    parser.add_argument("--out", required=True, help="the checkpoint to write")
+    add_weights_argument(parser, "average")
+    parser.add_argument("--force", action="store_true", help="replace --out if it exists")
+    args = parser.parse_args(argv)
+
+    if args.last is not None:
+        if len(args.inputs) != 1 or args.last < 2:
+            parser.error("--last N takes one directory and N of at least 2")
+        paths = last_checkpoints(args.inputs[0], args.last)
+    else:
+        paths = [Path(p) for p in args.inputs]
+    out = Path(args.out)
+    if any(out.resolve() == p.resolve() for p in paths):
+        raise CheckpointError(f"--out {out} is one of the checkpoints being averaged; choose another path")
+    if out.exists() and not args.force:
+        raise CheckpointError(f"{out} exists; pass --force to replace it")
+    averaged = average_checkpoints(paths, weights=args.weights)
+    AtomicCheckpointIO().save_checkpoint(averaged, out)
+    print(f"wrote {out}: the {args.weights} weights of {len(paths)} checkpoints averaged ({paths[0].name} … {paths[-1].name})")
+    return out
+
+
+if __name__ == "__main__":
+    main()

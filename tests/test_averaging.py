@@ -1,0 +1,79 @@
+"""scripts/average_checkpoints.py: the mean of a run's checkpoints, loadable like any checkpoint, and
+refusals that never overwrite a checkpoint."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+
+from datamodules import ToyTranslationDataModule
+from tasks import Seq2SeqTransformer
+from tests.helpers import quiet_trainer, script
+from tests.test_baselines import TINY
+from training.callbacks import EMA, BestAndLastCheckpoint
+
+
+@pytest.fixture(scope="module")
+def epochs(tmp_path_factory):
+    """Four checkpoints of one EMA run, one per epoch, oldest first."""
+    root = tmp_path_factory.mktemp("per_epoch")
+    L.seed_everything(0)
+    dm = ToyTranslationDataModule(batch_size=3, repeats=4)
+    model = Seq2SeqTransformer(tokenizers=dm.tokenizers, **TINY)
+    checkpoint = BestAndLastCheckpoint(
+        dirpath=root, filename="epoch{epoch:03d}-step{step}", auto_insert_metric_name=False, monitor="val/loss", save_top_k=-1
+    )
+    trainer = quiet_trainer(root, callbacks=[EMA(decay=0.9), checkpoint], max_epochs=4, enable_checkpointing=True)
+    trainer.fit(model, datamodule=dm)
+    paths = sorted(root.glob("epoch*.ckpt"), key=lambda p: int(p.stem.split("step")[1]))
+    assert len(paths) == 4
+    return paths
+
+
+@pytest.mark.parametrize("weights, key", [("averaged", "state_dict"), ("training", "current_model_state")])
+def test_average_is_the_mean_and_loads_like_a_checkpoint(epochs, tmp_path, weights, key):
+    out = tmp_path / "avg.ckpt"
+    result = script("average_checkpoints", str(epochs[0].parent), "--last", "3", "--out", str(out), "--weights", weights)
+    assert result.returncode == 0, result.stderr
+    states = [torch.load(p, map_location="cpu", weights_only=True)[key] for p in epochs[1:]]  # the 3 of highest step
+    averaged = torch.load(out, map_location="cpu", weights_only=True)
+    assert averaged["averaged_from"] == [str(p) for p in epochs[1:]]
+    assert "optimizer_states" not in averaged
+    for name, tensor in averaged["state_dict"].items():
+        torch.testing.assert_close(tensor, sum(s[name] for s in states) / 3, rtol=0, atol=1e-6)
+    model = Seq2SeqTransformer.load_from_checkpoint(out, map_location="cpu")
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, averaged["state_dict"][name]), name
+    assert isinstance(model.eval().translate(["我 是 学 生"])[0], str)  # the tokenizers came along
+
+
+def test_refusals_leave_every_checkpoint_as_it_was(epochs, tmp_path):
+    before = {p: p.read_bytes() for p in epochs}
+    cases = [
+        ([str(epochs[0]), str(epochs[1]), "--out", str(epochs[1])], "one of the checkpoints being averaged"),
+        ([str(epochs[0]), "--out", str(tmp_path / "a.ckpt")], "at least two"),
+        ([str(epochs[0].parent), "--last", "9", "--out", str(tmp_path / "b.ckpt")], "fewer than the 9"),
+        ([str(epochs[0]), str(tmp_path / "missing.ckpt"), "--out", str(tmp_path / "c.ckpt")], "not found"),
+    ]
+    for args, message in cases:
+        result = script("average_checkpoints", *args)
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+    existing = tmp_path / "existing.ckpt"
+    existing.write_bytes(b"keep me")
+    result = script("average_checkpoints", str(epochs[0]), str(epochs[1]), "--out", str(existing))
+    assert result.returncode == 2 and "--force" in result.stderr
+    assert existing.read_bytes() == b"keep me"
+    assert all(p.read_bytes() == data for p, data in before.items())
+    assert script("average_checkpoints", str(epochs[0]), str(epochs[1]), "--out", str(existing), "--force").returncode == 0
+
+
+def test_checkpoints_of_different_models_are_refused(epochs, tmp_path):
+    L.seed_everything(0)
+    dm = ToyTranslationDataModule(batch_size=3, repeats=1)
+    other = Seq2SeqTransformer(tokenizers=dm.tokenizers, **{**TINY, "d_model": 48})
+    trainer = quiet_trainer(tmp_path, max_epochs=1)
+    trainer.fit(other, datamodule=dm)
+    trainer.save_checkpoint(tmp_path / "other.ckpt")
+    result = script("average_checkpoints", str(epochs[0]), str(tmp_path / "other.ckpt"), "--out", str(tmp_path / "x.ckpt"))
+    assert result.returncode == 2 and "not of the same model" in result.stderr, result.stderr
