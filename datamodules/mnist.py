@@ -110,6 +110,7 @@ class MNISTDataModule(L.LightningDataModule):
                 "elastic": at_least(0),
                 "elastic_sigma": at_least(0.5),
             },
+            lambda h: not h["elastic"] or h["augment"] or "elastic distorts training batches only with augment=True",
         )
         self.save_hyperparameters()
         self.data_dir = Path(data_dir)

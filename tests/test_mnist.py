@@ -144,9 +144,10 @@ def test_elastic_distortion_is_smooth_small_and_keeps_the_background():
 
 
 def test_elastic_needs_a_sensible_strength(tmp_path):
-    for bad in ({"elastic": -1.0}, {"elastic_sigma": 0.0}):
+    for bad in ({"elastic": -1.0, "augment": True}, {"elastic_sigma": 0.0}, {"elastic": 1.0}):  # the last: no augment
         with pytest.raises(HyperparameterError, match="elastic"):
             MNISTDataModule(str(tmp_path), **bad)
+    assert MNISTDataModule(str(tmp_path), augment=True, elastic=1.0).elastic == 1.0
 
 
 def test_ddp_shards_are_disjoint_and_shuffled(tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from .loading import CheckpointError, read_checkpoint
+from .loading import CheckpointError, read_checkpoint, weights_of
 
 STEP_IN_NAME = re.compile(r"step(\d+)")  # the recipes' file names: epoch{epoch:03d}-step{step}.ckpt
 # What a checkpoint needs to load with `load_from_checkpoint` and say where it came from; the optimiser,
@@ -39,25 +39,23 @@ def average_checkpoints(paths: list[str | Path], weights: str = "averaged") -> d
     and version come from the last. Integer buffers are not averaged: the last one's are kept."""
     if len(paths) < 2:
         raise CheckpointError(f"averaging needs at least two checkpoints, got {len(paths)}")
-    key = "current_model_state" if weights == "training" else "state_dict"
     total: dict[str, torch.Tensor] = {}
     last = None
     for path in paths:
         state = read_checkpoint(path)
-        if key not in state:
-            raise CheckpointError(f"{path} holds one set of weights (the run used no weight averaging)")
         if last is not None and state.get("hyper_parameters") != last.get("hyper_parameters"):
             raise CheckpointError(f"{path} is not of the same model as {paths[0]} (its hyperparameters differ)")
-        weights_now = state[key]
-        if total and (weights_now.keys() != total.keys() or any(weights_now[k].shape != total[k].shape for k in total)):
+        current = weights_of(state, path, weights)
+        if total and (current.keys() != total.keys() or any(current[k].shape != total[k].shape for k in total)):
             raise CheckpointError(f"{path} does not have the same weights (names or shapes) as {paths[0]}")
-        for name, tensor in weights_now.items():
+        for name, tensor in current.items():
             if tensor.is_floating_point():
                 total[name] = total.get(name, 0) + tensor.double()  # float64: no rounding drift over many
             else:
                 total[name] = tensor.clone()
         last = state
-    averaged = {name: (t / len(paths)).to(last[key][name].dtype) if t.is_floating_point() else t for name, t in total.items()}
+    dtypes = {name: t.dtype for name, t in current.items()}  # the last checkpoint's
+    averaged = {name: (t / len(paths)).to(dtypes[name]) if t.is_floating_point() else t for name, t in total.items()}
     out = {k: last[k] for k in KEPT if k in last}
     out["state_dict"] = averaged
     out["averaged_from"] = [str(p) for p in paths]

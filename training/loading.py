@@ -59,13 +59,20 @@ def load_checkpoint(cls: type[M], path: str | Path, map_location: str | torch.de
         raise CheckpointError(f"{path} does not fit {cls.__name__}: {_first_line(err)}") from None
 
 
+def weights_of(state: dict, path: str | Path, which: str = "averaged") -> dict:
+    """The state dict of a checkpoint's `which` weights: "averaged" is its `state_dict` (the EMA when the
+    run used one, else its only weights), "training" the training weights an EMA run also stores."""
+    if which == "averaged":
+        return state["state_dict"]
+    if "current_model_state" not in state:
+        raise CheckpointError(f"{path} holds one set of weights (the run used no weight averaging)")
+    return state["current_model_state"]
+
+
 def load_training_weights(model: L.LightningModule, path: str | Path) -> None:
     """Put the training weights of a checkpoint written with weight averaging (`--ema_decay`) into
     `model`, in place of the averaged weights that `load_checkpoint` gives."""
-    state = read_checkpoint(path)
-    if "current_model_state" not in state:
-        raise CheckpointError(f"{path} holds one set of weights (the run used no weight averaging)")
-    model.load_state_dict(state["current_model_state"])
+    model.load_state_dict(weights_of(read_checkpoint(path), path, "training"))
 
 
 WEIGHTS = ("averaged", "training")
