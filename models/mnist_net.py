@@ -2,7 +2,10 @@
 
 Tokens are rows (28 tokens of 28 pixels, the seed's layout) or square patches (4×4 → 49 tokens,
 7×7 → 16 tokens), each linearly embedded plus a learned position (or a sinusoidal one, or rotary
-positions in self-attention over the reading order: `positional`). Heads:
+positions in self-attention over the reading order: `positional`). An optional convolutional stem
+(`stem_channels`, `stem_layers`: 3×3 convolutions at full resolution, Xiao et al. 2021, "Early
+convolutions help transformers see better") runs over the image first; a token is then its patch
+of the stem's feature maps instead of raw pixels. Heads:
   - "decoder": learned query token(s) go through the core's decoder, cross-attending to the
     encoded image (the seed's design, with a learned query instead of a constant one);
   - "cls": a learned class token is prepended to the encoder input and read out (ViT);
@@ -42,6 +45,8 @@ class MnistNet(nn.Module):
         norm: str = "layernorm",  # the core's options: see models.transformer.Transformer
         qk_norm: bool = False,
         num_kv_heads: int | None = None,
+        stem_channels: int = 0,  # feature maps of the convolutional stem; 0 = no stem, tokens are pixels
+        stem_layers: int = 2,  # 3×3 convolutions (each followed by GELU) in the stem, if any
     ):
         super().__init__()
         if tokens not in TOKENIZERS:
@@ -50,6 +55,8 @@ class MnistNet(nn.Module):
             raise ValueError(f"head must be one of {HEADS}, got {head!r}")
         if tokens == "patches" and IMAGE_SIZE % patch_size:
             raise ValueError(f"patch_size must divide {IMAGE_SIZE}, got {patch_size}")
+        if stem_channels < 0 or stem_layers < 1:
+            raise ValueError(f"need stem_channels >= 0 and stem_layers >= 1, got {stem_channels} and {stem_layers}")
         if head == "decoder" and (num_decoder_layers < 1 or num_queries < 1):
             raise ValueError("the decoder head needs num_decoder_layers >= 1 and num_queries >= 1")
         # A row is a 1×28 patch, so both layouts share one tokenizer.
@@ -57,7 +64,12 @@ class MnistNet(nn.Module):
         self.num_tokens = (IMAGE_SIZE // self.patch[0]) * (IMAGE_SIZE // self.patch[1])
         self.head_kind = head
 
-        self.embed = nn.Linear(self.patch[0] * self.patch[1], d_model)  # pixels of a token → D
+        stem, channels = [], 1
+        for _ in range(stem_layers if stem_channels else 0):
+            stem += [nn.Conv2d(channels, stem_channels, 3, padding=1), nn.GELU()]  # keeps the 28×28 grid
+            channels = stem_channels
+        self.stem = nn.Sequential(*stem)  # empty (the identity, no parameters) without a stem
+        self.embed = nn.Linear(channels * self.patch[0] * self.patch[1], d_model)  # a token's C·ph·pw values → D
         extra = 1 if head == "cls" else 0
         self.pos = positional_encoding(positional, d_model, self.num_tokens + extra)  # None for rotary
         self.dropout = nn.Dropout(dropout)
@@ -82,15 +94,15 @@ class MnistNet(nn.Module):
         self.classifier = nn.Linear(d_model, num_classes)
 
     def tokenize(self, images: torch.Tensor) -> torch.Tensor:
-        """(B, 1, 28, 28) → (B, N, ph * pw), tokens in reading order (left to right, top to bottom)."""
+        """(B, C, 28, 28) → (B, N, C * ph * pw), tokens in reading order (left to right, top to bottom)."""
         ph, pw = self.patch
-        B = images.size(0)
-        x = images.reshape(B, IMAGE_SIZE // ph, ph, IMAGE_SIZE // pw, pw)  # (B, gh, ph, gw, pw)
-        x = x.permute(0, 1, 3, 2, 4)  # (B, gh, gw, ph, pw)
-        return x.reshape(B, self.num_tokens, ph * pw)  # (B, N, P)
+        B, C = images.shape[:2]
+        x = images.reshape(B, C, IMAGE_SIZE // ph, ph, IMAGE_SIZE // pw, pw)  # (B, C, gh, ph, gw, pw)
+        x = x.permute(0, 2, 4, 1, 3, 5)  # (B, gh, gw, C, ph, pw)
+        return x.reshape(B, self.num_tokens, C * ph * pw)  # (B, N, P)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:  # (B, 1, 28, 28) → (B, num_classes)
-        x = self.embed(self.tokenize(images))  # (B, N, D)
+        x = self.embed(self.tokenize(self.stem(images)))  # (B, N, D)
         if self.head_kind == "cls":
             x = torch.cat([self.cls_token.expand(x.size(0), -1, -1), x], dim=1)  # (B, 1 + N, D)
         if self.pos is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .positional import positional_encoding
@@ -32,12 +33,16 @@ class Seq2SeqNet(nn.Module):
         norm: str = "layernorm",
         qk_norm: bool = False,
         num_kv_heads: int | None = None,
+        src_token_dropout: float = 0.0,
     ):
         """`positional`: "sinusoidal" | "learned" (added to the embeddings) | "rotary" (RoPE in the
         encoder's and the decoder's self-attention, none in cross-attention, nothing added). `norm`,
-        `qk_norm`, `num_kv_heads` and the gated `activation`s: see models.transformer.Transformer."""
+        `qk_norm`, `num_kv_heads` and the gated `activation`s: see models.transformer.Transformer.
+        `src_token_dropout`: in training, each source token's whole embedding is dropped with this
+        probability (word dropout, Sennrich & Zhang 2019), before its position is added."""
         super().__init__()
         self.pad_id, self.max_len, self.d_model = pad_id, max_len, d_model
+        self.src_token_dropout = src_token_dropout
         self.src_embed = nn.Embedding(src_vocab_size, d_model, padding_idx=pad_id)
         if share_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError(f"share_embeddings needs one vocabulary; got sizes {src_vocab_size} and {tgt_vocab_size}")
@@ -78,7 +83,11 @@ class Seq2SeqNet(nn.Module):
         """(B, S) ids → memory (B, S, D) and its padding mask (B, S), True = padding."""
         self._check_len(src.size(1))
         src_pad = src.eq(self.pad_id)
-        x = self.src_embed(src) * self.embed_scale
+        x = self.src_embed(src) * self.embed_scale  # (B, S, D)
+        if self.training and self.src_token_dropout > 0:
+            # One draw per token, not per channel: the encoder must do without the whole token, while its
+            # position still says one was there. Kept tokens are scaled by 1 / (1 - p), as nn.Dropout does.
+            x = x * F.dropout(x.new_ones(*src.shape, 1), self.src_token_dropout)  # (B, S, 1) mask
         if self.src_pos is not None:  # rotary positions enter the attention instead
             x = self.src_pos(x)
         return self.core.encode(self.embed_dropout(x), src_pad), src_pad

@@ -41,6 +41,8 @@ class MnistSequenceClassifier(L.LightningModule):
         norm: Literal["layernorm", "rmsnorm"] = "layernorm",
         qk_norm: bool = False,
         num_kv_heads: int | None = None,
+        stem_channels: int = 0,  # a convolutional stem's feature maps (0 = none: tokens are raw pixels)
+        stem_layers: int = 2,  # its 3×3 convolutions; see models/mnist_net.py
         lr: float = 1e-3,  # peak learning rate, reached after warm-up
         weight_decay: float = 0.05,  # on weight matrices only, not on biases and LayerNorms
         warmup_fraction: float = 0.05,  # of all training steps; then cosine decay to zero
@@ -61,6 +63,8 @@ class MnistSequenceClassifier(L.LightningModule):
                 "num_decoder_layers": at_least(0),
                 "warmup_fraction": fraction,
                 "mixup": at_least(0),
+                "stem_channels": at_least(0),
+                "stem_layers": at_least(1),
                 "num_misclassified_shown": at_least(0),
             },
             *TRANSFORMER_RELATIONS,
@@ -91,6 +95,8 @@ class MnistSequenceClassifier(L.LightningModule):
             norm=norm,
             qk_norm=qk_norm,
             num_kv_heads=num_kv_heads,
+            stem_channels=stem_channels,
+            stem_layers=stem_layers,
         )
         # One metric object per stage: their running states must not mix.
         self.train_acc = MulticlassAccuracy(num_classes=10, average="micro")

@@ -49,6 +49,7 @@ class Seq2SeqTransformer(L.LightningModule):
         max_len: int = 256,
         tie_embeddings: bool = False,
         share_embeddings: bool = False,
+        src_token_dropout: float = 0.0,  # word dropout on the source: a token's whole embedding, in training
         label_smoothing: float = 0.1,
         lr: float = 5e-4,
         weight_decay: float = 0.01,
@@ -73,6 +74,7 @@ class Seq2SeqTransformer(L.LightningModule):
             {
                 **TRANSFORMER,
                 "max_len": at_least(3),
+                "src_token_dropout": fraction,
                 "betas": fraction,
                 "warmup_steps": at_least(0),
                 "lr_schedule": one_of(get_args(Schedule)),
@@ -116,6 +118,7 @@ class Seq2SeqTransformer(L.LightningModule):
             norm=norm,
             qk_norm=qk_norm,
             num_kv_heads=num_kv_heads,
+            src_token_dropout=src_token_dropout,
         )
         n_classes = len(self.tgt_tokenizer)
         self.train_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=PAD)

@@ -215,7 +215,45 @@ def test_tokens_are_rows_or_patches_in_reading_order():
     torch.testing.assert_close(patches[0, 4], image[0, 0, 7:14, :7].flatten())
 
 
+@pytest.mark.parametrize("tokens, patch_size", [("patches", 7), ("patches", 4), ("rows", 7)])
+@pytest.mark.parametrize("stem_layers", [1, 2])
+@pytest.mark.parametrize("pixel", [(0, 0), (6, 7), (13, 20), (27, 27)])
+def test_a_stem_token_sees_its_patch_and_only_a_stem_deep_border_around_it(tokens, patch_size, stem_layers, pixel):
+    # Oracle: with L 3×3 convolutions before patching, token (i, j) reads the pixels of its patch widened by
+    # L on each side, and nothing else. A wrong layout in `tokenize` would move the changed tokens.
+    net = MnistNet(tokens=tokens, patch_size=patch_size, stem_channels=3, stem_layers=stem_layers, **TINY).eval()
+    image = torch.rand(1, 1, 28, 28, dtype=torch.float64)
+    moved = image.clone()
+    moved[0, 0, pixel[0], pixel[1]] += 1.0
+    net = net.double()
+    with torch.no_grad():
+        changed = (net.embed(net.tokenize(net.stem(moved))) - net.embed(net.tokenize(net.stem(image)))).abs().amax(-1)[0] > 1e-12
+    ph, pw = net.patch
+    grid_w = 28 // pw
+    expected = torch.tensor(
+        [
+            pixel[0] - stem_layers < (t // grid_w + 1) * ph and pixel[0] + stem_layers >= (t // grid_w) * ph
+            and pixel[1] - stem_layers < (t % grid_w + 1) * pw and pixel[1] + stem_layers >= (t % grid_w) * pw
+            for t in range(net.num_tokens)
+        ]
+    )
+    assert torch.equal(changed, expected)
+
+
+def test_without_a_stem_there_is_none_and_seeded_weights_are_unchanged():
+    torch.manual_seed(0)
+    plain = MnistNet(**TINY).state_dict()
+    torch.manual_seed(0)
+    explicit = MnistNet(stem_channels=0, stem_layers=3, **TINY).state_dict()
+    assert plain.keys() == explicit.keys() and not any(key.startswith("stem.") for key in plain)
+    assert all(torch.equal(plain[key], explicit[key]) for key in plain)
+
+
 def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="stem_channels"):
+        MnistNet(stem_channels=-1)
+    with pytest.raises(ValueError, match="stem_layers"):
+        MnistNet(stem_channels=8, stem_layers=0)
     with pytest.raises(ValueError, match="patch_size"):
         MnistNet(patch_size=5)
     with pytest.raises(ValueError, match="head"):

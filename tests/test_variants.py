@@ -34,6 +34,7 @@ VARIANTS = {
     "qk_norm": dict(qk_norm=True),
     "gqa": dict(num_kv_heads=2),
     "mqa": dict(num_kv_heads=1),
+    "src_token_dropout": dict(src_token_dropout=0.1),  # training only: the eval invariants must hold as they are
     "llama": dict(norm_first=True, norm="rmsnorm", activation="swiglu", positional="rotary", qk_norm=True, num_kv_heads=2),
     "postnorm-all-attention": dict(positional="rotary", qk_norm=True, num_kv_heads=1, norm="rmsnorm"),
 }
@@ -182,8 +183,9 @@ def test_translation_checkpoint_round_trip(tmp_path, options):
         {},
         dict(positional="rotary", norm="rmsnorm", activation="swiglu", qk_norm=True, num_kv_heads=2),
         dict(positional="sinusoidal", num_kv_heads=1),
+        dict(stem_channels=4, stem_layers=2),
     ],
-    ids=["baseline", "llama", "sinusoidal-mqa"],
+    ids=["baseline", "llama", "sinusoidal-mqa", "conv-stem"],
 )
 @pytest.mark.parametrize("head", ["decoder", "mean"])
 def test_mnist_variants_round_trip_and_ignore_the_batch(tmp_path, options, head):
@@ -296,6 +298,31 @@ def test_rotary_net_has_no_additive_positions_and_cross_attention_has_no_rotatio
 def test_mnist_rotary_net_reads_positions_from_attention_only():
     net = MnistNet(d_model=32, nhead=4, num_encoder_layers=1, dim_feedforward=48, head="mean", positional="rotary")
     assert net.pos is None and net.core.rotary is not None
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "rotary"])
+def test_source_token_dropout_drops_whole_tokens_and_keeps_their_positions(positional):
+    # Brute force: a training-mode encoding must equal exactly one of the 2^S encodings of the source with
+    # some tokens' embeddings zeroed (positions still added) and the rest scaled by 1 / (1 - p).
+    p = 0.5
+    net = make_net(dict(positional=positional, src_token_dropout=p))
+    src = sources(lengths=(4,))  # (1, 4)
+    embedded = net.src_embed(src) * net.embed_scale  # (1, 4, D)
+    candidates = []
+    with torch.no_grad():
+        for keep_bits in range(2**4):
+            keep = torch.tensor([(keep_bits >> i) & 1 for i in range(4)], dtype=embedded.dtype) / (1 - p)
+            x = embedded * keep[None, :, None]
+            x = net.src_pos(x) if net.src_pos is not None else x
+            candidates.append(net.core.encode(x, src.eq(PAD)))
+        net.train()  # dropout=0.0: the token dropout is the only randomness
+        torch.manual_seed(0)
+        draws = [net.encode(src)[0] for _ in range(64)]
+    seen = [[i for i, c in enumerate(candidates) if torch.allclose(draw, c, atol=1e-5)] for draw in draws]
+    assert all(len(match) == 1 for match in seen)  # always one of them, never a per-channel mix
+    kept_all = sum(match == [15] for match in seen) / len(seen)
+    assert 0.0 < kept_all < 0.25  # (1 - p)^4 = 1/16 of draws keep every token
+    assert len({match[0] for match in seen}) > 8  # and the draws differ
 
 
 # ---------------------------------------------------------------------------------------------- learning
