@@ -232,8 +232,10 @@ def test_a_stem_token_sees_its_patch_and_only_a_stem_deep_border_around_it(token
     grid_w = 28 // pw
     expected = torch.tensor(
         [
-            pixel[0] - stem_layers < (t // grid_w + 1) * ph and pixel[0] + stem_layers >= (t // grid_w) * ph
-            and pixel[1] - stem_layers < (t % grid_w + 1) * pw and pixel[1] + stem_layers >= (t % grid_w) * pw
+            pixel[0] - stem_layers < (t // grid_w + 1) * ph
+            and pixel[0] + stem_layers >= (t // grid_w) * ph
+            and pixel[1] - stem_layers < (t % grid_w + 1) * pw
+            and pixel[1] + stem_layers >= (t % grid_w) * pw
             for t in range(net.num_tokens)
         ]
     )
