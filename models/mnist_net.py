@@ -101,8 +101,12 @@ class MnistNet(nn.Module):
         x = x.permute(0, 2, 4, 1, 3, 5)  # (B, gh, gw, C, ph, pw)
         return x.reshape(B, self.num_tokens, C * ph * pw)  # (B, N, P)
 
+    def embed_tokens(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, 1, 28, 28) → (B, N, D): stem (if any), tokens, linear embedding; no positions yet."""
+        return self.embed(self.tokenize(self.stem(images)))
+
     def forward(self, images: torch.Tensor) -> torch.Tensor:  # (B, 1, 28, 28) → (B, num_classes)
-        x = self.embed(self.tokenize(self.stem(images)))  # (B, N, D)
+        x = self.embed_tokens(images)  # (B, N, D)
         if self.head_kind == "cls":
             x = torch.cat([self.cls_token.expand(x.size(0), -1, -1), x], dim=1)  # (B, 1 + N, D)
         if self.pos is not None:

@@ -221,13 +221,12 @@ def test_tokens_are_rows_or_patches_in_reading_order():
 def test_a_stem_token_sees_its_patch_and_only_a_stem_deep_border_around_it(tokens, patch_size, stem_layers, pixel):
     # Oracle: with L 3×3 convolutions before patching, token (i, j) reads the pixels of its patch widened by
     # L on each side, and nothing else. A wrong layout in `tokenize` would move the changed tokens.
-    net = MnistNet(tokens=tokens, patch_size=patch_size, stem_channels=3, stem_layers=stem_layers, **TINY).eval()
+    net = MnistNet(tokens=tokens, patch_size=patch_size, stem_channels=3, stem_layers=stem_layers, **TINY).double().eval()
     image = torch.rand(1, 1, 28, 28, dtype=torch.float64)
     moved = image.clone()
     moved[0, 0, pixel[0], pixel[1]] += 1.0
-    net = net.double()
     with torch.no_grad():
-        changed = (net.embed(net.tokenize(net.stem(moved))) - net.embed(net.tokenize(net.stem(image)))).abs().amax(-1)[0] > 1e-12
+        changed = (net.embed_tokens(moved) - net.embed_tokens(image)).abs().amax(-1)[0] > 1e-12  # (N,)
     ph, pw = net.patch
     grid_w = 28 // pw
     expected = torch.tensor(

@@ -307,9 +307,9 @@ def test_source_token_dropout_drops_whole_tokens_and_keeps_their_positions(posit
     p = 0.5
     net = make_net(dict(positional=positional, src_token_dropout=p))
     src = sources(lengths=(4,))  # (1, 4)
-    embedded = net.src_embed(src) * net.embed_scale  # (1, 4, D)
     candidates = []
     with torch.no_grad():
+        embedded = net.src_embed(src) * net.embed_scale  # (1, 4, D)
         for keep_bits in range(2**4):
             keep = torch.tensor([(keep_bits >> i) & 1 for i in range(4)], dtype=embedded.dtype) / (1 - p)
             x = embedded * keep[None, :, None]
