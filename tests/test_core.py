@@ -121,14 +121,33 @@ def test_cache_reorder_selects_rows():
     torch.testing.assert_close(cache.layers[1]["self"]["k"], before[[2, 2, 0]])
 
 
-@pytest.mark.parametrize("use_cache", [True, False])
-def test_greedy_cached_equals_uncached_tokens(use_cache):
-    net = Seq2SeqNet(
-        20, 30, d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64, dropout=0.0, max_len=40
-    ).eval()
-    src = torch.randint(4, 20, (4, 9))
+def small_net(**kwargs) -> Seq2SeqNet:
+    """An untrained 20 → 30-token translator: it decodes long, so decoding tests cover many steps."""
+    return Seq2SeqNet(
+        20,
+        30,
+        d_model=32,
+        nhead=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dim_feedforward=64,
+        dropout=0.0,
+        max_len=40,
+        **kwargs,
+    )
+
+
+def padded_source_ids() -> torch.Tensor:
+    src = torch.randint(4, 20, (4, 9))  # (B, S), 0 is padding
     src[1, 6:] = 0
     src[3, 2:] = 0
+    return src
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_greedy_cached_equals_uncached_tokens(use_cache):
+    net = small_net().eval()
+    src = padded_source_ids()
     reference = greedy_decode(net, src, bos_id=1, eos_id=2, max_len=25, use_cache=False)
     got = greedy_decode(net, src, bos_id=1, eos_id=2, max_len=25, use_cache=use_cache)
     assert torch.equal(got, reference)
