@@ -3,7 +3,8 @@
 Both cores get identical shapes, weights (`Transformer.from_torch`), inputs (random (B, S, D)
 embeddings, right-padded) and masks; each step is forward → linear head → cross-entropy →
 backward → AdamW. A third row runs our core with SDPA replaced by a plain matmul-softmax
-attention (patched in this script only), to show what the fused kernel buys.
+attention (patched in this script only), to show what the fused kernel buys; on a CPU in bf16 without
+dropout a fourth lets SDPA choose its own (flash) kernel for the backward pass, which models.attention avoids.
 
 Runs are interleaved (ours / reference / matmul, the order rotating every repeat), so the load
 of other jobs on a shared machine hits every contender alike; the table gives medians, the
@@ -122,6 +123,19 @@ def plain_attention():
         models.attention.F = original
 
 
+@contextlib.contextmanager
+def sdpa_own_kernel_choice():
+    """Within the block, SDPA picks its kernel on a CPU in bf16 as it would by itself (the flash kernel when there
+    is no dropout) instead of `models.attention` routing a differentiated pass to the math kernel: the fourth row
+    shows what that routing buys."""
+    original = models.attention._slow_cpu_backward
+    models.attention._slow_cpu_backward = lambda q, dropout_p: False
+    try:
+        yield
+    finally:
+        models.attention._slow_cpu_backward = original
+
+
 # ------------------------------------------------------------------------------------------
 # Inputs and steps
 
@@ -212,6 +226,19 @@ def build(args, device):
                 device,
                 is_torch=False,
                 patch=plain_attention,
+            )
+        )
+    if device.type == "cpu" and args.dtype == "bf16" and args.dropout == 0:  # the only case the routing changes
+        contenders.append(
+            Contender(
+                "ours (SDPA's own kernel)",
+                copy.deepcopy(ours),
+                copy.deepcopy(head),
+                batch,
+                args,
+                device,
+                is_torch=False,
+                patch=sdpa_own_kernel_choice,
             )
         )
     for c in contenders:

@@ -17,10 +17,12 @@ Three options, each off by default (which is `torch.nn.MultiheadAttention` exact
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .norms import make_norm
 from .positional import apply_rotary
@@ -124,12 +126,20 @@ class MultiHeadAttention(nn.Module):
             out, weights = _attention_with_weights(q, k, v, attn_mask, is_causal, dropout_p)
         else:
             # enable_gqa: SDPA maps query head h to key/value head h // groups without copying them.
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, enable_gqa=grouped
-            )
+            with sdpa_kernel(SDPBackend.MATH) if _slow_cpu_backward(q, dropout_p) else nullcontext():
+                out = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, enable_gqa=grouped
+                )
             weights = None
         out = out.transpose(1, 2).reshape(B, T, D)  # (B, T, D)
         return self.out_proj(out), weights
+
+
+def _slow_cpu_backward(q: torch.Tensor, dropout_p: float) -> bool:
+    """Whether SDPA would pick its CPU flash kernel (no dropout) for a pass that will be differentiated in
+    bf16/fp16: that kernel's backward is 4-9x slower there than the math kernel's, while its forward is the
+    faster one (measured in docs/results.md, session 7). With dropout SDPA takes the math kernel anyway."""
+    return q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16) and q.requires_grad and dropout_p == 0
 
 
 def _attention_with_weights(q, k, v, attn_mask, is_causal, dropout_p):

@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from models import Seq2SeqNet, SinusoidalPositionalEncoding, Transformer
+from models import Seq2SeqNet, SinusoidalPositionalEncoding, Transformer, attention
 from models.attention import MultiHeadAttention
 from models.decoding import greedy_decode
+from models.masks import padding_mask
 
 D, H = 32, 4
 
@@ -159,8 +160,6 @@ def test_query_with_only_padded_keys_is_finite(dtype):
     attn = MultiHeadAttention(D, H).to(dtype)
     x = torch.randn(2, 5, D, dtype=dtype)
     allowed = torch.ones(2, 1, 5, 5, dtype=torch.bool)
-    from models.masks import padding_mask
-
     mask = padding_mask(torch.tensor([[True] * 5, [False] * 2 + [True] * 3]))  # row 0: every key is padding
     out, _ = attn(x, attn_mask=mask & allowed)
     assert torch.isfinite(out).all()
@@ -215,3 +214,28 @@ def test_sequence_longer_than_positions_is_refused():
     net = Seq2SeqNet(10, 10, d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32, max_len=8)
     with pytest.raises(ValueError, match="max_len=8"):
         net(torch.randint(4, 10, (1, 9)), torch.randint(4, 10, (1, 3)))
+
+
+def test_cpu_bf16_backward_is_routed_to_the_math_kernel_with_the_same_result(monkeypatch):
+    """SDPA's CPU flash kernel differentiates bf16 several times slower than its math kernel (docs/results.md), so a
+    pass that will be differentiated takes the math kernel; values and gradients stay those of SDPA's own choice."""
+    half = torch.zeros(1, dtype=torch.bfloat16, requires_grad=True)
+    assert attention._slow_cpu_backward(half, 0.0)
+    assert not attention._slow_cpu_backward(half, 0.1)  # dropout: SDPA takes the math kernel by itself
+    assert not attention._slow_cpu_backward(half.detach(), 0.0)  # inference keeps the faster flash forward
+    assert not attention._slow_cpu_backward(torch.zeros(1, requires_grad=True), 0.0)  # fp32
+
+    attn = MultiHeadAttention(D, H)
+    x = torch.randn(2, 5, D, requires_grad=True)
+    mask = padding_mask(torch.tensor([[False] * 5, [False] * 3 + [True] * 2]))
+
+    def output_and_gradient():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out, _ = attn(x, attn_mask=mask)
+        return out.float(), torch.autograd.grad(out.float().square().sum(), x)[0]
+
+    routed = output_and_gradient()
+    monkeypatch.setattr(attention, "_slow_cpu_backward", lambda q, dropout_p: False)
+    sdpa_choice = output_and_gradient()
+    for a, b in zip(routed, sdpa_choice):
+        torch.testing.assert_close(a, b, atol=3e-2, rtol=3e-2)
