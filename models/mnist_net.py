@@ -5,7 +5,11 @@ Tokens are rows (28 tokens of 28 pixels, the seed's layout) or square patches (4
 positions in self-attention over the reading order: `positional`). An optional convolutional stem
 (`stem_channels`, `stem_layers`: 3×3 convolutions at full resolution, Xiao et al. 2021, "Early
 convolutions help transformers see better") runs over the image first; a token is then its patch
-of the stem's feature maps instead of raw pixels. Heads:
+of the stem's feature maps instead of raw pixels. With `strided_stem` the stem itself brings each
+p×p patch down to one position: ⌈log2 p⌉ stages of 3×3 convolutions, each stage's first one of stride 2
+and doubling the feature maps, over the image zero-padded to a multiple (28 → 32 for 7×7 patches, so
+32 → 16 → 8 → 4 and 16 tokens); a token is then one position of the last map, and neighbouring tokens
+see overlapping pixels (the convolutional stem of Xiao et al. proper). Heads:
   - "decoder": learned query token(s) go through the core's decoder, cross-attending to the
     encoded image (the seed's design, with a learned query instead of a constant one);
   - "cls": a learned class token is prepended to the encoder input and read out (ViT);
@@ -13,6 +17,8 @@ of the stem's feature maps instead of raw pixels. Heads:
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -46,7 +52,8 @@ class MnistNet(nn.Module):
         qk_norm: bool = False,
         num_kv_heads: int | None = None,
         stem_channels: int = 0,  # feature maps of the convolutional stem; 0 = no stem, tokens are pixels
-        stem_layers: int = 2,  # 3×3 convolutions (each followed by GELU) in the stem, if any
+        stem_layers: int = 2,  # 3×3 convolutions (each followed by GELU) in the stem, or in each strided stage
+        strided_stem: bool = False,  # stride-2 stages that reduce a patch to one token (see above); patches only
     ):
         super().__init__()
         if tokens not in TOKENIZERS:
@@ -57,6 +64,11 @@ class MnistNet(nn.Module):
             raise ValueError(f"patch_size must divide {IMAGE_SIZE}, got {patch_size}")
         if stem_channels < 0 or stem_layers < 1:
             raise ValueError(f"need stem_channels >= 0 and stem_layers >= 1, got {stem_channels} and {stem_layers}")
+        if strided_stem and (not stem_channels or tokens != "patches" or patch_size < 2):
+            raise ValueError(
+                f"strided_stem needs stem_channels > 0, tokens='patches' and patch_size >= 2, "
+                f"got {stem_channels}, {tokens!r} and {patch_size}"
+            )
         if head == "decoder" and (num_decoder_layers < 1 or num_queries < 1):
             raise ValueError("the decoder head needs num_decoder_layers >= 1 and num_queries >= 1")
         # A row is a 1×28 patch, so both layouts share one tokenizer.
@@ -65,9 +77,20 @@ class MnistNet(nn.Module):
         self.head_kind = head
 
         stem, channels = [], 1
-        for _ in range(stem_layers if stem_channels else 0):
-            stem += [nn.Conv2d(channels, stem_channels, 3, padding=1), nn.GELU()]  # keeps the 28×28 grid
-            channels = stem_channels
+        if strided_stem:
+            stages = math.ceil(math.log2(patch_size))  # each stage halves the grid (ceil: 7 → 4 for a 7×7 grid)
+            grid = IMAGE_SIZE // patch_size
+            stem.append(nn.ZeroPad2d((grid * 2**stages - IMAGE_SIZE) // 2))  # 28 → grid·2^stages, centred
+            for stage in range(stages):
+                out = stem_channels * 2**stage
+                for layer in range(stem_layers):
+                    stem += [nn.Conv2d(channels, out, 3, stride=2 if layer == 0 else 1, padding=1), nn.GELU()]
+                    channels = out
+            self.patch = (1, 1)  # the stem's last map is grid × grid: a token is one position of it
+        else:
+            for _ in range(stem_layers if stem_channels else 0):
+                stem += [nn.Conv2d(channels, stem_channels, 3, padding=1), nn.GELU()]  # keeps the 28×28 grid
+                channels = stem_channels
         self.stem = nn.Sequential(*stem)  # empty (the identity, no parameters) without a stem
         self.embed = nn.Linear(channels * self.patch[0] * self.patch[1], d_model)  # a token's C·ph·pw values → D
         extra = 1 if head == "cls" else 0
@@ -94,10 +117,10 @@ class MnistNet(nn.Module):
         self.classifier = nn.Linear(d_model, num_classes)
 
     def tokenize(self, images: torch.Tensor) -> torch.Tensor:
-        """(B, C, 28, 28) → (B, N, C * ph * pw), tokens in reading order (left to right, top to bottom)."""
+        """(B, C, H, W) → (B, N, C * ph * pw), tokens in reading order (left to right, top to bottom)."""
         ph, pw = self.patch
-        B, C = images.shape[:2]
-        x = images.reshape(B, C, IMAGE_SIZE // ph, ph, IMAGE_SIZE // pw, pw)  # (B, C, gh, ph, gw, pw)
+        B, C, H, W = images.shape  # 28×28, or the strided stem's grid × grid
+        x = images.reshape(B, C, H // ph, ph, W // pw, pw)  # (B, C, gh, ph, gw, pw)
         x = x.permute(0, 2, 4, 1, 3, 5)  # (B, gh, gw, C, ph, pw)
         return x.reshape(B, self.num_tokens, C * ph * pw)  # (B, N, P)
 

@@ -42,7 +42,8 @@ class MnistSequenceClassifier(L.LightningModule):
         qk_norm: bool = False,
         num_kv_heads: int | None = None,
         stem_channels: int = 0,  # a convolutional stem's feature maps (0 = none: tokens are raw pixels)
-        stem_layers: int = 2,  # its 3×3 convolutions; see models/mnist_net.py
+        stem_layers: int = 2,  # its 3×3 convolutions (per stage if strided); see models/mnist_net.py
+        strided_stem: bool = False,  # stride-2 stages bring each patch down to one token (patches only)
         lr: float = 1e-3,  # peak learning rate, reached after warm-up
         weight_decay: float = 0.05,  # on weight matrices only, not on biases and LayerNorms
         warmup_fraction: float = 0.05,  # of all training steps; then cosine decay to zero
@@ -74,6 +75,11 @@ class MnistSequenceClassifier(L.LightningModule):
                 or f"patch_size={h['patch_size']} must divide the image side, {IMAGE_SIZE}"
             ),
             lambda h: (
+                not h["strided_stem"]
+                or (h["stem_channels"] > 0 and h["tokens"] == "patches" and h["patch_size"] >= 2)
+                or "strided_stem needs stem_channels > 0, tokens='patches' and patch_size >= 2"
+            ),
+            lambda h: (
                 h["head"] != "decoder" or h["num_decoder_layers"] >= 1 or "head='decoder' needs num_decoder_layers of at least 1"
             ),
         )
@@ -97,6 +103,7 @@ class MnistSequenceClassifier(L.LightningModule):
             num_kv_heads=num_kv_heads,
             stem_channels=stem_channels,
             stem_layers=stem_layers,
+            strided_stem=strided_stem,
         )
         # One metric object per stage: their running states must not mix.
         self.train_acc = MulticlassAccuracy(num_classes=10, average="micro")

@@ -241,6 +241,39 @@ def test_a_stem_token_sees_its_patch_and_only_a_stem_deep_border_around_it(token
     assert torch.equal(changed, expected)
 
 
+@pytest.mark.parametrize("patch_size", [4, 7, 14])
+@pytest.mark.parametrize("stem_layers", [1, 2])
+def test_a_strided_stem_token_sees_exactly_its_receptive_field(patch_size, stem_layers):
+    # Oracle, from the convolutions' strides alone: a 3×3 convolution of stride s and padding 1 reads input
+    # rows [s·a - 1, s·b + 1] for output rows [a, b]; walking back from a token's position through every
+    # convolution, then undoing the zero padding, gives the pixels it sees. Brute force over pixels checks it.
+    net = MnistNet(patch_size=patch_size, stem_channels=2, stem_layers=stem_layers, strided_stem=True, **TINY)
+    net = net.double().eval()
+    grid = 28 // patch_size
+    assert net.num_tokens == grid**2
+    convs = [m for m in net.stem if isinstance(m, torch.nn.Conv2d)]
+    assert [c.out_channels for c in convs][::stem_layers] == [2 * 2**i for i in range(len(convs) // stem_layers)]
+    pad = net.stem[0].padding[0]
+    assert 28 + 2 * pad == grid * 2 ** (len(convs) // stem_layers)
+
+    def seen(i: int) -> range:  # pixel rows (or columns) that token row (column) i reads
+        first = last = i
+        for conv in reversed(convs):
+            first, last = conv.stride[0] * first - 1, conv.stride[0] * last + 1
+        return range(first - pad, last - pad + 1)
+
+    image = torch.rand(1, 1, 28, 28, dtype=torch.float64)
+    with torch.no_grad():
+        before = net.embed_tokens(image)
+    for pixel in [(0, 0), (3, 4), (6, 7), (13, 20), (14, 14), (27, 27), (20, 3)]:
+        moved = image.clone()
+        moved[0, 0, pixel[0], pixel[1]] += 1.0
+        with torch.no_grad():
+            changed = (net.embed_tokens(moved) - before).abs().amax(-1)[0] > 1e-12  # (N,)
+        expected = torch.tensor([pixel[0] in seen(t // grid) and pixel[1] in seen(t % grid) for t in range(grid**2)])
+        assert torch.equal(changed, expected), pixel
+
+
 def test_without_a_stem_there_is_none_and_seeded_weights_are_unchanged():
     torch.manual_seed(0)
     plain = MnistNet(**TINY).state_dict()
@@ -257,6 +290,9 @@ def test_bad_settings_are_refused():
         MnistNet(stem_channels=8, stem_layers=0)
     with pytest.raises(ValueError, match="patch_size"):
         MnistNet(patch_size=5)
+    for no_strided_stem in [dict(stem_channels=0), dict(stem_channels=8, tokens="rows"), dict(stem_channels=8, patch_size=1)]:
+        with pytest.raises(ValueError, match="strided_stem"):
+            MnistNet(strided_stem=True, **no_strided_stem)
     with pytest.raises(ValueError, match="head"):
         MnistNet(head="max")
 

@@ -184,8 +184,9 @@ def test_translation_checkpoint_round_trip(tmp_path, options):
         dict(positional="rotary", norm="rmsnorm", activation="swiglu", qk_norm=True, num_kv_heads=2),
         dict(positional="sinusoidal", num_kv_heads=1),
         dict(stem_channels=4, stem_layers=2),
+        dict(stem_channels=4, stem_layers=1, strided_stem=True),
     ],
-    ids=["baseline", "llama", "sinusoidal-mqa", "conv-stem"],
+    ids=["baseline", "llama", "sinusoidal-mqa", "conv-stem", "strided-stem"],
 )
 @pytest.mark.parametrize("head", ["decoder", "mean"])
 def test_mnist_variants_round_trip_and_ignore_the_batch(tmp_path, options, head):
