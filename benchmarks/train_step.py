@@ -215,32 +215,14 @@ def build(args, device):
         Contender("ours (SDPA)", ours, copy.deepcopy(head), batch, args, device, is_torch=False),
         Contender("torch.nn.Transformer", ref, copy.deepcopy(head), batch, args, device, is_torch=True),
     ]
+
+    def patched(name: str, patch) -> Contender:  # ours again, with attention swapped by `patch`
+        return Contender(name, copy.deepcopy(ours), copy.deepcopy(head), batch, args, device, is_torch=False, patch=patch)
+
     if not args.no_matmul:
-        contenders.append(
-            Contender(
-                "ours (matmul-softmax)",
-                copy.deepcopy(ours),
-                copy.deepcopy(head),
-                batch,
-                args,
-                device,
-                is_torch=False,
-                patch=plain_attention,
-            )
-        )
+        contenders.append(patched("ours (matmul-softmax)", plain_attention))
     if device.type == "cpu" and args.dtype == "bf16" and args.dropout == 0:  # the only case the routing changes
-        contenders.append(
-            Contender(
-                "ours (SDPA's own kernel)",
-                copy.deepcopy(ours),
-                copy.deepcopy(head),
-                batch,
-                args,
-                device,
-                is_torch=False,
-                patch=sdpa_own_kernel_choice,
-            )
-        )
+        contenders.append(patched("ours (SDPA's own kernel)", sdpa_own_kernel_choice))
     for c in contenders:
         c.core.train()
     return contenders, tokens

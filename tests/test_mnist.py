@@ -215,6 +215,15 @@ def test_tokens_are_rows_or_patches_in_reading_order():
     torch.testing.assert_close(patches[0, 4], image[0, 0, 7:14, :7].flatten())
 
 
+def tokens_changed_by(net: MnistNet, pixel: tuple[int, int]) -> torch.Tensor:
+    """(N,) bool: which of the net's embedded tokens move when one pixel of a random image moves."""
+    image = torch.rand(1, 1, 28, 28, dtype=torch.float64)
+    moved = image.clone()
+    moved[0, 0, pixel[0], pixel[1]] += 1.0
+    with torch.no_grad():
+        return (net.embed_tokens(moved) - net.embed_tokens(image)).abs().amax(-1)[0] > 1e-12
+
+
 @pytest.mark.parametrize("tokens, patch_size", [("patches", 7), ("patches", 4), ("rows", 7)])
 @pytest.mark.parametrize("stem_layers", [1, 2])
 @pytest.mark.parametrize("pixel", [(0, 0), (6, 7), (13, 20), (27, 27)])
@@ -222,11 +231,7 @@ def test_a_stem_token_sees_its_patch_and_only_a_stem_deep_border_around_it(token
     # Oracle: with L 3×3 convolutions before patching, token (i, j) reads the pixels of its patch widened by
     # L on each side, and nothing else. A wrong layout in `tokenize` would move the changed tokens.
     net = MnistNet(tokens=tokens, patch_size=patch_size, stem_channels=3, stem_layers=stem_layers, **TINY).double().eval()
-    image = torch.rand(1, 1, 28, 28, dtype=torch.float64)
-    moved = image.clone()
-    moved[0, 0, pixel[0], pixel[1]] += 1.0
-    with torch.no_grad():
-        changed = (net.embed_tokens(moved) - net.embed_tokens(image)).abs().amax(-1)[0] > 1e-12  # (N,)
+    changed = tokens_changed_by(net, pixel)  # (N,)
     ph, pw = net.patch
     grid_w = 28 // pw
     expected = torch.tensor(
@@ -262,14 +267,8 @@ def test_a_strided_stem_token_sees_exactly_its_receptive_field(patch_size, stem_
             first, last = conv.stride[0] * first - 1, conv.stride[0] * last + 1
         return range(first - pad, last - pad + 1)
 
-    image = torch.rand(1, 1, 28, 28, dtype=torch.float64)
-    with torch.no_grad():
-        before = net.embed_tokens(image)
     for pixel in [(0, 0), (3, 4), (6, 7), (13, 20), (14, 14), (27, 27), (20, 3)]:
-        moved = image.clone()
-        moved[0, 0, pixel[0], pixel[1]] += 1.0
-        with torch.no_grad():
-            changed = (net.embed_tokens(moved) - before).abs().amax(-1)[0] > 1e-12  # (N,)
+        changed = tokens_changed_by(net, pixel)  # (N,)
         expected = torch.tensor([pixel[0] in seen(t // grid) and pixel[1] in seen(t % grid) for t in range(grid**2)])
         assert torch.equal(changed, expected), pixel
 
