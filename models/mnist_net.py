@@ -9,7 +9,8 @@ of the stem's feature maps instead of raw pixels. With `strided_stem` the stem i
 p×p patch down to one position: ⌈log2 p⌉ stages of 3×3 convolutions, each stage's first one of stride 2
 and doubling the feature maps, over the image zero-padded to a multiple (28 → 32 for 7×7 patches, so
 32 → 16 → 8 → 4 and 16 tokens); a token is then one position of the last map, and neighbouring tokens
-see overlapping pixels (the convolutional stem of Xiao et al. proper). Heads:
+see overlapping pixels (the convolutional stem of Xiao et al. proper). `stem_norm` puts a BatchNorm after
+every stem convolution, as their stem has (conv, BN, activation); a convolution followed by one has no bias. Heads:
   - "decoder": learned query token(s) go through the core's decoder, cross-attending to the
     encoded image (the seed's design, with a learned query instead of a constant one);
   - "cls": a learned class token is prepended to the encoder input and read out (ViT);
@@ -54,6 +55,7 @@ class MnistNet(nn.Module):
         stem_channels: int = 0,  # feature maps of the convolutional stem; 0 = no stem, tokens are pixels
         stem_layers: int = 2,  # 3×3 convolutions (each followed by GELU) in the stem, or in each strided stage
         strided_stem: bool = False,  # stride-2 stages that reduce a patch to one token (see above); patches only
+        stem_norm: bool = False,  # BatchNorm2d after each stem convolution (needs a stem)
     ):
         super().__init__()
         if tokens not in TOKENIZERS:
@@ -69,6 +71,8 @@ class MnistNet(nn.Module):
                 f"strided_stem needs stem_channels > 0, tokens='patches' and patch_size >= 2, "
                 f"got {stem_channels}, {tokens!r} and {patch_size}"
             )
+        if stem_norm and not stem_channels:
+            raise ValueError("stem_norm normalises the stem's convolutions: it needs stem_channels > 0")
         if head == "decoder" and (num_decoder_layers < 1 or num_queries < 1):
             raise ValueError("the decoder head needs num_decoder_layers >= 1 and num_queries >= 1")
         # A row is a 1×28 patch, so both layouts share one tokenizer.
@@ -77,6 +81,11 @@ class MnistNet(nn.Module):
         self.head_kind = head
 
         stem, channels = [], 1
+
+        def conv(out: int, stride: int = 1) -> list[nn.Module]:  # 3×3, grid kept (stride 1) or halved (2)
+            norm = [nn.BatchNorm2d(out)] if stem_norm else []
+            return [nn.Conv2d(channels, out, 3, stride=stride, padding=1, bias=not stem_norm), *norm, nn.GELU()]
+
         if strided_stem:
             stages = math.ceil(math.log2(patch_size))  # each stage halves the grid (ceil: 7 → 4 for a 7×7 grid)
             grid = IMAGE_SIZE // patch_size
@@ -84,12 +93,12 @@ class MnistNet(nn.Module):
             for stage in range(stages):
                 out = stem_channels * 2**stage
                 for layer in range(stem_layers):
-                    stem += [nn.Conv2d(channels, out, 3, stride=2 if layer == 0 else 1, padding=1), nn.GELU()]
+                    stem += conv(out, stride=2 if layer == 0 else 1)
                     channels = out
             self.patch = (1, 1)  # the stem's last map is grid × grid: a token is one position of it
         else:
             for _ in range(stem_layers if stem_channels else 0):
-                stem += [nn.Conv2d(channels, stem_channels, 3, padding=1), nn.GELU()]  # keeps the 28×28 grid
+                stem += conv(stem_channels)  # keeps the 28×28 grid
                 channels = stem_channels
         self.stem = nn.Sequential(*stem)  # empty (the identity, no parameters) without a stem
         self.embed = nn.Linear(channels * self.patch[0] * self.patch[1], d_model)  # a token's C·ph·pw values → D

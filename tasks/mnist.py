@@ -44,6 +44,7 @@ class MnistSequenceClassifier(L.LightningModule):
         stem_channels: int = 0,  # a convolutional stem's feature maps (0 = none: tokens are raw pixels)
         stem_layers: int = 2,  # its 3×3 convolutions (per stage if strided); see models/mnist_net.py
         strided_stem: bool = False,  # stride-2 stages bring each patch down to one token (patches only)
+        stem_norm: bool = False,  # BatchNorm2d after each stem convolution (Xiao et al.'s stem; needs a stem)
         lr: float = 1e-3,  # peak learning rate, reached after warm-up
         weight_decay: float = 0.05,  # on weight matrices only, not on biases and LayerNorms
         warmup_fraction: float = 0.05,  # of all training steps; then cosine decay to zero
@@ -79,6 +80,7 @@ class MnistSequenceClassifier(L.LightningModule):
                 or (h["stem_channels"] > 0 and h["tokens"] == "patches" and h["patch_size"] >= 2)
                 or "strided_stem needs stem_channels > 0, tokens='patches' and patch_size >= 2"
             ),
+            lambda h: not h["stem_norm"] or h["stem_channels"] > 0 or "stem_norm needs a stem: stem_channels > 0",
             lambda h: (
                 h["head"] != "decoder" or h["num_decoder_layers"] >= 1 or "head='decoder' needs num_decoder_layers of at least 1"
             ),
@@ -104,6 +106,7 @@ class MnistSequenceClassifier(L.LightningModule):
             stem_channels=stem_channels,
             stem_layers=stem_layers,
             strided_stem=strided_stem,
+            stem_norm=stem_norm,
         )
         # One metric object per stage: their running states must not mix.
         self.train_acc = MulticlassAccuracy(num_classes=10, average="micro")

@@ -279,6 +279,7 @@ BAD_HPARAMS = [
     (MnistSequenceClassifier, {"weight_decay": -1.0}, ["weight_decay=-1.0"]),
     (MnistSequenceClassifier, {"stem_channels": -8, "stem_layers": 0}, ["stem_channels=-8", "stem_layers=0"]),
     (MnistSequenceClassifier, {"strided_stem": True, "tokens": "rows", "stem_channels": 8}, ["strided_stem needs"]),
+    (MnistSequenceClassifier, {"stem_norm": True}, ["stem_norm needs a stem"]),
     (ParallelCorpusDataModule, {"max_tokens": 64, "max_len": 128}, ["max_tokens=64 must be at least max_len=128"]),
     (ParallelCorpusDataModule, {"src_vocab_size": -5}, ["src_vocab_size=-5"]),
     (ParallelCorpusDataModule, {"tgt_vocab_size": 0, "num_workers": -1}, ["tgt_vocab_size=0", "num_workers=-1"]),

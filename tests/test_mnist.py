@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import math
 import struct
 import urllib.error
 from pathlib import Path
@@ -248,12 +249,16 @@ def test_a_stem_token_sees_its_patch_and_only_a_stem_deep_border_around_it(token
 
 @pytest.mark.parametrize("patch_size", [4, 7, 14])
 @pytest.mark.parametrize("stem_layers", [1, 2])
-def test_a_strided_stem_token_sees_exactly_its_receptive_field(patch_size, stem_layers):
+@pytest.mark.parametrize("stem_norm", [False, True])
+def test_a_strided_stem_token_sees_exactly_its_receptive_field(patch_size, stem_layers, stem_norm):
     # Oracle, from the convolutions' strides alone: a 3×3 convolution of stride s and padding 1 reads input
     # rows [s·a - 1, s·b + 1] for output rows [a, b]; walking back from a token's position through every
     # convolution, then undoing the zero padding, gives the pixels it sees. Brute force over pixels checks it.
-    net = MnistNet(patch_size=patch_size, stem_channels=2, stem_layers=stem_layers, strided_stem=True, **TINY)
+    # In eval mode a BatchNorm is a per-channel affine map: it must not widen what a token sees.
+    net = MnistNet(patch_size=patch_size, stem_channels=2, stem_layers=stem_layers, strided_stem=True, stem_norm=stem_norm, **TINY)
     net = net.double().eval()
+    norms = [m for m in net.stem if isinstance(m, torch.nn.BatchNorm2d)]
+    assert len(norms) == (stem_layers * math.ceil(math.log2(patch_size)) if stem_norm else 0)
     grid = 28 // patch_size
     assert net.num_tokens == grid**2
     convs = [m for m in net.stem if isinstance(m, torch.nn.Conv2d)]
@@ -292,6 +297,8 @@ def test_bad_settings_are_refused():
     for no_strided_stem in [dict(stem_channels=0), dict(stem_channels=8, tokens="rows"), dict(stem_channels=8, patch_size=1)]:
         with pytest.raises(ValueError, match="strided_stem"):
             MnistNet(strided_stem=True, **no_strided_stem)
+    with pytest.raises(ValueError, match="stem_norm"):
+        MnistNet(stem_norm=True)  # no stem to normalise
     with pytest.raises(ValueError, match="head"):
         MnistNet(head="max")
 

@@ -185,12 +185,16 @@ def test_translation_checkpoint_round_trip(tmp_path, options):
         dict(positional="sinusoidal", num_kv_heads=1),
         dict(stem_channels=4, stem_layers=2),
         dict(stem_channels=4, stem_layers=1, strided_stem=True),
+        dict(stem_channels=4, stem_layers=1, strided_stem=True, stem_norm=True),
     ],
-    ids=["baseline", "llama", "sinusoidal-mqa", "conv-stem", "strided-stem"],
+    ids=["baseline", "llama", "sinusoidal-mqa", "conv-stem", "strided-stem", "strided-stem-norm"],
 )
 @pytest.mark.parametrize("head", ["decoder", "mean"])
 def test_mnist_variants_round_trip_and_ignore_the_batch(tmp_path, options, head):
-    model = MnistSequenceClassifier(d_model=32, nhead=4, num_encoder_layers=1, dim_feedforward=48, head=head, **options).eval()
+    model = MnistSequenceClassifier(d_model=32, nhead=4, num_encoder_layers=1, dim_feedforward=48, head=head, **options)
+    with torch.no_grad():
+        model(torch.randn(8, 1, 28, 28))  # in training mode: a stem's BatchNorms move their running statistics
+    model.eval()
     images = torch.randn(3, 1, 28, 28)
     logits = model(images)
     assert logits.shape == (3, 10) and torch.isfinite(logits).all()
