@@ -255,10 +255,14 @@ def test_a_strided_stem_token_sees_exactly_its_receptive_field(patch_size, stem_
     # rows [s·a - 1, s·b + 1] for output rows [a, b]; walking back from a token's position through every
     # convolution, then undoing the zero padding, gives the pixels it sees. Brute force over pixels checks it.
     # In eval mode a BatchNorm is a per-channel affine map: it must not widen what a token sees.
-    net = MnistNet(patch_size=patch_size, stem_channels=2, stem_layers=stem_layers, strided_stem=True, stem_norm=stem_norm, **TINY)
+    net = MnistNet(
+        patch_size=patch_size, stem_channels=2, stem_layers=stem_layers, strided_stem=True, stem_norm=stem_norm, **TINY
+    )
     net = net.double().eval()
     norms = [m for m in net.stem if isinstance(m, torch.nn.BatchNorm2d)]
     assert len(norms) == (stem_layers * math.ceil(math.log2(patch_size)) if stem_norm else 0)
+    for norm in norms:  # statistics as after training, not the identity a fresh BatchNorm starts as
+        norm.running_mean.uniform_(-1, 1), norm.running_var.uniform_(0.5, 2), norm.bias.data.uniform_(-1, 1)
     grid = 28 // patch_size
     assert net.num_tokens == grid**2
     convs = [m for m in net.stem if isinstance(m, torch.nn.Conv2d)]
