@@ -108,6 +108,70 @@ def test_best_checkpoint_waits_for_a_metric_computed_every_n_epochs(tmp_path):
     assert torch.load(checkpoint.last_model_path, weights_only=True)["epoch"] == 2
 
 
+class ScriptedScore(L.LightningModule):
+    """Logs `scores[epoch]` as val/score: a checkpoint callback's choices, with no training in the way."""
+
+    def __init__(self, scores: list[float]):
+        super().__init__()
+        self.scores = scores
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+
+    def training_step(self, batch, batch_idx):
+        return (self.weight - 1.0).pow(2).sum()
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val/score", self.scores[self.current_epoch])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self):
+        return [torch.zeros(1)]
+
+    val_dataloader = train_dataloader
+
+
+# Ties at the top, ties at the k-th place, a tie that comes after a better score, equal scores at the end.
+SCORES = [0.5, 0.7, 0.7, 0.6, 0.9, 0.6, 0.9, 0.9, 0.8, 0.6]
+
+
+@pytest.mark.parametrize("mode", ["max", "min"])
+@pytest.mark.parametrize("save_top_k", [1, 2, 3, -1])
+def test_ties_go_to_the_later_checkpoint(tmp_path, mode, save_top_k):
+    scores = SCORES if mode == "max" else [-s for s in SCORES]
+    checkpoint = BestAndLastCheckpoint(
+        dirpath=tmp_path,
+        monitor="val/score",
+        mode=mode,
+        save_top_k=save_top_k,
+        filename="e{epoch}",
+        auto_insert_metric_name=False,
+    )
+    _trainer(tmp_path, [checkpoint], max_epochs=len(scores)).fit(ScriptedScore(scores))
+    # Oracle: rank every epoch by (score, epoch), better first, and keep the first k.
+    sign = 1 if mode == "max" else -1
+    ranked = sorted(range(len(scores)), key=lambda e: (sign * scores[e], e), reverse=True)
+    kept = ranked if save_top_k == -1 else ranked[:save_top_k]
+    assert sorted(p.name for p in tmp_path.glob("e*.ckpt")) == sorted(f"e{e}.ckpt" for e in kept)
+    assert Path(checkpoint.best_model_path).name == f"e{ranked[0]}.ckpt"
+    saved = torch.load(checkpoint.best_model_path, weights_only=True)["callbacks"]
+    (state,) = [v for k, v in saved.items() if k.startswith("BestAndLastCheckpoint")]
+    assert Path(state["best_model_path"]).name == f"e{ranked[0]}.ckpt"  # what a resumed run starts from
+
+
+def test_ties_can_go_to_the_earlier_checkpoint_as_in_lightning(tmp_path):
+    checkpoint = BestAndLastCheckpoint(
+        dirpath=tmp_path, monitor="val/score", mode="max", ties="earlier", filename="e{epoch}", auto_insert_metric_name=False
+    )
+    _trainer(tmp_path, [checkpoint], max_epochs=len(SCORES)).fit(ScriptedScore(SCORES))
+    assert Path(checkpoint.best_model_path).name == f"e{SCORES.index(max(SCORES))}.ckpt"
+
+
+def test_ties_setting_is_checked():
+    with pytest.raises(ValueError, match='ties must be "later" or "earlier"'):
+        BestAndLastCheckpoint(monitor="val/score", ties="first")
+
+
 # ---------------------------------------------------------------------------------------------- shared vocabulary
 
 

@@ -3,7 +3,8 @@
 - `RngStateCallback`: random-number generator states in each checkpoint, for an exact resume.
 - `LoaderStateRestore`: the training loader's position reaches it on resume even when the model's
   `configure_optimizers` asked for `trainer.estimated_stepping_batches` (a Lightning bug).
-- `BestAndLastCheckpoint`: Lightning's `ModelCheckpoint`, with `last.ckpt` kept up to date again.
+- `BestAndLastCheckpoint`: Lightning's `ModelCheckpoint`, with `last.ckpt` kept up to date again and
+  ties between scores going to the later checkpoint.
 - `FiniteLossCheck`: stop with one clear line when the training loss becomes NaN or infinite.
 - `AtomicCheckpointIO`: a checkpoint is written to a temporary file and renamed over the old one,
   so an interrupted save never leaves a truncated `last.ckpt` in place of a good one.
@@ -20,7 +21,7 @@ import random
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import numpy as np
@@ -108,7 +109,36 @@ class BestAndLastCheckpoint(ModelCheckpoint):
     Since Lightning 2.6, the end-of-epoch `last.ckpt` is written only when a top-k checkpoint is
     written at the same step: with `save_top_k=1` it stays at the best epoch, and `--ckpt_path last`
     would silently throw away every epoch since (seen here: a 2-hour run's last.ckpt stuck at epoch 7
-    of 24). Here, at the end of each epoch, `last.ckpt` is written if nothing was saved at that step."""
+    of 24). Here, at the end of each epoch, `last.ckpt` is written if nothing was saved at that step.
+
+    `ties="later"` (the default) lets a score equal to the k-th best replace it, and makes the latest of
+    equally good checkpoints the best one, as fairseq's `checkpoint_best.pt` does (`is_better` is
+    `a >= b` in fairseq/checkpoint_utils.py); Lightning keeps the earliest (`ties="earlier"`). Coarse
+    metrics tie often (accuracy on 500 images moves in steps of 0.2 %), and the earliest of a run of
+    equal scores is the checkpoint that has trained and averaged least."""
+
+    def __init__(self, *args: Any, ties: Literal["later", "earlier"] = "later", **kwargs: Any) -> None:
+        if ties not in ("later", "earlier"):
+            raise ValueError(f'ties must be "later" or "earlier", not {ties!r}')
+        super().__init__(*args, **kwargs)
+        self.ties = ties
+
+    def check_monitor_top_k(self, trainer: L.Trainer, current: torch.Tensor | None = None) -> bool:
+        if super().check_monitor_top_k(trainer, current):
+            return True
+        if self.ties == "earlier" or current is None:
+            return False
+        # Only reached with k checkpoints already kept; the decision is reduced across ranks as Lightning's is.
+        tie = bool(current == self.best_k_models[self.kth_best_model_path])
+        return trainer.strategy.reduce_boolean_decision(tie)
+
+    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        # Lightning names the first of equal best scores (dicts keep insertion order, which is the
+        # order of the scores); the pick is moved before the callback's state goes into the checkpoint.
+        if self.ties == "later" and self.best_k_models:
+            best = self.best_model_score
+            self.best_model_path = [path for path, score in self.best_k_models.items() if score == best][-1]
+        super()._save_checkpoint(trainer, filepath)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_train_epoch_end(trainer, pl_module)
