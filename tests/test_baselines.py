@@ -111,7 +111,7 @@ def test_best_checkpoint_waits_for_a_metric_computed_every_n_epochs(tmp_path):
 class ScriptedScore(L.LightningModule):
     """Logs `scores[epoch]` as val/score: a checkpoint callback's choices, with no training in the way."""
 
-    def __init__(self, scores: list[float]):
+    def __init__(self, scores: list[float | None]):
         super().__init__()
         self.scores = scores
         self.weight = torch.nn.Parameter(torch.zeros(1))
@@ -120,7 +120,8 @@ class ScriptedScore(L.LightningModule):
         return (self.weight - 1.0).pow(2).sum()
 
     def validation_step(self, batch, batch_idx):
-        self.log("val/score", self.scores[self.current_epoch])
+        if self.scores[self.current_epoch] is not None:  # None: not scored this epoch (BLEU every n epochs)
+            self.log("val/score", self.scores[self.current_epoch])
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
@@ -157,6 +158,19 @@ def test_ties_go_to_the_later_checkpoint(tmp_path, mode, save_top_k):
     saved = torch.load(checkpoint.best_model_path, weights_only=True)["callbacks"]
     (state,) = [v for k, v in saved.items() if k.startswith("BestAndLastCheckpoint")]
     assert Path(state["best_model_path"]).name == f"e{ranked[0]}.ckpt"  # what a resumed run starts from
+
+
+@pytest.mark.parametrize("check_val_every_n_epoch", [1, 2])  # Lightning saves at the train epoch's end / at validation's
+def test_a_metric_not_logged_this_epoch_does_not_tie_with_its_last_value(tmp_path, check_val_every_n_epoch):
+    scores = [0.5, 0.9, None, None, 0.7, 0.9, None, 0.9, None, None]
+    checkpoint = BestAndLastCheckpoint(
+        dirpath=tmp_path, monitor="val/score", mode="max", filename="e{epoch}", auto_insert_metric_name=False
+    )
+    trainer = _trainer(tmp_path, [checkpoint], max_epochs=len(scores), check_val_every_n_epoch=check_val_every_n_epoch)
+    trainer.fit(ScriptedScore(scores))
+    scored = [e for e in range(len(scores)) if (e + 1) % check_val_every_n_epoch == 0 and scores[e] is not None]
+    best = max(scored, key=lambda e: (scores[e], e))
+    assert Path(checkpoint.best_model_path).name == f"e{best}.ckpt"
 
 
 def test_ties_can_go_to_the_earlier_checkpoint_as_in_lightning(tmp_path):
