@@ -132,6 +132,13 @@ class ScriptedScore(L.LightningModule):
     val_dataloader = train_dataloader
 
 
+def _scored_checkpoint(root: Path, **kwargs) -> BestAndLastCheckpoint:
+    """Keeps checkpoints by ScriptedScore's val/score, named e<epoch>.ckpt."""
+    return BestAndLastCheckpoint(
+        dirpath=root, monitor="val/score", filename="e{epoch}", auto_insert_metric_name=False, **{"mode": "max", **kwargs}
+    )
+
+
 # Ties at the top, ties at the k-th place, a tie that comes after a better score, equal scores at the end.
 SCORES = [0.5, 0.7, 0.7, 0.6, 0.9, 0.6, 0.9, 0.9, 0.8, 0.6]
 
@@ -140,14 +147,7 @@ SCORES = [0.5, 0.7, 0.7, 0.6, 0.9, 0.6, 0.9, 0.9, 0.8, 0.6]
 @pytest.mark.parametrize("save_top_k", [1, 2, 3, -1])
 def test_ties_go_to_the_later_checkpoint(tmp_path, mode, save_top_k):
     scores = SCORES if mode == "max" else [-s for s in SCORES]
-    checkpoint = BestAndLastCheckpoint(
-        dirpath=tmp_path,
-        monitor="val/score",
-        mode=mode,
-        save_top_k=save_top_k,
-        filename="e{epoch}",
-        auto_insert_metric_name=False,
-    )
+    checkpoint = _scored_checkpoint(tmp_path, mode=mode, save_top_k=save_top_k)
     _trainer(tmp_path, [checkpoint], max_epochs=len(scores)).fit(ScriptedScore(scores))
     # Oracle: rank every epoch by (score, epoch), better first, and keep the first k.
     sign = 1 if mode == "max" else -1
@@ -163,9 +163,7 @@ def test_ties_go_to_the_later_checkpoint(tmp_path, mode, save_top_k):
 @pytest.mark.parametrize("check_val_every_n_epoch", [1, 2])  # Lightning saves at the train epoch's end / at validation's
 def test_a_metric_not_logged_this_epoch_does_not_tie_with_its_last_value(tmp_path, check_val_every_n_epoch):
     scores = [0.5, 0.9, None, None, 0.7, 0.9, None, 0.9, None, None]
-    checkpoint = BestAndLastCheckpoint(
-        dirpath=tmp_path, monitor="val/score", mode="max", filename="e{epoch}", auto_insert_metric_name=False
-    )
+    checkpoint = _scored_checkpoint(tmp_path)
     trainer = _trainer(tmp_path, [checkpoint], max_epochs=len(scores), check_val_every_n_epoch=check_val_every_n_epoch)
     trainer.fit(ScriptedScore(scores))
     scored = [e for e in range(len(scores)) if (e + 1) % check_val_every_n_epoch == 0 and scores[e] is not None]
@@ -174,9 +172,7 @@ def test_a_metric_not_logged_this_epoch_does_not_tie_with_its_last_value(tmp_pat
 
 
 def test_ties_can_go_to_the_earlier_checkpoint_as_in_lightning(tmp_path):
-    checkpoint = BestAndLastCheckpoint(
-        dirpath=tmp_path, monitor="val/score", mode="max", ties="earlier", filename="e{epoch}", auto_insert_metric_name=False
-    )
+    checkpoint = _scored_checkpoint(tmp_path, ties="earlier")
     _trainer(tmp_path, [checkpoint], max_epochs=len(SCORES)).fit(ScriptedScore(SCORES))
     assert Path(checkpoint.best_model_path).name == f"e{SCORES.index(max(SCORES))}.ckpt"
 

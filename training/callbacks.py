@@ -122,7 +122,7 @@ class BestAndLastCheckpoint(ModelCheckpoint):
             raise ValueError(f'ties must be "later" or "earlier", not {ties!r}')
         super().__init__(*args, **kwargs)
         self.ties = ties
-        self._validated_at_step: int | None = None  # when a validation last logged the monitored metric
+        self._logged_at_step: int | None = None  # when a loop last logged the monitored metric
 
     def check_monitor_top_k(self, trainer: L.Trainer, current: torch.Tensor | None = None) -> bool:
         if super().check_monitor_top_k(trainer, current):
@@ -130,20 +130,17 @@ class BestAndLastCheckpoint(ModelCheckpoint):
         if self.ties == "earlier" or current is None:
             return False
         # Only reached with k checkpoints already kept; the decision is reduced across ranks as Lightning's is.
-        tie = bool(current == self.best_k_models[self.kth_best_model_path]) and self._monitor_logged_now(trainer)
+        tie = bool(current == self.best_k_models[self.kth_best_model_path]) and self._logged_at_step == trainer.global_step
         return trainer.strategy.reduce_boolean_decision(tie)
 
-    def _monitor_logged_now(self, trainer: L.Trainer) -> bool:
+    def _note_if_logged(self, trainer: L.Trainer) -> None:
         # Lightning's callback_metrics keep a metric's last value until it is logged again: a metric
         # computed every n epochs (val/bleu with bleu_every_n_epochs > 1) would tie with itself in the
-        # epochs between. The running loop's results hold only what was logged since it started, and the
-        # validation loop's are gone by on_train_epoch_end, where Lightning usually saves: they are read
-        # in on_validation_end.
-        return self._logged_by_running_loop(trainer) or self._validated_at_step == trainer.global_step
-
-    def _logged_by_running_loop(self, trainer: L.Trainer) -> bool:
+        # epochs between. The running loop's results hold only what was logged since it started; the
+        # validation loop's are gone by on_train_epoch_end, where Lightning usually saves, so both ends note it.
         results = trainer._results
-        return results is not None and self.monitor in results.metrics(on_step=False)["callback"]
+        if self.monitor is not None and results is not None and self.monitor in results.metrics(on_step=False)["callback"]:
+            self._logged_at_step = trainer.global_step
 
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
         # Lightning names the first of equal best scores (dicts keep insertion order, which is the
@@ -154,13 +151,13 @@ class BestAndLastCheckpoint(ModelCheckpoint):
         super()._save_checkpoint(trainer, filepath)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._note_if_logged(trainer)
         super().on_train_epoch_end(trainer, pl_module)
         if self._should_save_on_train_epoch_end(trainer):
             self._save_last_if_missed(trainer)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.monitor is not None and self._logged_by_running_loop(trainer):
-            self._validated_at_step = trainer.global_step
+        self._note_if_logged(trainer)
         super().on_validation_end(trainer, pl_module)
         if not self._should_save_on_train_epoch_end(trainer):
             self._save_last_if_missed(trainer)
