@@ -5,18 +5,24 @@ token-budget batches: samplers.py.
 
 from __future__ import annotations
 
+import json
+import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal, get_args
 
 import lightning as L
+import numpy as np
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
-from .batching import collate_pairs, frame_source, frame_target
+from .batching import frame_source, frame_target
+from .cache import default_root, digest, file_fingerprint, open_or_build
 from .checks import at_least, check_hparams, fraction, no_more_than, one_of
-from .corpus_readers import Pair, download, read_aligned, read_tatoeba, split_pairs
+from .corpus_readers import Pair, download, iter_aligned, read_tatoeba, split_pairs
 from .errors import CorpusFormatError, DataNotFoundError, HyperparameterError
+from .indexed import IndexedIds, IndexedIdsWriter, TokenPairs, collated, ids_dtype
 from .resumable import ResumableDataLoader, shard_of
 from .samplers import TokenBudgetBatchSampler, padding_waste
 from .tokenizers import SubwordTokenizer, TokenizerKind, tokenizer_from_dict, train_tokenizer
@@ -26,6 +32,7 @@ ENGLISH = ("en", "eng")
 SPLITS = ("train", "val", "test")
 TATOEBA_URL = "https://www.manythings.org/anki/{lang}-eng.zip"
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}"
+ENCODE_CHUNK = 100_000  # pairs encoded at a time: bounds the memory of preparing a corpus of any size
 
 
 class ParallelCorpusDataModule(L.LightningDataModule):
@@ -60,6 +67,8 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         split_seed: int = 42,  # fixes which pairs are held out, whatever the run's seed
         num_workers: int = 0,
         download: bool = True,
+        tokenizer_sample: int = 1_000_000,  # training pairs the subword models learn from, drawn at random
+        cache_dir: str | None = None,  # where the prepared corpus goes (default: <data_dir>/.cache, see cache.py)
     ):
         super().__init__()
         kinds = one_of(get_args(TokenizerKind))
@@ -78,6 +87,7 @@ class ParallelCorpusDataModule(L.LightningDataModule):
                 "val_fraction": fraction,
                 "test_fraction": fraction,
                 "num_workers": at_least(0),
+                "tokenizer_sample": at_least(1),
             },
             no_more_than("max_len", "max_tokens"),
             lambda h: (
@@ -97,7 +107,7 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         self.data_dir = Path(data_dir)
         self._splits: dict[str, list[Pair]] | None = None
         self._tokenizers: tuple[Tokenizer, Tokenizer] | None = None
-        self._encoded: dict[str, list[tuple[list[int], list[int]]]] | None = None
+        self._datasets: dict[str, TokenPairs] | None = None
 
     # -- files ---------------------------------------------------------------------------------------------
 
@@ -116,8 +126,8 @@ class ParallelCorpusDataModule(L.LightningDataModule):
                 files[f"{split}.{lang}"] = plain if plain.exists() and not gz.exists() else gz
         return files
 
-    def prepare_data(self) -> None:
-        """Download missing files (Lightning calls this on one process per node before `setup`)."""
+    def _download_missing(self) -> None:
+        """Download missing files, or say which are missing and where they go."""
         missing = [p for p in self._files().values() if not p.exists()]
         if not missing:
             return
@@ -144,29 +154,38 @@ class ParallelCorpusDataModule(L.LightningDataModule):
             except (OSError, zipfile.BadZipFile, KeyError) as e:
                 raise DataNotFoundError(f"{how} (downloading {url} failed: {e})") from None
 
-    def _load(self) -> dict[str, list[Pair]]:
-        """Raw (source, target) sentence pairs per split, read once."""
+    def _tatoeba_splits(self) -> dict[str, list[Pair]]:
+        """A Tatoeba file's pairs split here (files of this format hold at most a few hundred thousand pairs)."""
         if self._splits is None:
-            self.prepare_data()
-            files = self._files()
             h = self.hparams
-            if h.format == "tatoeba":
-                pairs = read_tatoeba(files["tatoeba"])
-                # Split in the file's (english, other) orientation so that cmn→en and en→cmn share a test set.
-                splits = dict(zip(SPLITS, split_pairs(pairs, h.val_fraction, h.test_fraction, h.split_seed)))
-                if h.src_lang not in ENGLISH:
-                    splits = {k: [(o, e) for e, o in v] for k, v in splits.items()}
-                self._splits = splits
-            else:
-                self._splits = {s: read_aligned(files[f"{s}.{h.src_lang}"], files[f"{s}.{h.tgt_lang}"]) for s in SPLITS}
-            if not self._splits["train"]:
-                n = sum(map(len, self._splits.values()))
-                self._splits = None
+            pairs = read_tatoeba(self._files()["tatoeba"])
+            # Split in the file's (english, other) orientation so that cmn→en and en→cmn share a test set.
+            splits = dict(zip(SPLITS, split_pairs(pairs, h.val_fraction, h.test_fraction, h.split_seed)))
+            if h.src_lang not in ENGLISH:
+                splits = {k: [(o, e) for e, o in v] for k, v in splits.items()}
+            if not splits["train"]:
                 raise CorpusFormatError(
-                    f"{self._train_files()}: its {n} pairs leave none for training after "
+                    f"{self._train_files()}: its {len(pairs)} pairs leave none for training after "
                     f"val_fraction={h.val_fraction} and test_fraction={h.test_fraction}"
                 )
+            self._splits = splits
         return self._splits
+
+    def _iter_pairs(self, split: str) -> Iterator[Pair]:
+        """The raw (source, target) pairs of `split`, streamed from the files where the format allows."""
+        self._download_missing()
+        h = self.hparams
+        if h.format == "tatoeba":
+            yield from self._tatoeba_splits()[split]
+        else:
+            files = self._files()
+            yield from iter_aligned(files[f"{split}.{h.src_lang}"], files[f"{split}.{h.tgt_lang}"])
+
+    def _raw_pairs(self, split: str) -> list[Pair]:
+        if self.hparams.format == "tatoeba":
+            self._download_missing()
+            return list(self._tatoeba_splits()[split])
+        return list(self._iter_pairs(split))
 
     def _train_files(self) -> str:
         """The file(s) the training pairs come from, for error messages."""
@@ -175,20 +194,64 @@ class ParallelCorpusDataModule(L.LightningDataModule):
             return str(files["tatoeba"])
         return f"{files[f'train.{h.src_lang}']} and {files[f'train.{h.tgt_lang}']}"
 
-    # -- tokenizers ----------------------------------------------------------------------------------------
+    # -- the prepared corpus: tokenizers, then every split's ids (see cache.py and indexed.py) -------------
+
+    def _cache_root(self) -> Path:
+        return Path(self.hparams.cache_dir) if self.hparams.cache_dir else default_root(self.data_dir)
+
+    def _source_key(self) -> dict:
+        """What identifies the raw pairs of every split: the files, and how a Tatoeba file is split."""
+        self._download_missing()
+        h = self.hparams
+        keys = ("format", "src_lang", "tgt_lang", "val_fraction", "test_fraction", "split_seed")
+        return {"files": [file_fingerprint(p) for p in self._files().values()], **{k: h[k] for k in keys}}
+
+    def _train_sample(self) -> tuple[list[str], list[str], str]:
+        """Source and target sentences to train the tokenizers on: every training pair, or `tokenizer_sample`
+        of them drawn uniformly (seed `split_seed`) from a larger corpus, as SentencePiece's input_sentence_size."""
+        h = self.hparams
+        n = sum(1 for _ in self._iter_pairs("train"))
+        keep = None
+        if n > h.tokenizer_sample:
+            keep = np.zeros(n, dtype=bool)
+            keep[np.random.default_rng(h.split_seed).choice(n, h.tokenizer_sample, replace=False)] = True
+        src, tgt = [], []
+        for i, (s, t) in enumerate(self._iter_pairs("train")):
+            if keep is None or keep[i]:
+                src.append(s)
+                tgt.append(t)
+        which = (
+            f"all {n:,} training pairs"
+            if keep is None
+            else f"{len(src):,} of {n:,} training pairs drawn with seed {h.split_seed}"
+        )
+        return src, tgt, which
 
     def _build_tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
         if self._tokenizers is None:
-            train = self._load()["train"]
             h = self.hparams
-            if h.shared_vocab:  # one subword model for related languages (de–en): the model can tie all embeddings
-                shared = train_tokenizer([s for s, _ in train] + [t for _, t in train], h.src_tokenizer, h.src_vocab_size)
-                self._tokenizers = (shared, shared)
-            else:
-                self._tokenizers = (
-                    train_tokenizer([s for s, _ in train], h.src_tokenizer, h.src_vocab_size),
-                    train_tokenizer([t for _, t in train], h.tgt_tokenizer, h.tgt_vocab_size),
-                )
+            settings = {k: h[k] for k in ("src_tokenizer", "tgt_tokenizer", "src_vocab_size", "tgt_vocab_size", "shared_vocab")}
+            key = {"source": self._source_key(), **settings, "tokenizer_sample": h.tokenizer_sample}
+            folder = self._cache_root() / f"tokenizers-{digest(key)}"
+
+            def train(tmp: Path) -> dict:
+                start = time.monotonic()
+                src, tgt, which = self._train_sample()
+                if h.shared_vocab:  # one subword model for related languages (de–en): the model can tie all embeddings
+                    shared = train_tokenizer(src + tgt, h.src_tokenizer, h.src_vocab_size)
+                    toks = (shared, shared)
+                else:
+                    toks = (
+                        train_tokenizer(src, h.src_tokenizer, h.src_vocab_size),
+                        train_tokenizer(tgt, h.tgt_tokenizer, h.tgt_vocab_size),
+                    )
+                (tmp / "tokenizers.json").write_text(json.dumps({"src": toks[0].to_dict(), "tgt": toks[1].to_dict()}))
+                rank_zero_info(f"Tokenizers trained on {which} in {time.monotonic() - start:.0f} s: {folder}")
+                return {"key": key, "sample": which}
+
+            open_or_build(folder, train)
+            data = json.loads((folder / "tokenizers.json").read_text())
+            self._tokenizers = (tokenizer_from_dict(data["src"]), tokenizer_from_dict(data["tgt"]))
         return self._tokenizers
 
     @property
@@ -210,28 +273,54 @@ class ParallelCorpusDataModule(L.LightningDataModule):
     def tokenizers(self, data: dict) -> None:
         """Use given tokenizers (e.g. a checkpoint's) instead of training new ones."""
         self._tokenizers = (tokenizer_from_dict(data["src"]), tokenizer_from_dict(data["tgt"]))
-        self._encoded = None
-
-    # -- encoding and loaders ------------------------------------------------------------------------------
+        self._datasets = None
 
     @staticmethod
     def _encode_all(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
+        # A subword tokenizer encodes a batch on all cores (Rust); the small word/char vocabularies one by one.
         return tok.encode_batch(texts) if isinstance(tok, SubwordTokenizer) else [tok.encode(t) for t in texts]
 
-    def setup(self, stage: str | None = None) -> None:
-        """Encode every split once. Overlong training pairs are dropped (or truncated with overlong="truncate");
-        validation and test pairs are always truncated, never dropped, so the evaluation sets stay whole."""
-        if self._encoded is not None:
-            return
-        src_tok, tgt_tok = self._build_tokenizers()
+    def _ids_folder(self) -> Path:
+        """The prepared ids of every split, built on first need (by one process of the node; see cache.py)."""
         h = self.hparams
-        self._encoded = {}
-        for split, pairs in self._load().items():
-            src_ids = self._encode_all(src_tok, [s for s, _ in pairs])
-            tgt_ids = self._encode_all(tgt_tok, [t for _, t in pairs])
-            encoded, n_long = [], 0
+        src_tok, tgt_tok = self._build_tokenizers()
+        tokenizers = digest({"src": src_tok.to_dict(), "tgt": tgt_tok.to_dict()})
+        key = {"source": self._source_key(), "tokenizers": tokenizers, "max_len": h.max_len, "overlong": h.overlong}
+        folder = self._cache_root() / f"ids-{digest(key)}"
+        dtypes = (ids_dtype(len(src_tok)), ids_dtype(len(tgt_tok)))
+
+        def expected_files(meta: dict):
+            for split, stats in meta["splits"].items():
+                for side, dtype in zip(("src", "tgt"), dtypes):
+                    yield f"{split}.{side}.idx", 8 * (stats["pairs"] + 1)
+                    yield f"{split}.{side}.bin", dtype.itemsize * stats[f"{side}_tokens"]
+
+        def encode(tmp: Path) -> dict:
+            start = time.monotonic()
+            splits = {split: self._encode_split(split, tmp, dtypes) for split in SPLITS}
+            rank_zero_info(f"Corpus encoded in {time.monotonic() - start:.0f} s: {folder}")
+            return {"key": key, "splits": splits, "dtypes": [d.str for d in dtypes]}
+
+        self._ids_meta = open_or_build(folder, encode, expected_files)
+        return folder
+
+    def _encode_split(self, split: str, tmp: Path, dtypes: tuple[np.dtype, np.dtype]) -> dict:
+        """Encode and frame `split` chunk by chunk into tmp/<split>.{src,tgt}.{bin,idx}. Overlong training pairs
+        are dropped (or truncated with overlong="truncate"); validation and test pairs are always truncated,
+        never dropped, so the evaluation sets stay whole."""
+        h = self.hparams
+        src_tok, tgt_tok = self._build_tokenizers()
+        writers = [IndexedIdsWriter(tmp / f"{split}.{side}", dtype) for side, dtype in zip(("src", "tgt"), dtypes)]
+        n_pairs = n_long = n_kept = 0
+        chunk: list[Pair] = []
+
+        def flush() -> None:
+            nonlocal n_long, n_kept
+            src_ids = self._encode_all(src_tok, [s for s, _ in chunk])
+            tgt_ids = self._encode_all(tgt_tok, [t for _, t in chunk])
+            kept_src, kept_tgt = [], []
             for s, t in zip(src_ids, tgt_ids):
-                # +1 for <eos> on the source, +2 for <bos>/<eos> on the target (see batching.encode_*).
+                # +1 for <eos> on the source, +2 for <bos>/<eos> on the target (see batching.frame_*).
                 if len(s) + 1 > h.max_len or len(t) + 2 > h.max_len:
                     n_long += 1
                     if split == "train" and h.overlong == "drop":
@@ -239,26 +328,60 @@ class ParallelCorpusDataModule(L.LightningDataModule):
                 # An empty sentence (a blank line in an aligned corpus) teaches nothing: drop it from training.
                 if split == "train" and (not s or not t):
                     continue
-                encoded.append((frame_source(s, h.max_len), frame_target(t, h.max_len)))
-            if split == "train" and not encoded:
-                self._encoded = None
-                raise CorpusFormatError(
-                    f"{self._train_files()}: none of the {len(pairs)} training pairs is usable ({n_long} longer than "
-                    f"max_len={h.max_len}, the others with an empty side); raise max_len or set overlong=truncate"
-                )
-            self._encoded[split] = encoded
+                kept_src.append(frame_source(s, h.max_len))
+                kept_tgt.append(frame_target(t, h.max_len))
+            writers[0].add(kept_src)
+            writers[1].add(kept_tgt)
+            n_kept += len(kept_src)
+            chunk.clear()
+
+        for pair in self._iter_pairs(split):
+            chunk.append(pair)
+            n_pairs += 1
+            if len(chunk) == ENCODE_CHUNK:
+                flush()
+        flush()
+        counts = [w.close() for w in writers]
+        if split == "train" and not n_kept:
+            raise CorpusFormatError(
+                f"{self._train_files()}: none of the {n_pairs} training pairs is usable ({n_long} longer than "
+                f"max_len={h.max_len}, the others with an empty side); raise max_len or set overlong=truncate"
+            )
+        tokens = {f"{side}_tokens": int(np.fromfile(tmp / f"{split}.{side}.idx", np.int64)[-1]) for side in ("src", "tgt")}
+        return {"pairs": counts[0], "read": n_pairs, "overlong": n_long, **tokens}
+
+    # -- loaders -------------------------------------------------------------------------------------------
+
+    def prepare_data(self) -> None:
+        """Download missing files, train the tokenizers and encode every split into the cache, unless a
+        complete cache exists (Lightning calls this on one process per node before `setup`)."""
+        self._ids_folder()
+
+    def setup(self, stage: str | None = None) -> None:
+        """Memory-map every split of the prepared corpus (preparing it first if no process has)."""
+        if self._datasets is not None:
+            return
+        folder = self._ids_folder()
+        h, meta = self.hparams, self._ids_meta
+        dtypes = [np.dtype(d) for d in meta["dtypes"]]
+        self._datasets = {
+            split: TokenPairs(IndexedIds(folder / f"{split}.src", dtypes[0]), IndexedIds(folder / f"{split}.tgt", dtypes[1]))
+            for split in SPLITS
+        }
+        for split, stats in meta["splits"].items():
             action = "dropped" if split == "train" and h.overlong == "drop" else "truncated"
+            data = self._datasets[split]
             batches = self._sampler(split).batches()
-            waste = padding_waste(batches, [len(s) for s, _ in encoded], [len(t) for _, t in encoded])
+            waste = padding_waste(batches, data.src.lengths(), data.tgt.lengths())
             rank_zero_info(
-                f"{split}: {len(encoded)} pairs, {n_long} longer than max_len={h.max_len} {action}, "
-                f"{len(batches)} batches of ≤{h.max_tokens} tokens, padding waste {waste:.1%}"
+                f"{split}: {stats['pairs']:,} pairs, {stats['overlong']:,} longer than max_len={h.max_len} {action}, "
+                f"{len(batches):,} batches of ≤{h.max_tokens} tokens, padding waste {waste:.1%}"
             )
 
     def _sampler(self, split: str) -> TokenBudgetBatchSampler:
         world, rank = shard_of(self)
         return TokenBudgetBatchSampler(
-            [max(len(s), len(t)) for s, t in self._encoded[split]],
+            self._datasets[split].lengths(),
             self.hparams.max_tokens,
             shuffle=split == "train",
             num_replicas=world,
@@ -271,9 +394,9 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         loader_class = ResumableDataLoader if split == "train" else DataLoader
         batch_sampler = self._sampler(split)
         loader = loader_class(
-            self._encoded[split],
+            self._datasets[split],
             batch_sampler=batch_sampler,
-            collate_fn=collate_pairs,
+            collate_fn=collated,
             num_workers=self.hparams.num_workers,
             persistent_workers=self.hparams.num_workers > 0,
         )
@@ -294,12 +417,13 @@ class ParallelCorpusDataModule(L.LightningDataModule):
     # -- raw text for BLEU ---------------------------------------------------------------------------------
 
     def train_pairs(self) -> list[Pair]:
-        return list(self._load()["train"])
+        """(source, target) strings of the training split: read into memory, so for small corpora only."""
+        return self._raw_pairs("train")
 
     def val_pairs(self) -> list[Pair]:
         """(source, reference) strings of the validation split, untokenized, in file/split order."""
-        return list(self._load()["val"])
+        return self._raw_pairs("val")
 
     def test_pairs(self) -> list[Pair]:
         """(source, reference) strings of the test split, untokenized: what BLEU is computed on."""
-        return list(self._load()["test"])
+        return self._raw_pairs("test")

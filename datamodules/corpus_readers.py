@@ -9,11 +9,12 @@ from __future__ import annotations
 import codecs
 import gzip
 import io
+import itertools
 import os
 import random
 import urllib.request
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from .errors import CorpusFormatError
@@ -69,26 +70,66 @@ def _read_text(path: Path) -> str:
         ) from None
 
 
-def _read_lines(path: Path) -> list[str]:
-    """The file's lines, stripped (a line ends at LF, CRLF or CR)."""
-    return [line.strip() for line in io.StringIO(_read_text(path), newline=None)]
+def iter_lines(path: Path) -> Iterator[str]:
+    """The file's lines, stripped, one at a time (a line ends at LF, CRLF or CR), gunzipped if the name ends in
+    .gz, the byte-order mark dropped. Errors as `_read_text`'s, found where they are: a bad byte 3 million
+    lines in is one `CorpusFormatError` with its line and byte offset, after the lines before it."""
+    gunzipped = " of the gunzipped text" if path.suffix == ".gz" else ""
+    lineno = offset = 0
+    try:
+        with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
+            for raw in f:
+                lineno += 1
+                start = len(codecs.BOM_UTF8) if lineno == 1 and raw.startswith(codecs.BOM_UTF8) else 0
+                try:
+                    line = raw[start:].decode("utf-8")
+                except UnicodeDecodeError as err:
+                    utf16 = ", it is UTF-16" if lineno == 1 and raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else ""
+                    raise CorpusFormatError(
+                        f"{path}, line {lineno} (byte offset {offset + start + err.start}{gunzipped}): not UTF-8 text "
+                        f"(byte 0x{raw[start + err.start]:02x}: {err.reason}{utf16}); save the file as UTF-8"
+                    ) from None
+                offset += len(raw)
+                line = line.rstrip("\n").removesuffix("\r")
+                if "\r" in line:  # old Mac line ends: one physical line holds several
+                    yield from (part.strip() for part in line.split("\r"))
+                else:
+                    yield line.strip()
+    except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError; a truncated gzip an EOFError
+        what = "not a readable gzip file, truncated or corrupt" if path.suffix == ".gz" and path.is_file() else "unreadable"
+        raise CorpusFormatError(f"{path}: {what} ({getattr(err, 'strerror', None) or err})") from None
 
 
 def _emptiness(path: Path) -> str:
     return "it holds no text" if not _read_text(path) else "it holds only blank lines"
 
 
+def iter_aligned(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> Iterator[Pair]:
+    """(source, target) pairs of two line-aligned files, streamed. Unequal line counts are an error naming
+    both counts, raised where the shorter file ends; so is a file without a sentence."""
+    src_path, tgt_path = Path(src_path), Path(tgt_path)
+    content = {src_path: False, tgt_path: False}
+    for s, t in itertools.zip_longest(iter_lines(src_path), iter_lines(tgt_path)):
+        if s is None or t is None:
+            raise CorpusFormatError(
+                f"Line-aligned files differ in length: {src_path} has {_count_lines(src_path)} lines, "
+                f"{tgt_path} has {_count_lines(tgt_path)}"
+            )
+        content[src_path] = content[src_path] or bool(s)
+        content[tgt_path] = content[tgt_path] or bool(t)
+        yield s, t
+    for path, seen in content.items():
+        if not seen:
+            raise CorpusFormatError(f"{path}: no sentences in it ({_emptiness(path)})")
+
+
+def _count_lines(path: Path) -> int:
+    return sum(1 for _ in iter_lines(path))
+
+
 def read_aligned(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> list[Pair]:
     """(source, target) pairs from two line-aligned files (gzip if the name ends in .gz): line i ↔ line i."""
-    src, tgt = _read_lines(Path(src_path)), _read_lines(Path(tgt_path))
-    for path, lines in ((src_path, src), (tgt_path, tgt)):
-        if not any(lines):
-            raise CorpusFormatError(f"{path}: no sentences in it ({_emptiness(Path(path))})")
-    if len(src) != len(tgt):
-        raise CorpusFormatError(
-            f"Line-aligned files differ in length: {src_path} has {len(src)} lines, {tgt_path} has {len(tgt)}"
-        )
-    return list(zip(src, tgt))
+    return list(iter_aligned(src_path, tgt_path))
 
 
 def split_pairs(

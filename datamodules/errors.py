@@ -23,3 +23,8 @@ class CorpusFormatError(DataFormatError):
 class HyperparameterError(ValueError):
     """A module's argument is out of range or inconsistent with another (`datamodules.checks`): one
     short line naming the class, the argument and its value, raised in `__init__` before any work."""
+
+
+class DataCacheError(OSError):
+    """The prepared (tokenized, memory-mapped) copy of a corpus cannot be written: the cache folder is
+    read-only, missing its parent, or its disk is full. The message names the folder and the way out."""

@@ -5,9 +5,9 @@ processes and resumes mid-epoch (see resumable.py)."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 from torch.utils.data import DistributedSampler, Sampler
 
 from .resumable import run_seed
@@ -32,13 +32,13 @@ class BatchSamplerView(DistributedSampler):
         self.owner.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[int]:
-        return (i for batch in self.owner.batches() for i in batch)
+        return (int(i) for batch in self.owner.batches() for i in batch)
 
     def __len__(self) -> int:
         return sum(map(len, self.owner.batches()))
 
 
-class TokenBudgetBatchSampler(Sampler[list[int]]):
+class TokenBudgetBatchSampler(Sampler[np.ndarray]):
     """Batches of example indices whose padded size `len(batch) * max(lengths in batch)` stays ≤ `max_tokens`.
 
     Examples are sorted by length and packed greedily, so a batch holds similar lengths (little padding).
@@ -50,52 +50,44 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     Without `shuffle`: the same batches, in length order, every time.
     With `num_replicas` > 1 each rank takes every `num_replicas`-th batch, all ranks the same count.
     The next pass leaves out its first `skip` batches (set by `resumable.ResumableDataLoader` on resume).
+
+    Everything is arrays: 4.5M lengths are 18 MB and an epoch's batches take about a second to draw.
     """
 
     skip = 0
 
     def __init__(
         self,
-        lengths: Sequence[int],
+        lengths: Sequence[int] | np.ndarray,
         max_tokens: int,
         shuffle: bool = False,
         seed: int | None = None,
         num_replicas: int = 1,
         rank: int = 0,
     ):
-        if lengths and max(lengths) > max_tokens:
-            raise ValueError(f"An example of {max(lengths)} tokens cannot fit a token budget of {max_tokens}")
-        self.lengths = list(lengths)
+        self.lengths = np.asarray(lengths, dtype=np.int32)
+        if len(self.lengths) and self.lengths.max() > max_tokens:
+            raise ValueError(f"An example of {self.lengths.max()} tokens cannot fit a token budget of {max_tokens}")
         self.max_tokens, self.shuffle = max_tokens, shuffle
         self.seed = run_seed() if seed is None else seed
         self.num_replicas, self.rank = num_replicas, rank
         self.epoch = 0
         self.sampler = BatchSamplerView(self)
-        self._cache: tuple[int, list[list[int]]] | None = None
+        self._cache: tuple[int, list[np.ndarray]] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def batches(self) -> list[list[int]]:
+    def batches(self) -> list[np.ndarray]:
         """This epoch's batches for this rank (computed once per epoch: `len` and `iter` must agree)."""
         if self._cache is not None and self._cache[0] == self.epoch:
             return self._cache[1]
-        rng = random.Random(self.seed + self.epoch)
-        order = list(range(len(self.lengths)))
+        rng = np.random.default_rng([self.seed, self.epoch])
+        order = rng.permutation(len(self.lengths)) if self.shuffle else np.arange(len(self.lengths))
+        order = order[np.argsort(self.lengths[order], kind="stable")]  # equal lengths keep their shuffled order
+        out = np.split(order, pack_sorted(self.lengths[order], self.max_tokens)) if len(order) else []
         if self.shuffle:
-            rng.shuffle(order)
-        order.sort(key=self.lengths.__getitem__)  # stable: equal lengths keep their shuffled order
-        out: list[list[int]] = []
-        batch: list[int] = []
-        for i in order:  # lengths ascend, so the newest example is the batch's longest
-            if batch and self.lengths[i] * (len(batch) + 1) > self.max_tokens:
-                out.append(batch)
-                batch = []
-            batch.append(i)
-        if batch:
-            out.append(batch)
-        if self.shuffle:
-            rng.shuffle(out)
+            out = [out[i] for i in rng.permutation(len(out))]
         if self.num_replicas > 1 and out:
             # Equal counts per rank or DDP hangs on the last step: training drops the remainder (other
             # batches next epoch), evaluation repeats the first batches so nothing is left out.
@@ -104,7 +96,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self._cache = (self.epoch, out)
         return out
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def __iter__(self) -> Iterator[np.ndarray]:
         skip, self.skip = self.skip, 0
         return iter(self.batches()[skip:])
 
@@ -112,10 +104,38 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         return len(self.batches())
 
 
+def pack_sorted(sorted_lengths: np.ndarray, max_tokens: int) -> np.ndarray:
+    """Where greedy packing of ascending lengths cuts: the start of every batch but the first.
+
+    Greedy: a batch takes the next example while (its size + 1) × that example's length ≤ max_tokens.
+    With ascending lengths, a run of equal length L holds batches of k = max_tokens // L examples, so
+    the cuts of a run are arithmetic: one step per distinct length instead of one per example."""
+    values, counts = np.unique(sorted_lengths, return_counts=True)
+    cuts: list[np.ndarray] = []
+    pos = size = 0  # where the open batch starts, and how many examples it holds
+    for length, m in zip(values.tolist(), counts.tolist()):
+        k = max(max_tokens // max(length, 1), 1)
+        if size:
+            joined = min(m, max(k - size, 0))
+            size, m = size + joined, m - joined
+            if m:  # the next example of this run no longer fits: the open batch closes
+                pos += size
+                cuts.append(np.array([pos]))
+                size = 0
+        if m:
+            full = (m - 1) // k  # batches of k that close within the run; the last stays open
+            cuts.append(pos + k * np.arange(1, full + 1))
+            pos += k * full
+            size = m - k * full
+    return np.concatenate(cuts) if cuts else np.zeros(0, np.int64)
+
+
 def padding_waste(batches: Sequence[Sequence[int]], src_lens: Sequence[int], tgt_lens: Sequence[int]) -> float:
     """Fraction of the padded source+target positions that are padding."""
+    src_lens, tgt_lens = np.asarray(src_lens), np.asarray(tgt_lens)
     real = padded = 0
     for b in batches:
-        real += sum(src_lens[i] + tgt_lens[i] for i in b)
-        padded += len(b) * (max(src_lens[i] for i in b) + max(tgt_lens[i] for i in b))
+        s, t = src_lens[b], tgt_lens[b]
+        real += int(s.sum() + t.sum())
+        padded += len(b) * int(s.max() + t.max())
     return 1 - real / padded if padded else 0.0

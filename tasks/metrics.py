@@ -15,7 +15,9 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Sequence
 
+import torch
 from sacrebleu.metrics import BLEU, CHRF
+from torchmetrics import Metric
 
 
 def default_bleu_tokenize(refs: Sequence[str]) -> str:
@@ -45,3 +47,22 @@ def corpus_scores(
         "bleu_signature": str(bleu.get_signature()),
         "chrf_signature": str(chrf.get_signature()),
     }
+
+
+class TokenMean(Metric):
+    """The mean of a per-token quantity over every token of an epoch, on every process together:
+    sum and count are summed across processes, so a batch weighs by its tokens, not as one mean among many."""
+
+    full_state_update = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("total", torch.tensor(0.0), dist_reduce_fx="sum")
+        self.add_state("count", torch.tensor(0.0), dist_reduce_fx="sum")
+
+    def update(self, total: torch.Tensor, count: int) -> None:
+        self.total += total.detach().float()
+        self.count += count
+
+    def compute(self) -> torch.Tensor:
+        return self.total / self.count

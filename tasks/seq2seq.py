@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from typing import get_args
 
@@ -11,6 +13,7 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 from torchmetrics.classification import MulticlassAccuracy
 
+import datamodules
 from datamodules.batching import Seq2SeqBatch, frame_source, map_in_length_batches, pad_sequences
 from datamodules.checks import TRANSFORMER, TRANSFORMER_RELATIONS, at_least, check_hparams, fraction, one_of
 from datamodules.errors import HyperparameterError
@@ -22,8 +25,18 @@ from training.loading import InputError
 from training.loggers import log_text
 
 from .figures import attention_figure, save_and_log_figure
-from .metrics import corpus_scores
+from .metrics import TokenMean, corpus_scores
 from .schedules import Schedule, adamw_with_warmup
+
+
+def _caller_stacklevel() -> int:
+    """The `stacklevel` that points a warning at the first frame outside this package, the data modules and
+    torch (whose no_grad wrapper sits between `translate` and its caller): the user's line."""
+    internal = tuple(os.path.dirname(m.__file__) for m in (sys.modules[__name__], datamodules, torch))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(internal):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class Seq2SeqTransformer(L.LightningModule):
@@ -124,6 +137,8 @@ class Seq2SeqTransformer(L.LightningModule):
         self.train_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=PAD)
         self.val_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=PAD)
         self.test_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=PAD)
+        self.val_loss, self.test_loss = TokenMean(), TokenMean()
+        self._step_tokens = 0  # target tokens of the micro-batches since the last optimizer step, this process
         # SacreBLEU signature of the last score of each stage ("val", "test"), for summaries.
         self.bleu_signatures: dict[str, str] = {}
         if compile:
@@ -134,27 +149,39 @@ class Seq2SeqTransformer(L.LightningModule):
         return self.net(src, tgt_in)  # (B, T, V)
 
     def _step(self, batch: Seq2SeqBatch, stage: str, accuracy: MulticlassAccuracy) -> torch.Tensor:
+        """The summed loss of the batch's target tokens (see `on_before_optimizer_step` for its normalisation)."""
         src, tgt = batch
         tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # teacher forcing: predict token t+1 from ≤ t
         logits, labels = self.net(src, tgt_in, tgt_out)  # (N, V), (N,): the padded positions left out
-        loss = F.cross_entropy(logits, labels, label_smoothing=self.hparams.label_smoothing)
+        loss_sum = F.cross_entropy(logits, labels, label_smoothing=self.hparams.label_smoothing, reduction="sum")
         accuracy(logits, labels)
-        on_step = stage == "train"
-        # Epoch-level losses are averaged over every process (checkpoints monitor val/loss); a no-op on one.
-        self.log(
-            f"{stage}/loss",
-            loss,
-            prog_bar=True,
-            on_step=on_step,
-            on_epoch=not on_step,
-            batch_size=src.size(0),
-            sync_dist=not on_step,
-        )
+        if stage == "train":
+            self._step_tokens += labels.numel()
+            self.log("train/loss", loss_sum.detach() / labels.numel(), prog_bar=True, batch_size=labels.numel())
+        else:
+            mean = self.val_loss if stage == "val" else self.test_loss
+            mean.update(loss_sum, labels.numel())
+            self.log(f"{stage}/loss", mean, prog_bar=True, on_step=False, on_epoch=True)
         self.log(f"{stage}/acc", accuracy, prog_bar=stage != "train", on_step=False, on_epoch=True)
-        return loss
+        return loss_sum
 
     def training_step(self, batch: Seq2SeqBatch, batch_idx: int) -> torch.Tensor:
         return self._step(batch, "train", self.train_acc)
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """Divide the summed gradients by the target tokens of the whole step, as fairseq does: every process's
+        micro-batches together, so each token weighs the same whatever the size of its batch. DDP has averaged
+        the gradients over processes and Lightning divided each micro-batch's loss by the accumulation count;
+        both factors are undone here. Runs before gradient clipping, which then sees the per-token gradient."""
+        trainer = self.trainer
+        tokens = torch.tensor(float(self._step_tokens), device=self.device)
+        tokens = trainer.strategy.reduce(tokens, reduce_op="sum") if trainer.world_size > 1 else tokens
+        self._step_tokens = 0
+        scale = trainer.world_size * trainer.accumulate_grad_batches / tokens.clamp(min=1)
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.grad.mul_(scale.to(p.grad.dtype))
 
     def validation_step(self, batch: Seq2SeqBatch, batch_idx: int) -> None:
         self._step(batch, "val", self.val_acc)
@@ -286,7 +313,7 @@ class Seq2SeqTransformer(L.LightningModule):
             if len(encoded) + 1 > self.net.max_len:
                 warnings.warn(
                     f"sentence {i} has {len(encoded)} tokens; truncated to the model's max_len={self.net.max_len}",
-                    stacklevel=3,
+                    stacklevel=_caller_stacklevel(),
                 )
             ids.append(frame_source(encoded, self.net.max_len))
         return pad_sequences(ids, PAD).to(self.device)

@@ -1,0 +1,136 @@
+"""Token ids of a whole split in two flat files, read through memory maps (fairseq's indexed dataset, simplified).
+
+    <split>.<side>.bin   every sentence's ids back to back (uint16 when the vocabulary fits, else int32)
+    <split>.<side>.idx   int64 offsets, one more than there are sentences: sentence i is bin[idx[i]:idx[i+1]]
+
+Writing appends chunk after chunk, so a corpus never has to fit in memory; reading maps the files, so every
+process of a node shares one copy in the page cache and holds no Python object per sentence.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .batching import Seq2SeqBatch
+from .vocab import PAD
+
+
+def ids_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.int32)
+
+
+class IndexedIdsWriter:
+    """Appends framed id lists to `<prefix>.bin` and their offsets to `<prefix>.idx` (written on `close`)."""
+
+    def __init__(self, prefix: Path, dtype: np.dtype):
+        self.prefix, self.dtype = prefix, dtype
+        self._bin = open(prefix.with_name(prefix.name + ".bin"), "wb")  # noqa: SIM115 (closed by close())
+        self._lengths: list[np.ndarray] = []
+
+    def add(self, seqs: list[list[int]]) -> None:
+        if not seqs:
+            return
+        lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+        flat = np.fromiter((i for s in seqs for i in s), dtype=self.dtype, count=int(lengths.sum()))
+        self._bin.write(flat.tobytes())
+        self._lengths.append(lengths)
+
+    def close(self) -> int:
+        """Flush both files to disk; returns the number of sentences written."""
+        _fsync(self._bin)
+        self._bin.close()
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+        offsets = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        with open(self.prefix.with_name(self.prefix.name + ".idx"), "wb") as f:
+            f.write(offsets.tobytes())
+            _fsync(f)
+        return len(lengths)
+
+
+def _fsync(f) -> None:
+    f.flush()
+    os.fsync(f.fileno())
+
+
+class IndexedIds:
+    """Read-only view of one `<prefix>.bin/.idx` pair; the maps open lazily, in whichever process reads."""
+
+    def __init__(self, prefix: Path, dtype: np.dtype):
+        self.prefix, self.dtype = prefix, np.dtype(dtype)
+        self._offsets: np.ndarray | None = None
+        self._ids: np.ndarray | None = None
+
+    def _open(self) -> None:
+        self._offsets = np.memmap(self.prefix.with_name(self.prefix.name + ".idx"), dtype=np.int64, mode="r")
+        bin_path = self.prefix.with_name(self.prefix.name + ".bin")
+        # An empty file cannot be mapped; a split of empty sentences does not exist (each holds <eos>).
+        self._ids = np.memmap(bin_path, dtype=self.dtype, mode="r") if bin_path.stat().st_size else np.zeros(0, self.dtype)
+
+    @property
+    def offsets(self) -> np.ndarray:
+        if self._offsets is None:
+            self._open()
+        return self._offsets
+
+    @property
+    def ids(self) -> np.ndarray:
+        if self._ids is None:
+            self._open()
+        return self._ids
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)  # (N,) int64
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.ids[self.offsets[i] : self.offsets[i + 1]]
+
+    def __getstate__(self) -> dict:
+        # A DataLoader worker gets the paths, not a pickled copy of the mapped arrays.
+        return {**self.__dict__, "_offsets": None, "_ids": None}
+
+
+def pad_rows(store: IndexedIds, rows: np.ndarray) -> torch.Tensor:
+    """Sentences `rows` of `store`, right-padded with PAD to the longest: (B, max_len) long."""
+    starts, ends = store.offsets[rows], store.offsets[rows + 1]
+    lengths = ends - starts
+    out = np.full((len(rows), int(lengths.max())), PAD, dtype=np.int64)
+    for r, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
+        out[r, : b - a] = store.ids[a:b]
+    return torch.from_numpy(out)
+
+
+class TokenPairs(torch.utils.data.Dataset):
+    """Aligned (source ids, target ids) of one split, memory-mapped. `__getitems__` (which a DataLoader
+    with a batch sampler calls with a whole batch of indices) pads the batch straight from the maps."""
+
+    def __init__(self, src: IndexedIds, tgt: IndexedIds):
+        if len(src) != len(tgt):
+            raise ValueError(f"{src.prefix} holds {len(src)} sentences, {tgt.prefix} {len(tgt)}")
+        self.src, self.tgt = src, tgt
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __getitem__(self, i: int) -> tuple[list[int], list[int]]:
+        return self.src[i].tolist(), self.tgt[i].tolist()
+
+    def __getitems__(self, indices) -> Seq2SeqBatch:
+        rows = np.asarray(indices, dtype=np.int64)
+        return Seq2SeqBatch(pad_rows(self.src, rows), pad_rows(self.tgt, rows))
+
+    def lengths(self) -> np.ndarray:
+        """max(source, target) length of each pair: what a batch's token budget is charged."""
+        return np.maximum(self.src.lengths(), self.tgt.lengths())
+
+
+def collated(batch: Seq2SeqBatch) -> Seq2SeqBatch:
+    """The collate function for `TokenPairs`: its `__getitems__` already built the batch."""
+    return batch
