@@ -63,7 +63,8 @@ class SubwordTokenizer:
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Many texts at once: the Rust side runs them in parallel, ~10x faster than a Python loop."""
-        return [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
+        encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)  # no offsets: 10% faster
+        return [e.ids for e in encode(texts, add_special_tokens=False)]
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of the pieces up to the first `<eos>`; `<pad>`/`<bos>` skipped, `<unk>` kept visible."""

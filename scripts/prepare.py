@@ -1,0 +1,53 @@
+"""Prepare a recipe's corpus ahead of training (on a login node, say): train its tokenizers and write the
+token ids of every split to the memory-mapped cache that every later run and process reads.
+
+    python scripts/prepare.py --config configs/wmt14_en_de.yaml
+    python scripts/prepare.py --config configs/multi30k.yaml --data.data_dir ../shared/data/multi30k
+    python scripts/prepare.py --config configs/multi30k.yaml --data.cache_dir /scratch/cache
+
+It reads the same recipe files and `--data.*` options as scripts/fit.py (the rest of a recipe is ignored), so
+a run started afterwards with the same data settings finds the cache and starts at once. Running it when the
+cache exists only prints where it is.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
+
+import lightning as L  # noqa: E402
+from jsonargparse import ActionConfigFile, ArgumentParser  # noqa: E402
+
+from training.loading import exit_on_user_error  # noqa: E402
+
+# The parts of a recipe that preparing the data does not use; accepted so that a whole recipe file parses.
+OTHER_RECIPE_KEYS = ("seed_everything", "ema_decay", "trainer", "checkpoint", "model", "optimizer", "lr_scheduler", "ckpt_path")
+
+
+@exit_on_user_error
+def main(args: list[str] | None = None) -> None:
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", action=ActionConfigFile, help="a recipe (configs/*.yaml)")
+    parser.add_subclass_arguments(L.LightningDataModule, "data", required=True)
+    for key in OTHER_RECIPE_KEYS:
+        parser.add_argument(f"--{key}", type=Any, default=None, help="(read by scripts/fit.py, ignored here)")
+    cfg = parser.parse_args(args)
+    instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes  # renamed in jsonargparse 4.49
+    datamodule = instantiate(cfg).data
+    if not hasattr(datamodule, "prepared_files"):
+        print(f"{type(datamodule).__name__} keeps no prepared cache: nothing to prepare", file=sys.stderr)
+        return
+    start = time.monotonic()
+    datamodule.prepare_data()
+    print(f"prepared in {time.monotonic() - start:.0f} s:")
+    for line in datamodule.prepared_files():
+        print(f"  {line}")
+
+
+if __name__ == "__main__":
+    main()
