@@ -17,6 +17,7 @@ import numpy as np
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
+from . import hf_source
 from .batching import frame_source, frame_target
 from .cache import default_root, digest, file_fingerprint, open_or_build
 from .checks import at_least, check_hparams, fraction, no_more_than, one_of
@@ -48,10 +49,10 @@ class ParallelCorpusDataModule(L.LightningDataModule):
     def __init__(
         self,
         data_dir: str = "data/cmn-eng",  # relative to the working directory (the project's root)
-        format: Literal["tatoeba", "aligned"] = "tatoeba",
+        format: Literal["tatoeba", "aligned", "hf"] = "tatoeba",
         src_lang: str = "cmn",
         tgt_lang: str = "en",
-        train_prefix: str = "train",
+        train_prefix: str = "train",  # with format=hf, the names of the dataset's splits
         val_prefix: str = "val",
         test_prefix: str = "test_2016_flickr",
         src_tokenizer: TokenizerKind = "char",
@@ -69,6 +70,8 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         download: bool = True,
         tokenizer_sample: int = 1_000_000,  # training pairs the subword models learn from, drawn at random
         cache_dir: str | None = None,  # where the prepared corpus goes (default: <data_dir>/.cache, see cache.py)
+        dataset: str | None = None,  # format=hf: a Hugging Face hub dataset (wmt14); None reads local files in data_dir
+        dataset_config: str | None = None,  # format=hf: its configuration (de-en)
     ):
         super().__init__()
         kinds = one_of(get_args(TokenizerKind))
@@ -76,7 +79,7 @@ class ParallelCorpusDataModule(L.LightningDataModule):
             self,
             locals(),
             {
-                "format": one_of(("tatoeba", "aligned")),
+                "format": one_of(("tatoeba", "aligned", "hf")),
                 "src_tokenizer": kinds,
                 "tgt_tokenizer": kinds,
                 "src_vocab_size": at_least(len(SPECIAL_TOKENS) + 1),
@@ -118,6 +121,8 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         """The files this configuration reads, found or not (gzip preferred over plain for aligned sets)."""
         if self.hparams.format == "tatoeba":
             return {"tatoeba": self.data_dir / f"{self._tatoeba_lang()}.txt"}
+        if self.hparams.format == "hf":
+            return {} if self.hparams.dataset else hf_source.local_files(self.data_dir, self._split_names())
         files = {}
         for split in SPLITS:
             prefix = self.hparams[f"{split}_prefix"]
@@ -129,7 +134,7 @@ class ParallelCorpusDataModule(L.LightningDataModule):
     def _download_missing(self) -> None:
         """Download missing files, or say which are missing and where they go."""
         missing = [p for p in self._files().values() if not p.exists()]
-        if not missing:
+        if not missing or self.hparams.format == "hf":  # `datasets` downloads a hub dataset, or names what is missing
             return
         h = self.hparams
         if h.format == "tatoeba":
@@ -177,6 +182,8 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         h = self.hparams
         if h.format == "tatoeba":
             yield from self._tatoeba_splits()[split]
+        elif h.format == "hf":
+            yield from hf_source.iter_pairs(self._hf_splits()[split], h.src_lang, h.tgt_lang, self._split_source(split))
         else:
             files = self._files()
             yield from iter_aligned(files[f"{split}.{h.src_lang}"], files[f"{split}.{h.tgt_lang}"])
@@ -187,11 +194,29 @@ class ParallelCorpusDataModule(L.LightningDataModule):
             return list(self._tatoeba_splits()[split])
         return list(self._iter_pairs(split))
 
+    def _split_names(self) -> dict[str, str]:
+        return {split: self.hparams[f"{split}_prefix"] for split in SPLITS}
+
+    def _hf_splits(self) -> dict:
+        """format=hf: our split name → a memory-mapped `datasets.Dataset` (loaded once)."""
+        if self._splits is None:
+            h = self.hparams
+            self._splits = hf_source.load_splits(self.data_dir, h.dataset, h.dataset_config, self._split_names())
+        return self._splits
+
+    def _split_source(self, split: str) -> str:
+        h = self.hparams
+        if h.dataset:
+            return f"{h.dataset} ({h.dataset_config}) split {h[f'{split}_prefix']}"
+        return str(self._files().get(split, self.data_dir))
+
     def _train_files(self) -> str:
         """The file(s) the training pairs come from, for error messages."""
         files, h = self._files(), self.hparams
         if h.format == "tatoeba":
             return str(files["tatoeba"])
+        if h.format == "hf":
+            return self._split_source("train")
         return f"{files[f'train.{h.src_lang}']} and {files[f'train.{h.tgt_lang}']}"
 
     # -- the prepared corpus: tokenizers, then every split's ids (see cache.py and indexed.py) -------------
@@ -204,7 +229,11 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         self._download_missing()
         h = self.hparams
         keys = ("format", "src_lang", "tgt_lang", "val_fraction", "test_fraction", "split_seed")
-        return {"files": [file_fingerprint(p) for p in self._files().values()], **{k: h[k] for k in keys}}
+        if h.format == "hf":
+            files = [hf_source.fingerprint(ds) for ds in self._hf_splits().values()]
+        else:
+            files = [file_fingerprint(p) for p in self._files().values()]
+        return {"files": files, **{k: h[k] for k in keys}}
 
     def _train_sample(self) -> tuple[list[str], list[str], str]:
         """Source and target sentences to train the tokenizers on: every training pair, or `tokenizer_sample`
@@ -227,12 +256,18 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         )
         return src, tgt, which
 
+    def _tokenizers_key(self) -> dict:
+        h = self.hparams
+        settings = {k: h[k] for k in ("src_tokenizer", "tgt_tokenizer", "src_vocab_size", "tgt_vocab_size", "shared_vocab")}
+        return {"source": self._source_key(), **settings, "tokenizer_sample": h.tokenizer_sample}
+
+    def _tokenizers_folder(self) -> Path:
+        return self._cache_root() / f"tokenizers-{digest(self._tokenizers_key())}"
+
     def _build_tokenizers(self) -> tuple[Tokenizer, Tokenizer]:
         if self._tokenizers is None:
             h = self.hparams
-            settings = {k: h[k] for k in ("src_tokenizer", "tgt_tokenizer", "src_vocab_size", "tgt_vocab_size", "shared_vocab")}
-            key = {"source": self._source_key(), **settings, "tokenizer_sample": h.tokenizer_sample}
-            folder = self._cache_root() / f"tokenizers-{digest(key)}"
+            key, folder = self._tokenizers_key(), self._tokenizers_folder()
 
             def train(tmp: Path) -> dict:
                 start = time.monotonic()
@@ -349,6 +384,18 @@ class ParallelCorpusDataModule(L.LightningDataModule):
             )
         tokens = {f"{side}_tokens": int(np.fromfile(tmp / f"{split}.{side}.idx", np.int64)[-1]) for side in ("src", "tgt")}
         return {"pairs": counts[0], "read": n_pairs, "overlong": n_long, **tokens}
+
+    def prepared_files(self) -> list[str]:
+        """What the prepared cache holds, a line per folder and split (scripts/prepare.py prints it)."""
+        folder = self._ids_folder()
+        lines = [f"tokenizers: {self._tokenizers_folder() / 'tokenizers.json'}", f"token ids: {folder}"]
+        for split, stats in self._ids_meta["splits"].items():
+            size = sum(p.stat().st_size for p in folder.glob(f"{split}.*"))
+            lines.append(
+                f"  {split}: {stats['pairs']:,} pairs of {stats['read']:,} read ({stats['overlong']:,} over max_len), "
+                f"{stats['src_tokens']:,} + {stats['tgt_tokens']:,} tokens, {size / 2**20:,.1f} MiB"
+            )
+        return lines
 
     # -- loaders -------------------------------------------------------------------------------------------
 

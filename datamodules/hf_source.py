@@ -1,0 +1,87 @@
+"""Hugging Face `datasets` translation corpora as a source of sentence pairs: every example holds
+`{"translation": {"de": "...", "en": "..."}}`, as wmt14, wmt16, iwslt2017 and opus_books do.
+
+    hub:    load_splits(None, "wmt14", "de-en", ...)        downloaded once into HF's cache, then memory-mapped Arrow
+    local:  load_splits(Path("data/wmt14"), None, None, ...) `<split>.jsonl`/`.json`/`.parquet`/`.arrow` files,
+            or a folder written by `DatasetDict.save_to_disk`
+
+`datasets` is imported only here, only when such a source is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from .errors import CorpusFormatError, DataNotFoundError
+
+LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".arrow": "arrow"}
+BATCH = 10_000  # examples read from Arrow at a time
+
+
+def local_files(data_dir: Path, split_names: dict[str, str]) -> dict[str, Path]:
+    """Our split name → the file holding that split in `data_dir` (`<split name>.<ext>`), found or not."""
+    out = {}
+    for split, name in split_names.items():
+        found = [data_dir / f"{name}{ext}" for ext in LOCAL_FORMATS if (data_dir / f"{name}{ext}").exists()]
+        out[split] = found[0] if found else data_dir / f"{name}.jsonl"
+    return out
+
+
+def load_splits(data_dir: Path, dataset: str | None, config: str | None, split_names: dict[str, str]) -> dict:
+    """Our split name ("train", "val", "test") → a `datasets.Dataset`."""
+    try:
+        import datasets
+    except ImportError:
+        raise DataNotFoundError("format=hf reads Hugging Face datasets: pip install datasets") from None
+    datasets.disable_progress_bars()
+    if dataset:
+        try:
+            return {split: datasets.load_dataset(dataset, config, split=name) for split, name in split_names.items()}
+        except (FileNotFoundError, ConnectionError, ValueError) as err:
+            raise DataNotFoundError(f"Hugging Face dataset {dataset!r} ({config}): {str(err).splitlines()[0]}") from None
+    if (data_dir / "dataset_dict.json").exists():
+        saved = datasets.load_from_disk(str(data_dir))
+        missing = [name for name in split_names.values() if name not in saved]
+        if missing:
+            raise DataNotFoundError(f"{data_dir}: the saved dataset has no split {', '.join(missing)} (it has {list(saved)})")
+        return {split: saved[name] for split, name in split_names.items()}
+    files = local_files(data_dir, split_names)
+    missing = [p for p in files.values() if not p.exists()]
+    if missing:
+        raise DataNotFoundError(
+            f"{', '.join(p.name for p in missing)} not found in {data_dir}/: put each split there as "
+            f'<split>.jsonl (or .json, .parquet, .arrow) of {{"translation": {{"<src>": ..., "<tgt>": ...}}}} rows, '
+            "or give --data.dataset a Hugging Face hub name (e.g. wmt14) and --data.dataset_config (e.g. de-en)"
+        )
+    out = {}
+    for split, path in files.items():
+        try:
+            out[split] = datasets.load_dataset(LOCAL_FORMATS[path.suffix], data_files=str(path), split="train")
+        except Exception as err:  # the builders raise many kinds (ArrowInvalid, DatasetGenerationError, ...)
+            raise CorpusFormatError(
+                f"{path}: not readable as {LOCAL_FORMATS[path.suffix]} ({str(err).splitlines()[0]})"
+            ) from None
+    return out
+
+
+def iter_pairs(ds, src_lang: str, tgt_lang: str, where: str) -> Iterator[tuple[str, str]]:
+    """(source, target) strings of a `datasets.Dataset` in the translation layout, streamed in batches."""
+    if "translation" not in ds.column_names:
+        raise CorpusFormatError(f"{where}: no 'translation' column (columns: {', '.join(ds.column_names)})")
+    row = 0
+    for batch in ds.iter(batch_size=BATCH):
+        for pair in batch["translation"]:
+            row += 1
+            try:
+                yield pair[src_lang].strip(), pair[tgt_lang].strip()
+            except (KeyError, TypeError, AttributeError):
+                langs = sorted(pair) if isinstance(pair, dict) else type(pair).__name__
+                raise CorpusFormatError(
+                    f"{where}, row {row}: needs translation.{src_lang} and .{tgt_lang} strings, found {langs}"
+                ) from None
+
+
+def fingerprint(ds) -> str:
+    """`datasets`' own hash of a loaded dataset: its source files or hub revision and every transform."""
+    return ds._fingerprint
