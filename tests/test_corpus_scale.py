@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import datamodules.corpus as corpus
 from datamodules.corpus import ParallelCorpusDataModule
@@ -70,12 +71,12 @@ def test_second_module_memory_maps_the_cache_without_training_or_encoding(tmp_pa
     second.setup("fit")
     assert second.tokenizers == first.tokenizers
     assert batches_of(second) == expected
-    assert isinstance(second._datasets["train"].src.ids, np.memmap)
+    assert isinstance(second._datasets["train"].src.ids.base, np.memmap)  # a view of the map, not a copy
 
 
 def test_cached_ids_equal_a_direct_encoding_of_the_files(tmp_path) -> None:
     """Oracle: the tokenizer applied line by line to the raw files, framed as batching.frame_* does."""
-    from datamodules.batching import frame_source, frame_target
+    from datamodules.batching import collate_pairs, frame_source, frame_target
 
     dm = module(aligned_corpus(tmp_path / "d"), max_len=12)
     dm.setup("fit")
@@ -84,6 +85,9 @@ def test_cached_ids_equal_a_direct_encoding_of_the_files(tmp_path) -> None:
         data = dm._datasets[split]
         for i, (s, t) in enumerate(getattr(dm, f"{split}_pairs")()):
             assert data[i] == (frame_source(tok.encode(s), 12), frame_target(tok.encode(t), 12))
+    rows = [5, 0, 17, 3]  # a batch straight from the maps equals padding the sentences one by one
+    got, expected = dm._datasets["val"].__getitems__(rows), collate_pairs([dm._datasets["val"][i] for i in rows])
+    assert all(torch.equal(a, b) for a, b in zip(got, expected))
 
 
 @pytest.mark.parametrize("change", ["setting", "source file"])

@@ -205,13 +205,16 @@ def _recipe(kind: str, data: Path) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["toy", "mnist", "corpus"])
+@pytest.mark.parametrize("kind", ["toy", "mnist", "corpus", "corpus, validation every 6 steps"])
 def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(tmp_path, kind):
     # 3 epochs; a last.ckpt every 4 steps. Run B is killed at step 22, in its second epoch, two steps
     # after the last.ckpt of step 20; resumed, it must end where the uninterrupted run A ends.
-    # With an EMA of the weights on: the average, too, must resume exactly.
+    # With an EMA of the weights on: the average, too, must resume exactly. The last case validates (and
+    # scores BLEU) every 6 steps, as a long WMT epoch would, so validations fall mid-epoch and mid-resume.
+    mid_epoch_validation = ["--trainer.val_check_interval", "6", "--model.init_args.bleu_every_n_epochs", "1"]
     common = [
-        *_recipe(kind, tmp_path / "data"),
+        *_recipe(kind.split(",")[0], tmp_path / "data"),
+        *(mid_epoch_validation if "validation" in kind else []),
         "--trainer.max_epochs",
         "3",
         "--trainer.logger",
