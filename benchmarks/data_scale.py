@@ -173,6 +173,7 @@ def main() -> None:
     p.add_argument("--tokenizer-sample", type=int, default=1_000_000)
     p.add_argument("--loader-seconds", type=float, default=20.0)
     p.add_argument("--no-ddp", action="store_true", help="skip the 2-process preparation check")
+    p.add_argument("--no-prepare", action="store_true", help="measure a second run only, on caches prepared before")
     p.add_argument("--child", choices=["prepare", "start"], help=argparse.SUPPRESS)
     p.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -199,7 +200,10 @@ def main() -> None:
         folder = args.workdir / f"{n}"
         make_corpus(folder, n)
         corpus = sum((folder / f"train.{x}").stat().st_size for x in ("de", "en")) / 2**20
-        prep, prep_wall = run_child("prepare", args, folder)
+        if args.no_prepare:
+            prep, prep_wall = {"tokenizer_s": float("nan"), "encode_s": float("nan"), "peak_rss": float("nan")}, float("nan")
+        else:
+            prep, prep_wall = run_child("prepare", args, folder)
         cache = sum(f.stat().st_size for f in (folder / "cache").rglob("*") if f.is_file()) / 2**20
         start, _ = run_child("start", args, folder)
         print(

@@ -132,10 +132,12 @@ def pack_sorted(sorted_lengths: np.ndarray, max_tokens: int) -> np.ndarray:
 
 def padding_waste(batches: Sequence[Sequence[int]], src_lens: Sequence[int], tgt_lens: Sequence[int]) -> float:
     """Fraction of the padded source+target positions that are padding."""
-    src_lens, tgt_lens = np.asarray(src_lens), np.asarray(tgt_lens)
-    real = padded = 0
-    for b in batches:
-        s, t = src_lens[b], tgt_lens[b]
-        real += int(s.sum() + t.sum())
-        padded += len(b) * int(s.max() + t.max())
-    return 1 - real / padded if padded else 0.0
+    batches = [b for b in batches if len(b)]
+    if not batches:
+        return 0.0
+    sizes = np.fromiter(map(len, batches), dtype=np.int64, count=len(batches))
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    rows = np.concatenate(batches)
+    src, tgt = np.asarray(src_lens)[rows], np.asarray(tgt_lens)[rows]
+    padded = (sizes * (np.maximum.reduceat(src, starts) + np.maximum.reduceat(tgt, starts))).sum()
+    return float(1 - (src.sum() + tgt.sum()) / padded) if padded else 0.0

@@ -18,7 +18,7 @@ import torch
 import datamodules.corpus as corpus
 from datamodules.corpus import ParallelCorpusDataModule
 from datamodules.errors import CorpusFormatError, DataCacheError, DataNotFoundError
-from datamodules.samplers import TokenBudgetBatchSampler, pack_sorted
+from datamodules.samplers import TokenBudgetBatchSampler, pack_sorted, padding_waste
 from tests.helpers import ENV, ROOT, fit, script
 
 GERMAN = ["Ein Hund rennt.", "Zwei Männer spielen Fußball.", "Eine Frau liest ein Buch im Park.", "Kinder lachen laut."]
@@ -343,3 +343,12 @@ def test_sampler_on_wmt_sized_arrays_covers_every_example_once_in_equal_shards()
     assert all(len(b) * lengths[b].max() <= 4096 for b in batches[0][:2000])
     shards[0].skip = 7  # a resumed epoch leaves out what it already trained on
     assert [b.tolist() for b in list(shards[0])[:3]] == [b.tolist() for b in batches[0][7:10]]
+
+
+def test_padding_waste_equals_counting_every_position() -> None:
+    rng = np.random.default_rng(2)
+    src, tgt = rng.integers(1, 40, size=500), rng.integers(1, 40, size=500)
+    batches = TokenBudgetBatchSampler(np.maximum(src, tgt), 160, shuffle=True, seed=0).batches()
+    real = sum(int(src[i] + tgt[i]) for b in batches for i in b)
+    padded = sum(len(b) * (max(src[i] for i in b) + max(tgt[i] for i in b)) for b in batches)
+    assert padding_waste(batches, src, tgt) == pytest.approx(1 - real / padded, abs=1e-12)
