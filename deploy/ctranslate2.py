@@ -36,7 +36,7 @@ from datamodules.batching import frame_source, map_in_length_batches
 from datamodules.tokenizers import SubwordTokenizer, tokenizer_from_dict
 from datamodules.vocab import SPECIAL_TOKENS
 from models.positional import SinusoidalPositionalEncoding
-from training.loading import InputError
+from training.loading import InputError, atomic_output
 
 TOKENIZERS_FILE = "tokenizers.json"  # our tokenizers and decoding defaults, beside CTranslate2's model.bin
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
@@ -199,7 +199,10 @@ def export_ctranslate2(model, out_dir: str | Path, quantization: str | None = No
     """Write `model` (a `Seq2SeqTransformer`) as a CTranslate2 model directory, with our tokenizers.
 
     An existing `out_dir` is replaced only with `force`, and only if it is empty or an earlier
-    export (it holds CTranslate2's model.bin): never a directory of something else."""
+    export (it holds CTranslate2's model.bin): never a directory of something else. The export is
+    written into a temporary sibling folder and renamed onto `out_dir` once complete
+    (`training.loading.atomic_output`): a full disk or an unwritable place leaves no half-written
+    folder, and an earlier export in its place, and is an `OutputError` naming `out_dir`."""
     out_dir = Path(out_dir)
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ExportError(f"quantization must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}")
@@ -209,7 +212,7 @@ def export_ctranslate2(model, out_dir: str | Path, quantization: str | None = No
             raise ExportError(f"{out_dir} exists; pass --force to replace an earlier export")
         if not out_dir.is_dir() or (any(out_dir.iterdir()) and not (out_dir / "model.bin").is_file()):
             raise ExportError(f"{out_dir} is not an earlier CTranslate2 export; refusing to replace it")
-    _converter_class()(model).convert(str(out_dir), quantization=quantization, force=force)
+    converter = _converter_class()(model)
     hp = model.hparams
     meta = {
         "tokenizers": {"src": model.src_tokenizer.to_dict(), "tgt": model.tgt_tokenizer.to_dict()},
@@ -219,7 +222,9 @@ def export_ctranslate2(model, out_dir: str | Path, quantization: str | None = No
         "length_penalty": hp["length_penalty"],
         "quantization": quantization or "float32",
     }
-    (out_dir / TOKENIZERS_FILE).write_text(json.dumps(meta))
+    with atomic_output(out_dir, folder=True) as tmp:
+        converter.convert(str(tmp), quantization=quantization, force=True)  # force: tmp is ours, made empty
+        (tmp / TOKENIZERS_FILE).write_text(json.dumps(meta))
     return out_dir
 
 
@@ -235,15 +240,23 @@ class CTranslate2Translator:
         meta_path = model_dir / TOKENIZERS_FILE
         if not (model_dir / "model.bin").is_file() or not meta_path.is_file():
             raise ExportError(f"{model_dir} is not a model written by scripts/export.py (no model.bin or {TOKENIZERS_FILE})")
-        self.meta = json.loads(meta_path.read_text())
+        try:
+            self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            self.meta["tokenizers"]["src"], self.meta["tokenizers"]["tgt"]  # noqa: B018 (present, or KeyError)
+        except (ValueError, KeyError, TypeError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise ExportError(f"{meta_path} is damaged ({type(err).__name__}: {err}); export the model again") from None
         self.src_tokenizer = tokenizer_from_dict(self.meta["tokenizers"]["src"])
         self.tgt_tokenizer = tokenizer_from_dict(self.meta["tokenizers"]["tgt"])
         self.src_vocab = vocabulary(self.src_tokenizer)
         self.tgt_index = {tok: i for i, tok in enumerate(vocabulary(self.tgt_tokenizer))}
         threads = threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
-        self.translator = ctranslate2.Translator(
-            str(model_dir), device=device, compute_type=compute_type, inter_threads=1, intra_threads=threads
-        )
+        try:
+            self.translator = ctranslate2.Translator(
+                str(model_dir), device=device, compute_type=compute_type, inter_threads=1, intra_threads=threads
+            )
+        except RuntimeError as err:  # a truncated or damaged model.bin ("... has an invalid payload size"), a bad device
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ExportError(f"{model_dir}: CTranslate2 cannot load it on {device} ({first})") from None
 
     def source_tokens(self, sentence: str) -> list[str]:
         if not isinstance(sentence, str) or not sentence.strip():

@@ -17,6 +17,7 @@ standard deviation: read differences smaller than the seed-to-seed spread as noi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -25,7 +26,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 VARIANTS_DIR = ROOT / "configs" / "variants"
+
+from training.loading import OutputError, atomic_output, exit_on_user_error, write_fault, writing_to  # noqa: E402
 
 
 def variant_names() -> list[str]:
@@ -143,27 +147,40 @@ def table(results: list[dict], recipe: Path, extra: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
+    """A full disk or an unwritable --out or --root is one line naming it, exit status 1; --out's place
+    is tried (temporary files beside it) before the first run, and the table and its .json appear only
+    once complete."""
     args, extra = parse_args(argv)
     recipe = Path(args.recipe)
     results = []
-    for seed in args.seeds:  # every variant once before any is repeated: a partial sweep is still a table
-        for variant in args.variants:
-            result = run_one(recipe, variant, seed, args.root / f"{variant}-s{seed}", extra)
-            shown = score_of(result)
-            if result["status"] != 0:
-                shown = f"failed (exit {result['status']}), see {args.root / f'{variant}-s{seed}' / 'output.log'}"
-            else:
-                shown = f"{shown[0]} {shown[1]:.2f}" if shown else f"best {result.get('monitor')} {result.get('best_score')}"
-            print(f"{variant} seed {seed}: {shown}", flush=True)
-            results.append(result)
-    text = table(results, recipe, extra)
-    print(text)
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
-        out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    with contextlib.ExitStack() as outputs:
+        if args.out:
+            out = Path(args.out)
+            try:
+                out.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise OutputError(write_fault(err, out), err.errno) from None
+            table_tmp = outputs.enter_context(atomic_output(out))
+            json_tmp = outputs.enter_context(atomic_output(out.with_suffix(".json")))
+        for seed in args.seeds:  # every variant once before any is repeated: a partial sweep is still a table
+            for variant in args.variants:
+                result = run_one(recipe, variant, seed, args.root / f"{variant}-s{seed}", extra)
+                shown = score_of(result)
+                if result["status"] != 0:
+                    shown = f"failed (exit {result['status']}), see {args.root / f'{variant}-s{seed}' / 'output.log'}"
+                else:
+                    shown = f"{shown[0]} {shown[1]:.2f}" if shown else f"best {result.get('monitor')} {result.get('best_score')}"
+                with writing_to("standard output"):
+                    print(f"{variant} seed {seed}: {shown}", flush=True)
+                results.append(result)
+        text = table(results, recipe, extra)
+        with writing_to("standard output"):
+            print(text, flush=True)
+        if args.out:
+            table_tmp.write_text(text)
+            json_tmp.write_text(json.dumps(results, indent=1) + "\n")
     return 0 if all(r["status"] == 0 for r in results) else 1
 
 

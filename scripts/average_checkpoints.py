@@ -8,7 +8,8 @@ loads like any checkpoint (`load_from_checkpoint`, `weights_only=True`, scripts/
 scripts/translate.py, scripts/export.py) and carries the last one's hyperparameters and tokenizers;
 it holds no optimiser state, so a run cannot resume from it. Of EMA checkpoints the averaged weights
 are averaged, unless `--weights training`. An existing --out is replaced only with --force, and never
-when it is one of the inputs. Bad input: one line on stderr, exit status 2.
+when it is one of the inputs; --out is written whole or not at all. Bad input: one line on stderr, exit
+status 2; a full disk or an unwritable --out: one line naming it, exit status 1.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
+import torch  # noqa: E402
+
 from training.averaging import average_checkpoints, last_checkpoints  # noqa: E402
-from training.callbacks import AtomicCheckpointIO  # noqa: E402
-from training.loading import CheckpointError, add_weights_argument, exit_on_user_error  # noqa: E402
+from training.loading import CheckpointError, add_weights_argument, atomic_output, exit_on_user_error  # noqa: E402
 
 
 @exit_on_user_error
@@ -46,8 +48,12 @@ def main(argv: list[str] | None = None) -> Path:
         raise CheckpointError(f"--out {out} is one of the checkpoints being averaged; choose another path")
     if out.exists() and not args.force:
         raise CheckpointError(f"{out} exists; pass --force to replace it")
-    averaged = average_checkpoints(paths, weights=args.weights)
-    AtomicCheckpointIO().save_checkpoint(averaged, out)
+    # The output's place is tried (a temporary file beside it) before the averaging; the average is
+    # renamed onto --out only once it is complete, and a failed write leaves nothing behind.
+    with atomic_output(out) as tmp:
+        averaged = average_checkpoints(paths, weights=args.weights)
+        with open(tmp, "wb") as f:  # a file object: a full disk is an OSError, not torch's "unexpected pos"
+            torch.save(averaged, f)
     print(f"wrote {out}: the {args.weights} weights of {len(paths)} checkpoints averaged ({paths[0].name} … {paths[-1].name})")
     return out
 

@@ -9,12 +9,15 @@ The metrics are wired exactly as during training (tasks/metrics.py): cased BLEU 
 tokenizer (zh for Chinese references), then the same BLEU lowercased, labelled as such, because many
 papers and tutorials report that one. A checkpoint of a run with `--ema_decay` holds the averaged
 weights and the training weights: the averaged ones are scored unless `--weights training`.
-Files of different lengths, a missing file or a bad checkpoint: one line on stderr, exit status 2.
+Files of different lengths, a missing file or a bad checkpoint: one line on stderr, exit status 2; a
+full disk or an unwritable --hyp-out (tried before translating; the file is written whole or not at
+all): one line naming it, exit status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -28,9 +31,11 @@ from training.loading import (  # noqa: E402
     InputError,
     add_engine_arguments,
     add_weights_argument,
+    atomic_output,
     check_engine_arguments,
     exit_on_user_error,
     load_translator,
+    writing_to,
 )
 
 
@@ -73,24 +78,31 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     from tasks.metrics import corpus_scores
 
-    model = load_translator(args)
-    kwargs = {} if args.length_penalty is None or args.beam_size == 1 else {"length_penalty": args.length_penalty}
-    start = time.time()
-    hyps = model.translate_many(
-        [s for s, _ in pairs], beam_size=args.beam_size, batch_size=args.batch_size, max_len=args.max_len, **kwargs
-    )
-    seconds = time.time() - start
+    # --hyp-out's place is tried (a temporary file beside it) before translating, and the file appears
+    # only once complete: an unwritable place or a full disk costs no decoding and leaves no half file.
+    with atomic_output(args.hyp_out) if args.hyp_out else contextlib.nullcontext() as hyp_tmp:
+        model = load_translator(args)
+        kwargs = {} if args.length_penalty is None or args.beam_size == 1 else {"length_penalty": args.length_penalty}
+        start = time.time()
+        hyps = model.translate_many(
+            [s for s, _ in pairs], beam_size=args.beam_size, batch_size=args.batch_size, max_len=args.max_len, **kwargs
+        )
+        seconds = time.time() - start
+        if hyp_tmp is not None:
+            hyp_tmp.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     refs = [r for _, r in pairs]
     scores = corpus_scores(hyps, refs, tokenize=args.tokenize)
     lowercased = corpus_scores(hyps, refs, tokenize=args.tokenize, lowercase=True)
-    if args.hyp_out:
-        Path(args.hyp_out).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     decoding = "greedy" if args.beam_size == 1 else f"beam {args.beam_size}"
     engine = f"ctranslate2 ({args.compute_type})" if args.engine == "ctranslate2" else f"torch, {args.weights} weights"
-    print(f"sentences: {len(pairs)}  decoding: {decoding}  engine: {engine}  time: {seconds:.1f}s")
-    print(f"SacreBLEU: {scores['bleu']:.2f}  ({scores['bleu_signature']})")
-    print(f"chrF: {scores['chrf']:.2f}  ({scores['chrf_signature']})")
-    print(f"lowercased BLEU (not comparable with the cased score): {lowercased['bleu']:.2f}  ({lowercased['bleu_signature']})")
+    with writing_to("standard output"):
+        print(f"sentences: {len(pairs)}  decoding: {decoding}  engine: {engine}  time: {seconds:.1f}s")
+        print(f"SacreBLEU: {scores['bleu']:.2f}  ({scores['bleu_signature']})")
+        print(f"chrF: {scores['chrf']:.2f}  ({scores['chrf_signature']})")
+        print(
+            f"lowercased BLEU (not comparable with the cased score): {lowercased['bleu']:.2f}  ({lowercased['bleu_signature']})"
+        )
+        sys.stdout.flush()
     return scores
 
 

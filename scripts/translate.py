@@ -13,7 +13,10 @@ With sentences as arguments, prints one translation per argument (an empty argum
 With none, reads standard input line by line and prints one line per input line, in order, in
 chunks of --batch-size lines so that output streams while input is still coming; an empty input
 line gives an empty output line, which keeps the output aligned with the input.
-A missing or unreadable checkpoint, or an empty argument, is one line on stderr and exit status 2.
+A missing or unreadable checkpoint, an empty argument, or standard input that does not decode in the
+locale's encoding (the line and byte offset are named) is one line on stderr and exit status 2; a
+standard output that cannot be written (a full device) one line and status 1; a reader that stops
+early (`| head -1`) a quiet exit, status 141, as `cat` has.
 """
 
 from __future__ import annotations
@@ -26,7 +29,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
-from training.loading import InputError, add_engine_arguments, check_engine_arguments, exit_on_user_error, load_translator  # noqa: E402
+from training.loading import (  # noqa: E402
+    InputError,
+    add_engine_arguments,
+    check_engine_arguments,
+    exit_on_user_error,
+    load_translator,
+    writing_to,
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -63,6 +73,31 @@ def chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
+def stdin_lines(stream=None) -> Iterator[str]:
+    """Standard input's lines, decoded in its encoding and error handler (the locale's; PYTHONIOENCODING
+    sets them), without their line ends; lines end at "\n", "\r\n" or "\r" (universal newlines). Bytes
+    that do not decode are an `InputError` naming the line and the byte offset in the input. The C
+    locale's "surrogateescape" counts as strict: no model can use bytes smuggled in as surrogates."""
+    stream = stream or sys.stdin
+    if not hasattr(stream, "buffer"):  # a text stream without bytes beneath (a StringIO): already decoded
+        yield from (line.rstrip("\r\n") for line in stream)
+        return
+    encoding, errors = stream.encoding or "utf-8", stream.errors or "strict"
+    errors = "strict" if errors == "surrogateescape" else errors
+    offset = 0
+    for number, raw in enumerate(stream.buffer, 1):
+        try:
+            text = raw.decode(encoding, errors)
+        except UnicodeDecodeError as err:
+            raise InputError(
+                f"standard input, line {number} (byte {offset + err.start}): cannot decode {raw[err.start : err.end]!r} "
+                f"as {err.encoding} ({err.reason}); is the text in another encoding?"
+            ) from None
+        offset += len(raw)
+        text = text.removesuffix("\n").removesuffix("\r")
+        yield from text.split("\r")  # a lone "\r" ends a line too, as in text mode
+
+
 def translate_chunk(model, lines: list[str], args: argparse.Namespace) -> list[str]:
     """Translations of `lines`, "" for blank ones (kept in place so output lines match input lines)."""
     kwargs = {} if args.length_penalty is None or args.beam_size == 1 else {"length_penalty": args.length_penalty}
@@ -85,11 +120,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.sentences:
         source: Iterable[str] = args.sentences
     else:
-        source = (line.rstrip("\r\n") for line in sys.stdin)
+        source = stdin_lines()
     for chunk in chunks(source, args.batch_size):
-        for hyp in translate_chunk(model, chunk, args):
-            print(hyp)
-        sys.stdout.flush()
+        hyps = translate_chunk(model, chunk, args)
+        with writing_to("standard output"):  # a full device: one line naming it; a closed pipe: a quiet exit
+            for hyp in hyps:
+                print(hyp)
+            sys.stdout.flush()
 
 
 if __name__ == "__main__":

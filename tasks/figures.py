@@ -190,11 +190,20 @@ def display_pieces(pieces: Sequence[str], raw_pieces: bool = False) -> list[str]
 
 # ---------------------------------------------------------------------------------------------- figures
 
+UPRIGHT_LABEL_CHARS = 2  # a source label this short fits its column upright (one or two characters, CJK included)
+
+
+def label_rotation(label: str) -> int:
+    """The angle of a source (x-axis) label: 0, upright, for a short one, so that a Chinese character or a
+    short word reads as written, not lying on its side; 90 for a longer one, which would not fit its column."""
+    return 0 if len(label) <= UPRIGHT_LABEL_CHARS else 90
+
 
 def attention_figure(weights, src_tokens: Sequence[str], tgt_tokens: Sequence[str], title: str = "", raw_pieces: bool = False):
     """Heat map of (T, S) cross-attention `weights`: target tokens down, source tokens across. Subword
     pieces are shown as words (see `display_pieces`) unless `raw_pieces`; labels and title are drawn in
-    a font chain that has all their characters (`font_families`)."""
+    a font chain that has all their characters (`font_families`). Source labels of one or two characters
+    (a Chinese character, a short word) stand upright; longer ones are turned 90° (`label_rotation`)."""
     import numpy as np
 
     src_labels, tgt_labels = display_pieces(src_tokens, raw_pieces), display_pieces(tgt_tokens, raw_pieces)
@@ -202,7 +211,9 @@ def attention_figure(weights, src_tokens: Sequence[str], tgt_tokens: Sequence[st
     w = np.asarray(weights, dtype=float)
     fig, ax = plt.subplots(figsize=(max(3.0, 0.35 * len(src_tokens) + 1.5), max(2.5, 0.3 * len(tgt_tokens) + 1.2)))
     image = ax.imshow(w, aspect="auto", cmap="viridis", vmin=0.0, vmax=max(float(w.max()), 1e-6))
-    ax.set_xticks(range(len(src_labels)), labels=src_labels, rotation=90, fontsize=7, family=family)
+    ax.set_xticks(range(len(src_labels)), labels=src_labels, fontsize=7, family=family)
+    for label, text in zip(ax.get_xticklabels(), src_labels):  # short labels upright, long ones turned
+        label.set_rotation(label_rotation(text))
     ax.set_yticks(range(len(tgt_labels)), labels=tgt_labels, fontsize=7, family=family)
     ax.set_xlabel("source")
     ax.set_ylabel("output")

@@ -79,6 +79,10 @@ def test_toy_attention_map_draws_the_chinese_characters(toy_model):
                     assert ord(char) in font.get_charmap(), (char, path)
         missing = [m for m in _draw(fig) if "missing from font" in m or "Glyph" in m]
         assert not missing, missing
+        # Each character stands upright (a rotated label would lay it on its side); "<eos>" may turn.
+        rotations = {t.get_text(): t.get_rotation() for t in fig.axes[0].get_xticklabels()}
+        assert all(rotations[c] == 0 for c in TOY_CHARS), rotations
+        assert all(angle == 90 for text, angle in rotations.items() if len(text) > 2), rotations
     finally:
         plt.close(fig)
 

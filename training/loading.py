@@ -1,11 +1,34 @@
-"""Loading checkpoints, and turning user errors into one clear line for the scripts."""
+"""Loading checkpoints, and turning user errors and environment faults into one clear line for the scripts.
+
+The one place every entry point shares (see `exit_on_user_error`):
+  - `exit_on_user_error(main)`: bad input (`USER_ERRORS`, undecodable text) is one line and exit status 2;
+    an environment fault (any `OSError`: a full disk or file-size limit, a read-only or missing folder,
+    a path under a regular file; torch's zip writer hiding one in a `RuntimeError`) is one line naming
+    the path and exit status 1; a reader that went away (`BrokenPipeError` on standard output) is a quiet
+    exit with status 141, as `cat` has; Ctrl-C is "interrupted" and 130.
+  - `atomic_output(path, folder=False)`: write an output under a temporary sibling name and rename it
+    onto `path` only when it is complete; on any failure the temporary file or folder is removed, and an
+    `OSError` is re-raised as an `OutputError` naming `path`. `atomic_torch_save(obj, path)` and
+    `atomic_write_text(path, text)` are the two usual cases.
+  - `writing_to(name)`: writes in the block go to a stream with no path ("standard output"): an
+    `OSError` there becomes an `OutputError` "cannot write standard output: ...".
+  - `fault_message(err, path=None)`: the one line for an environment fault, or None for anything else
+    (for code that must catch on its own, e.g. to look through a chain of causes).
+  - `read_checkpoint` checks the CRC-32 of every record of a checkpoint's zip archive, so a damaged
+    file is named, with the damaged record, instead of translating garbage.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import inspect
+import os
+import shutil
 import sys
-from collections.abc import Callable
+import zipfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -25,20 +48,310 @@ class InputError(ValueError):
     """Input that a script or `translate` refuses (an empty sentence, say); the message says why."""
 
 
-def read_checkpoint(path: str | Path) -> dict:
+class OutputError(OSError):
+    """An output could not be written (disk full, file-size limit, read-only or missing folder, ...):
+    `str()` is one line naming the output's path; `errno` is the underlying error's."""
+
+    def __init__(self, message: str, errno_: int | None = None):
+        super().__init__(message)
+        self.message, self.errno = message, errno_
+
+    def __str__(self) -> str:
+        return self.message
+
+
+# ---------------------------------------------------------------------------------------------- faults
+
+# What each errno means to someone who ran a script; the errno's name follows in parentheses.
+_REASONS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EFBIG: "no space left: the file-size limit is reached (ulimit -f)",
+    errno.EDQUOT: "no space left: disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENOENT: "no such file or folder",
+    errno.ENOTDIR: "not a folder",
+    errno.EISDIR: "is a folder",
+    errno.EIO: "input/output error (a failing disk or a lost network file system?)",
+    errno.EPIPE: "broken pipe (its reader went away)",
+    errno.ENAMETOOLONG: "file name too long",
+    errno.EEXIST: "already exists",
+    errno.ENOTEMPTY: "folder not empty",
+    errno.EXDEV: "on another file system",
+    errno.EMFILE: "too many open files",
+}
+# torch's zip writer (PyTorchStreamWriter) reports a failed write as a RuntimeError such as
+# "[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"; these mark one.
+_TORCH_WRITE_FAILURE = ("inline_container.cc", "PytorchStreamWriter", "unexpected pos", "basic_ios::clear")
+
+
+def _reason(err: OSError) -> str:
+    code = err.errno
+    words = _REASONS.get(code) or (err.strerror or type(err).__name__).lower()
+    name = errno.errorcode.get(code) if code is not None else None
+    return f"{words} ({name})" if name else words
+
+
+def _first_non_folder(path: Path) -> Path | None:
+    """The nearest ancestor of `path` that exists and is not a folder (what makes ENOTDIR), if any."""
+    for parent in [path, *path.parents]:
+        if os.path.lexists(parent):
+            return None if parent.is_dir() else parent
+    return None
+
+
+def _missing_folder(path: Path) -> Path:
+    """The outermost missing folder on the way to `path`'s folder (what makes ENOENT on a write)."""
+    missing = path.parent
+    while not missing.parent.exists() and missing.parent != missing:
+        missing = missing.parent
+    return missing
+
+
+def write_fault(err: OSError, path: str | Path) -> str:
+    """The one line for `err`, raised while writing `path` (the path the user named, not a temporary one)."""
+    path = Path(path)
+    if err.errno == errno.ENOENT and not path.parent.is_dir():
+        return f"cannot write {path}: folder {_missing_folder(path)} does not exist (ENOENT)"
+    if err.errno in (errno.ENOTDIR, errno.EEXIST) and (blocker := _first_non_folder(path.parent)) is not None:
+        return f"cannot write {path}: {blocker} is not a folder (ENOTDIR)"
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return f"cannot write {path}: {_reason(err)}; check the permissions of folder {path.parent}"
+    return f"cannot write {path}: {_reason(err)}"
+
+
+def torch_write_error(err: BaseException) -> OSError | None:
+    """The `OSError` behind a torch zip-writer `RuntimeError` (a file object's write raised it), an
+    `OSError` of unknown cause for one without, or None when `err` is not such a failure."""
+    if not isinstance(err, RuntimeError) or not any(mark in str(err) for mark in _TORCH_WRITE_FAILURE):
+        return None
+    context = err.__context__
+    while context is not None and not isinstance(context, OSError):
+        context = context.__context__
+    if context is not None:
+        return context
+    return OSError(None, "the write failed (a full disk or a file-size limit?)")
+
+
+def fault_message(err: BaseException, path: str | Path | None = None) -> str | None:
+    """One line (without "error: ") for an environment fault: an `OSError` (named by `path` when given,
+    else by the error's own file name), a torch zip-writer failure, or a decode error; None for
+    anything else, which is a bug and keeps its traceback."""
+    if isinstance(err, OutputError):
+        return str(err)
+    if (hidden := torch_write_error(err)) is not None:
+        err = hidden
+        if path is None:
+            return f"cannot write a checkpoint: {_reason(err)}"
+    if isinstance(err, UnicodeDecodeError):
+        where = f"{path}: " if path is not None else ""
+        return f"{where}cannot decode byte {err.start} as {err.encoding} ({err.reason}); is the text in another encoding?"
+    if isinstance(err, UnicodeEncodeError):
+        where = f"{path}: " if path is not None else ""
+        return f"{where}cannot encode {err.object[err.start : err.end]!r} as {err.encoding}; set PYTHONIOENCODING=utf-8"
+    if isinstance(err, OSError):
+        if err.errno is None and err.args and isinstance(err.args[0], str):  # one that says itself what went wrong
+            return str(err)
+        if path is not None:
+            return f"{path}: {_reason(err)}"
+        names = [str(n) for n in (err.filename, err.filename2) if n is not None]
+        if names:
+            return f"{' -> '.join(names)}: {_reason(err)}"
+        return _reason(err)
+    return None
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | Path, folder: bool = False) -> Iterator[Path]:
+    """Write an output atomically: yields a temporary sibling of `path` (`.NAME.tmp-PID`; a file created
+    empty, or an empty folder with `folder=True`) for the block to fill; when the block ends normally the
+    file is flushed to disk and renamed onto `path` (`os.replace`; an existing folder is moved aside and
+    removed only once the new one is in place). On any failure, an interrupt included, the temporary file
+    or folder is removed and `path` is left as it was. The temporary is created on entry, so an
+    unwritable place fails before any work is done. An `OSError` (or torch's zip-writer `RuntimeError`)
+    from inside the block or the rename is re-raised as an `OutputError` naming `path`.
+
+    Whether an existing `path` may be replaced is the caller's decision (its --force), taken before.
+    A symbolic link is followed: its target is replaced, the link kept. A device or a pipe (/dev/stdout,
+    /dev/null, a FIFO) cannot be replaced by renaming and is written in place: the block gets `path`.
+    Only errors of the output are relabelled: an `OSError` that names another file (an input read in
+    the block) and the scripts' user errors pass unchanged."""
+    path = Path(path)
+    if path.is_symlink():
+        path = path.resolve()
+    if path.exists() and not (path.is_file() or path.is_dir()):
+        try:
+            yield path
+        except (OSError, RuntimeError) as err:
+            fault = _output_fault(err, path, path)
+            if fault is None:
+                raise
+            raise fault from None
+        return
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        if folder:
+            tmp.mkdir()
+        else:
+            tmp.open("xb").close()
+    except OSError as err:
+        raise OutputError(write_fault(err, path), err.errno) from None
+    try:
+        yield tmp
+        if folder:
+            _replace_folder(tmp, path)
+        else:
+            _fsync(tmp)
+            os.replace(tmp, path)
+    except BaseException as err:
+        if folder:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        fault = _output_fault(err, tmp, path)
+        if fault is None:
+            raise
+        raise fault from None
+    with contextlib.suppress(OSError):  # the rename itself to disk; a folder that cannot be fsynced is no error
+        _fsync(path.parent)
+
+
+def _output_fault(err: BaseException, tmp: Path, path: Path) -> OutputError | None:
+    """`err` as an `OutputError` naming `path` when it is a failure to write the output (no file name, as
+    a write or torch's writer gives, or the temporary's own), else None."""
+    if isinstance(err, (OutputError, BrokenPipeError, *USER_ERRORS)):
+        return None
+    cause = torch_write_error(err) or (err if isinstance(err, OSError) else None)
+    if cause is None:
+        return None
+    names = [os.path.abspath(n) for n in (cause.filename, cause.filename2) if isinstance(n, (str, os.PathLike))]
+    ours = (os.path.abspath(tmp), os.path.abspath(path))
+    if names and not any(n == o or n.startswith(o + os.sep) for n in names for o in ours):
+        return None
+    return OutputError(write_fault(cause, path), cause.errno)
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file (or a folder's entries) to disk: a full disk that accepted the writes into the page
+    cache (delayed allocation, network file systems) fails here rather than after the rename."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _replace_folder(tmp: Path, path: Path) -> None:
+    if not os.path.lexists(path):
+        os.rename(tmp, path)
+        return
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    os.rename(path, old)
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        os.rename(old, path)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def atomic_torch_save(obj, path: str | Path) -> Path:
+    """`torch.save(obj, path)` through `atomic_output`: the old file or the whole new one, never half of
+    one; a full disk or file-size limit is an `OutputError` naming `path` (torch's writer would turn it
+    into "RuntimeError: ... unexpected pos")."""
+    with atomic_output(path) as tmp, open(tmp, "wb") as f:
+        torch.save(obj, f)  # a file object: the OSError a write raises stays as the RuntimeError's context
+    return Path(path)
+
+
+def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
+    """`Path(path).write_text(text)` through `atomic_output`."""
+    with atomic_output(path) as tmp:
+        tmp.write_text(text, encoding=encoding)
+    return Path(path)
+
+
+@contextlib.contextmanager
+def writing_to(name: str) -> Iterator[None]:
+    """Writes in the block go to `name` (a stream such as "standard output", which has no path): an
+    `OSError` there becomes an `OutputError` "cannot write NAME: ...". A `BrokenPipeError` passes as it is
+    (`exit_on_user_error` makes it a quiet exit)."""
+    try:
+        yield
+    except OSError as err:
+        if isinstance(err, (OutputError, BrokenPipeError)):
+            raise
+        raise OutputError(f"cannot write {name}: {_reason(err)}", err.errno) from None
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+
+
+def verify_checkpoint(path: str | Path) -> None:
+    """Check the CRC-32 of every record of a checkpoint's zip archive (torch's format since 1.6, its
+    records stored uncompressed); a damaged one is a `CheckpointError` naming the file and the record.
+    Reading the whole file once costs about what copying it does (docs: ~0.1 s per 100 MB, warm cache);
+    a file is checked once per process unless it changes."""
+    path = Path(path)
+    st = path.stat()
+    key = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key in _VERIFIED:
+        return
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                record = info.filename.split("/", 1)[-1]  # "archive/data/12" -> "data/12"
+                try:
+                    with archive.open(info) as member:
+                        while member.read(1 << 22):
+                            pass
+                except zipfile.BadZipFile as err:
+                    what = "fails its CRC-32 check" if "CRC" in str(err) else f"is unreadable ({_first_line(err)})"
+                    raise CheckpointError(f"{path} is damaged: record {record} {what}; restore it from a copy") from None
+                except (EOFError, ValueError, NotImplementedError, RuntimeError) as err:
+                    raise CheckpointError(
+                        f"{path} is damaged: record {record} is unreadable ({_first_line(err)}); restore it from a copy"
+                    ) from None
+    except zipfile.BadZipFile as err:
+        raise CheckpointError(f"{path} is damaged (truncated or corrupt?): {_first_line(err)}; restore it from a copy") from None
+    _VERIFIED.add(key)
+
+
+_VERIFIED: set[tuple] = set()
+
+
+def read_checkpoint(path: str | Path, verify: bool = True) -> dict:
     """A checkpoint file's contents (tensors memory-mapped, plain data only), or one clear
-    `CheckpointError` when it is missing, truncated, corrupt or not a Lightning checkpoint."""
+    `CheckpointError` when it is missing, unreadable, truncated, corrupt, damaged (a record failing its
+    CRC-32 check, `verify_checkpoint`; `verify=False` skips that) or not a Lightning checkpoint."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path} (no such checkpoint file)")
     try:
-        # mmap: only what is looked at is read, so checking a big checkpoint costs little.
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        is_zip = zipfile.is_zipfile(path)
+        # mmap: only what is looked at is read, so checking a big checkpoint costs little. torch's old
+        # (pre-1.6) format is no zip archive and cannot be memory-mapped.
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=is_zip)
+    except OSError as err:
+        raise CheckpointError(f"cannot read {path}: {_reason(err)}") from None
     except Exception as err:  # torch.load fails in many ways on a bad file; each means unreadable
-        raise CheckpointError(f"{path} is not a readable checkpoint (truncated or corrupt?): {_first_line(err)}") from None
+        detail = _first_line(err) if is_zip else _not_zip(path)
+        raise CheckpointError(f"{path} is not a readable checkpoint (truncated or corrupt?): {detail}") from None
     if not isinstance(state, dict) or "state_dict" not in state:
         raise CheckpointError(f"{path} is not a Lightning checkpoint (no state_dict)")
+    if verify and is_zip:
+        verify_checkpoint(path)
     return state
+
+
+def _not_zip(path: Path) -> str:
+    """Why a file torch cannot load is no zip archive: cut short, or something else entirely."""
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        if f.read(4) == b"PK\x03\x04":
+            return "a zip archive cut short (its central directory, at the end, is missing)"
+    return "not a zip archive, as torch.save writes"
 
 
 def load_checkpoint(cls: type[M], path: str | Path, map_location: str | torch.device = "cpu") -> M:
@@ -123,27 +436,66 @@ def load_translator(args):
 
 
 def _first_line(err: BaseException) -> str:
+    """The first line of an error's message, without torch's advice about `_use_new_zipfile_serialization`
+    (it follows many unrelated load failures and only misleads)."""
     text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+    line = text.splitlines()[0] if text else type(err).__name__
+    if "_use_new_zipfile_serialization" in line:  # torch's "mmap can only be used with files saved with ..."
+        return "not a zip archive, as torch.save writes"
+    return line
 
 
 # DataFormatError covers CorpusFormatError; HyperparameterError is an argument out of range, raised in __init__.
 USER_ERRORS = (CheckpointError, InputError, DataNotFoundError, DataFormatError, HyperparameterError)
+# Exit statuses: bad input 2 (as argparse), an environment fault 1, a reader gone 141 (128 + SIGPIPE, as
+# `cat` gets), Ctrl-C 130.
+EXIT_USER_ERROR, EXIT_FAULT, EXIT_BROKEN_PIPE, EXIT_INTERRUPTED = 2, 1, 141, 130
+
+
+def quiet_broken_pipe() -> None:
+    """After standard output's reader went away (`... | head -1`): point file descriptor 1 at /dev/null,
+    so that the interpreter's last flush at exit neither fails nor prints "Exception ignored ...
+    BrokenPipeError"."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def exit_on_user_error(main: Callable[..., None]) -> Callable[..., None]:
-    """Decorate a script's `main`: a user error prints one line on stderr and exits with status 2;
-    anything else is a bug and keeps its traceback."""
+    """Decorate a script's `main`. A user error (`USER_ERRORS`, text that does not decode) prints one line
+    `error: ...` on stderr and exits with status 2; an environment fault (`OSError`: ENOSPC, EFBIG, EROFS,
+    EACCES, ENOENT, ENOTDIR, ...; torch's zip writer failing) one line naming the path and status 1;
+    standard output's reader gone (`BrokenPipeError`) exits quietly with status 141, as `cat` does;
+    Ctrl-C prints "interrupted", status 130. Anything else is a bug and keeps its traceback. Standard
+    output is flushed before `main`'s result is returned, so that a failing write is caught here, not
+    at the interpreter's exit."""
 
     @functools.wraps(main)
     def wrapper(*args, **kwargs):
         try:
-            return main(*args, **kwargs)
+            result = main(*args, **kwargs)
+            with writing_to("standard output"):
+                sys.stdout.flush()
+            return result
         except USER_ERRORS as err:
-            print(f"error: {err}", file=sys.stderr)
-            raise SystemExit(2) from None
+            _exit(str(err), EXIT_USER_ERROR)
+        except BrokenPipeError:
+            quiet_broken_pipe()
+            raise SystemExit(EXIT_BROKEN_PIPE) from None
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
-            raise SystemExit(130) from None
+            raise SystemExit(EXIT_INTERRUPTED) from None
+        except (OSError, UnicodeError, RuntimeError) as err:
+            message = fault_message(err)
+            if message is None:
+                raise
+            _exit(message, EXIT_USER_ERROR if isinstance(err, UnicodeError) else EXIT_FAULT)
 
     return wrapper
+
+
+def _exit(message: str, status: int):
+    with contextlib.suppress(OSError):  # stderr itself unwritable: the status still tells
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(status) from None
