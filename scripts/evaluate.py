@@ -27,16 +27,8 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` 
 
 from datamodules.corpus_readers import read_aligned  # noqa: E402
 from datamodules.errors import DataNotFoundError  # noqa: E402
-from training.loading import (  # noqa: E402
-    InputError,
-    add_engine_arguments,
-    add_weights_argument,
-    atomic_output,
-    check_engine_arguments,
-    exit_on_user_error,
-    load_translator,
-    writing_to,
-)
+from deploy.engines import add_engine_arguments, check_engine_arguments, load_translator  # noqa: E402
+from training.loading import InputError, add_weights_argument, atomic_output, exit_on_user_error, writing_to  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -29,14 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
-from training.loading import (  # noqa: E402
-    InputError,
-    add_engine_arguments,
-    check_engine_arguments,
-    exit_on_user_error,
-    load_translator,
-    writing_to,
-)
+from deploy.engines import add_engine_arguments, check_engine_arguments, load_translator  # noqa: E402
+from training.loading import InputError, exit_on_user_error, writing_to  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
