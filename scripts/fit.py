@@ -18,21 +18,33 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
-from training.callbacks import TrainingDivergedError  # noqa: E402
-from training.cli import DEFAULT_CONFIG, TransformerCLI, run_fit  # noqa: E402
-from training.loading import USER_ERRORS, exit_on_user_error  # noqa: E402
+from training import signals  # noqa: E402  (the standard library only: installed before torch loads)
+
+if __name__ == "__main__":
+    signals.install()  # from here on SIGTERM and SIGINT raise signals.Stopped (see main)
+
+with signals.exit_on_stop():
+    from training.callbacks import TrainingDivergedError
+    from training.cli import DEFAULT_CONFIG, TransformerCLI, run_fit
+    from training.loading import USER_ERRORS, exit_on_user_error
 
 
 @exit_on_user_error
 def main(args: list[str] | None = None) -> None:
     """Bad input (a missing data folder, a malformed or empty data file, an argument out of range, a
-    missing or corrupt --ckpt_path, a checkpoint of the other task) ends with one line on stderr and exit
-    status 2; a loss that becomes NaN with one line and status 1; a config error with jsonargparse's
+    GPU asked for on a machine without one, a missing or corrupt --ckpt_path, a checkpoint of the other
+    task) ends with one line on stderr and exit status 2; a loss that becomes NaN with one line and
+    status 1; a full disk or an unwritable folder with one line naming the path and status 1
+    (`exit_on_user_error`); SIGTERM or SIGINT with a checkpoint at the end of the step and one line
+    saying how to resume, status 143 or 130 (training/signals.py); a config error with jsonargparse's
     usage message and status 2."""
+    script = sys.argv[0] if args is None else "scripts/fit.py"
     args = list(sys.argv[1:] if args is None else args)
+    given = list(args)
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter")  # we pass sys.argv on purpose
     if not any(a == "-c" or a.startswith("--config") for a in args):
         args = ["--config", str(DEFAULT_CONFIG)] + args
+    cli = None
     try:
         try:
             cli = TransformerCLI(args=args)
@@ -52,8 +64,28 @@ def main(args: list[str] | None = None) -> None:
             raise causes[-1] from None
         run_fit(cli)
     except TrainingDivergedError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {err}; {_last_kept(cli)}", file=sys.stderr)
         raise SystemExit(1) from None
+    except signals.Stopped as stop:
+        signals.restore_defaults()
+        trainer = cli.trainer if cli is not None else None
+        callback = trainer.checkpoint_callback if trainer is not None else None
+        if stop.step is None and trainer is not None and trainer.global_step > 0:
+            stop.epoch, stop.step = trainer.current_epoch, trainer.global_step
+        if trainer is None or trainer.is_global_zero:
+            last = getattr(callback, "last_model_path", None)
+            print(signals.stop_message(stop, last, signals.resume_command(given, script)), file=sys.stderr, flush=True)
+        raise SystemExit(stop.exit_status) from None
+
+
+def _last_kept(cli) -> str:
+    """After a NaN loss: which checkpoint is now the last one (`BestAndLastCheckpoint` went back to the
+    one before the weights whose loss was not finite)."""
+    callback = cli.trainer.checkpoint_callback if cli is not None else None
+    if callback is None or not getattr(callback, "last_model_path", ""):
+        return "no checkpoint of this run was kept"
+    step = getattr(callback, "last_step", None)
+    return f"the last checkpoint is {callback.last_model_path}" + (f" (step {step}, its loss was finite)" if step else "")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,11 @@
 - `BestAndLastCheckpoint`: Lightning's `ModelCheckpoint`, with `last.ckpt` kept up to date again and
   ties between scores going to the later checkpoint.
 - `FiniteLossCheck`: stop with one clear line when the training loss becomes NaN or infinite.
+- `StopOnSignal`: SIGTERM or SIGINT while training stops the run at the end of the step, with
+  `last.ckpt` written there (`training/signals.py`).
 - `AtomicCheckpointIO`: a checkpoint is written to a temporary file and renamed over the old one,
-  so an interrupted save never leaves a truncated `last.ckpt` in place of a good one.
+  so an interrupted save never leaves a truncated `last.ckpt` in place of a good one; a failed write
+  (full disk, read-only folder) is one `OutputError` naming the checkpoint.
 - `LogConfigCallback`: the full resolved config saved next to the logs and sent to W&B.
 - `EMA`: an exponential moving average of the weights (`--ema_decay`), validated, checkpointed and
   tested in place of the training weights.
@@ -18,6 +21,8 @@ from __future__ import annotations
 
 import os
 import random
+import re
+import signal
 import statistics
 import time
 from pathlib import Path
@@ -32,6 +37,9 @@ from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
+
+from . import signals
+from .loading import OutputError, atomic_torch_save, write_fault
 
 
 class StepTimer(Callback):
@@ -115,7 +123,19 @@ class BestAndLastCheckpoint(ModelCheckpoint):
     equally good checkpoints the best one, as fairseq's `checkpoint_best.pt` does (`is_better` is
     `a >= b` in fairseq/checkpoint_utils.py); Lightning keeps the earliest (`ties="earlier"`). Coarse
     metrics tie often (accuracy on 500 images moves in steps of 0.2 %), and the earliest of a run of
-    equal scores is the checkpoint that has trained and averaged least."""
+    equal scores is the checkpoint that has trained and averaged least.
+
+    It also owns what happens to its files when training stops early:
+    - SIGTERM or SIGINT (`training/signals.py`): at the end of the step the signal arrived in (after
+      the epoch's end and its validation, when the step ends an epoch), `last.ckpt` is written if it
+      was not at that step, and `signals.Stopped` is raised.
+    - A loss that is not finite (`FiniteLossCheck`): the weights of a checkpoint show their loss only
+      at the next step, so the previous `last.ckpt` is kept (a hard link, `.last.ckpt.prev-<pid>`)
+      until the next one is written; when the loss of the weights in `last.ckpt` is NaN or infinite,
+      that previous one becomes `last.ckpt` again. `last.ckpt` thus always holds weights whose
+      training loss was seen finite (with the check on every step, its default).
+    - At the start of fitting, temporary files that killed runs left in its folder are removed
+      (`remove_stale_temporaries`)."""
 
     def __init__(self, *args: Any, ties: Literal["later", "earlier"] = "later", **kwargs: Any) -> None:
         if ties not in ("later", "earlier"):
@@ -123,6 +143,16 @@ class BestAndLastCheckpoint(ModelCheckpoint):
         super().__init__(*args, **kwargs)
         self.ties = ties
         self._logged_at_step: int | None = None  # when a loop last logged the monitored metric
+        self._fitting = True
+        self.last_step: int | None = None  # the global step of the weights in last_model_path, when written by this run
+        self._previous_last: tuple[str, int | None, str | None] | None = None  # (path, step, kept hard link)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        self._fitting = stage == "fit"
+        if self._fitting and trainer.is_global_zero and self.dirpath and "://" not in str(self.dirpath):
+            check_writable(self.dirpath, "last.ckpt")
+            remove_stale_temporaries(self.dirpath)
 
     def check_monitor_top_k(self, trainer: L.Trainer, current: torch.Tensor | None = None) -> bool:
         if super().check_monitor_top_k(trainer, current):
@@ -155,6 +185,7 @@ class BestAndLastCheckpoint(ModelCheckpoint):
         super().on_train_epoch_end(trainer, pl_module)
         if self._should_save_on_train_epoch_end(trainer):
             self._save_last_if_missed(trainer)
+        self._stop_if_signalled(trainer)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._note_if_logged(trainer)
@@ -163,6 +194,10 @@ class BestAndLastCheckpoint(ModelCheckpoint):
             self._save_last_if_missed(trainer)
 
     def load_state_dict(self, state_dict: dict) -> None:
+        # `trainer.test(ckpt_path="best")` loads the best checkpoint's callback states too: its idea of
+        # the last checkpoint (none yet, after a one-epoch run) would replace this run's in the summary.
+        if not self._fitting:
+            return
         # A resumed run writes to a new folder, and Lightning then forgets the best score so far: the
         # resumed run's first validation would become "the best" whatever the earlier epochs scored.
         # The scores carry over; Lightning never removes a file outside the current folder, so the
@@ -182,6 +217,11 @@ class BestAndLastCheckpoint(ModelCheckpoint):
             and self.monitor not in self._monitor_candidates(trainer)
         ):
             self._save_last_if_missed(trainer)
+        # A step followed by validation (the epoch's last, or val_check_interval's) stops after it: a
+        # run resumed from a checkpoint written here would skip that validation (Lightning's rule).
+        loop = trainer.fit_loop.epoch_loop
+        if not (loop._num_ready_batches_reached() or loop._should_check_val_fx(trainer.fit_loop._data_fetcher)):
+            self._stop_if_signalled(trainer)
 
     def _save_topk_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict[str, torch.Tensor]) -> None:
         # A metric computed every n epochs (val/bleu with bleu_every_n_epochs > 1) is absent until its
@@ -194,6 +234,70 @@ class BestAndLastCheckpoint(ModelCheckpoint):
         # `_should_skip_saving_checkpoint` is also true when a checkpoint was already saved at this step.
         if self.save_last and not self._should_skip_saving_checkpoint(trainer):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def _save_last_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict[str, torch.Tensor]) -> None:
+        if not self.save_last:
+            return
+        # Keep the last checkpoint until the new one's weights have shown a finite loss (see the class's
+        # docstring): a hard link costs no copy, only the old file's space until the next save. The last
+        # checkpoint of a resumed run lies in the earlier run's folder, which nothing here overwrites.
+        self._drop_previous_last()
+        previous, kept = self.last_model_path, None
+        if previous and trainer.is_global_zero and os.path.isfile(previous):
+            if os.path.samefile(os.path.dirname(previous), self.dirpath):
+                kept = _temporary_name(previous, "prev")
+                try:
+                    os.link(previous, kept)
+                except OSError:  # no hard links on this file system: no going back
+                    kept = None
+            self._previous_last = (previous, self.last_step, kept)
+        super()._save_last_checkpoint(trainer, monitor_candidates)
+        self.last_step = trainer.global_step
+
+    def _drop_previous_last(self) -> None:
+        if self._previous_last and self._previous_last[2]:
+            Path(self._previous_last[2]).unlink(missing_ok=True)
+        self._previous_last = None
+
+    def _go_back_to_previous_last(self, trainer: L.Trainer) -> None:
+        """`last.ckpt` holds the weights whose loss was just found NaN or infinite: the one before it
+        (or none) becomes the last checkpoint again."""
+        diverged = self.last_model_path
+        if not diverged or self.last_step != trainer.global_step or not trainer.is_global_zero:
+            return
+        path, step, kept = self._previous_last or ("", None, None)
+        same = bool(path) and os.path.abspath(path) == os.path.abspath(diverged)
+        if kept:
+            os.replace(kept, path)
+        elif same:
+            path = ""  # overwritten, and no link kept: nothing to go back to
+        if not (kept and same):
+            Path(diverged).unlink(missing_ok=True)
+        self._previous_last = None
+        self.last_model_path, self.last_step = (path, step) if path and os.path.isfile(path) else ("", None)
+
+    def _stop_if_signalled(self, trainer: L.Trainer) -> None:
+        """At the end of a step: after SIGTERM or SIGINT, write last.ckpt (unless it was written at this
+        step) and stop. Every rank stops at the same step (a rank that got no signal follows one that did)."""
+        signum = signals.received()
+        if not trainer.strategy.reduce_boolean_decision(signum is not None, all=False):
+            return
+        if self.last_step != trainer.global_step:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        signals.forget()
+        written = self.last_model_path if self.last_step == trainer.global_step else None
+        raise signals.Stopped(signum or signal.SIGTERM, trainer.current_epoch, trainer.global_step, written)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        if isinstance(exception, TrainingDivergedError):
+            self._go_back_to_previous_last(trainer)  # and no save_on_exception of a diverged model
+            return
+        self._drop_previous_last()
+        super().on_exception(trainer, pl_module, exception)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_end(trainer, pl_module)
+        self._drop_previous_last()
 
 
 class LoaderStateRestore(Callback):
@@ -235,11 +339,27 @@ class FiniteLossCheck(Callback):
             )
 
 
+class StopOnSignal(Callback):
+    """While training, the first SIGTERM or SIGINT is only noted (`training/signals.py`);
+    `BestAndLastCheckpoint` acts on it at the end of the step. Outside training, and for a second
+    signal, the signal stops the run at once."""
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        signals.defer_while_training()
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        signals.stop_deferring()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        signals.stop_deferring()
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
     """`TorchCheckpointIO` that writes `<dir>/.<name>.tmp-<pid>`, flushes it to disk and renames it
     onto `<name>` (`os.replace` is atomic within a file system): a reader, or a resume after a crash,
-    sees the old checkpoint or the new one, never half of one. Remote paths (s3://…) keep the
-    default behaviour."""
+    sees the old checkpoint or the new one, never half of one. A write that fails (full disk, file-size
+    limit, read-only folder, a file where a folder should be) removes the temporary file and raises
+    `loading.OutputError` naming the checkpoint. Remote paths (s3://…) keep the default behaviour."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         if storage_options is not None:
@@ -247,16 +367,64 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if "://" in str(path):
             return super().save_checkpoint(checkpoint, path, storage_options)
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         try:
-            with open(tmp, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise OutputError(write_fault(err, path), err.errno) from None
+        atomic_torch_save(checkpoint, path)
+
+
+_TEMPORARY = re.compile(r"^\..+\.(?:tmp|prev)-(\d+)$")
+
+
+def _temporary_name(path: str | Path, kind: str) -> Path:
+    """`<dir>/.<name>.<kind>-<pid>`: hidden, so that no glob for checkpoints (`last*.ckpt`) finds it."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{kind}-{os.getpid()}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: str | Path) -> list[Path]:
+    """Remove the files that saves of dead processes left in `folder`: `.<name>.tmp-<pid>` of an atomic
+    save killed mid-write (SIGKILL, power loss), `.<name>.prev-<pid>` kept for going back after a NaN.
+    A live process's files are left alone, except this process's own: nothing is being saved yet, so
+    they are an earlier process's that had the same pid (in a container, each run may get the same
+    one). Returns the removed paths."""
+    folder, removed = Path(folder), []
+    if not folder.is_dir():
+        return removed
+    for path in folder.iterdir():
+        match = _TEMPORARY.match(path.name)
+        if match and path.is_file() and (int(match[1]) == os.getpid() or not _alive(int(match[1]))):
+            try:
+                path.unlink()
+            except OSError:  # a read-only folder: its writability is checked, and reported, on its own
+                continue
+            removed.append(path)
+    return removed
+
+
+def check_writable(folder: str | Path, name: str) -> None:
+    """Make `folder` and write a file there, so that a read-only place, or a path under a regular file,
+    is one `OutputError` (naming `folder/name`, the file to come) before training rather than after
+    its first epoch."""
+    folder = Path(folder)
+    probe = _temporary_name(folder / "write-check", "tmp")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.open("wb").close()
+        probe.unlink()
+    except OSError as err:
+        raise OutputError(write_fault(err, folder / name), err.errno) from None
 
 
 class LogConfigCallback(SaveConfigCallback):
@@ -266,6 +434,15 @@ class LogConfigCallback(SaveConfigCallback):
     run config). Rank zero only: Lightning calls `save_config` there."""
 
     FILENAME = "lightning_config.yaml"
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # jsonargparse refuses an unwritable log folder with a traceback of its own ("not creatable since
+        # parent directory not writable"): the same check first, as one line naming the folder.
+        if not self.already_saved and self.save_to_log_dir:
+            log_dir = trainer.log_dir  # a broadcast: every rank asks
+            if trainer.is_global_zero and log_dir and "://" not in str(log_dir):
+                check_writable(log_dir, self.config_filename)
+        super().setup(trainer, pl_module, stage)
 
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]

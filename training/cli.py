@@ -10,7 +10,11 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from datamodules.errors import HyperparameterError
+
+from . import signals
 from .callbacks import (
     EMA,
     AtomicCheckpointIO,
@@ -20,6 +24,8 @@ from .callbacks import (
     LogConfigCallback,
     RngStateCallback,
     StepTimer,
+    StopOnSignal,
+    remove_stale_temporaries,
 )
 from .loading import CheckpointError, read_checkpoint
 from .loggers import AutoWandbLogger, WandbRunId, continue_wandb_run, run_dir, sync_command
@@ -36,7 +42,7 @@ class TransformerCLI(LightningCLI):
     """Every recipe gets, without a line of YAML: W&B logging that goes offline by itself
     (`--trainer.logger CSVLogger` / `TensorBoardLogger` switch it), best and last checkpoints
     (`--checkpoint.*`), RNG states in checkpoints for an exact resume, a stop with one line on a NaN
-    loss, and checkpoints written atomically."""
+    loss, a stop with a checkpoint on SIGTERM or SIGINT, and checkpoints written atomically."""
 
     def __init__(self, args=None, **kwargs):
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
@@ -44,7 +50,8 @@ class TransformerCLI(LightningCLI):
         trainer_defaults = kwargs.setdefault("trainer_defaults", {})
         # Persistent callbacks: always present, whatever --trainer.callbacks adds.
         trainer_defaults.setdefault(
-            "callbacks", [RngStateCallback(), LoaderStateRestore(), FiniteLossCheck(), WandbRunId(), StepTimer()]
+            "callbacks",
+            [RngStateCallback(), LoaderStateRestore(), FiniteLossCheck(), WandbRunId(), StepTimer(), StopOnSignal()],
         )
         args = _default_logger_save_dir(list(sys.argv[1:] if args is None else args))
         super().__init__(
@@ -102,6 +109,7 @@ class TransformerCLI(LightningCLI):
         decay = config.get("ema_decay")
         if decay is not None and not 0.0 < decay < 1.0:
             self.parser.error(f"--ema_decay must lie strictly between 0 and 1 (or be null), got {decay}")
+        check_accelerator(config.trainer.get("accelerator"))
         root = config.trainer.get("default_root_dir") or "."
         loggers = config.trainer.get("logger")
         for logger in loggers if isinstance(loggers, list) else [loggers]:
@@ -113,7 +121,11 @@ class TransformerCLI(LightningCLI):
                 init_args["group"] = Path(str(config.config[0])).stem
 
     def instantiate_trainer(self, **kwargs) -> L.Trainer:
-        trainer = super().instantiate_trainer(**kwargs)
+        try:
+            trainer = super().instantiate_trainer(**kwargs)
+        except MisconfigurationException as err:
+            # Devices the machine lacks (`--trainer.devices 4` on one GPU, ...): Lightning's message, first line.
+            raise HyperparameterError(f"Trainer: {str(err).strip().splitlines()[0]}") from None
         decay = self.config_init.get("ema_decay")
         if decay is not None:
             trainer.callbacks.insert(0, EMA(decay=decay))  # ahead of the ModelCheckpoints, which must run last
@@ -121,6 +133,24 @@ class TransformerCLI(LightningCLI):
         if trainer.strategy._checkpoint_io is None:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return trainer
+
+
+def check_accelerator(accelerator) -> None:
+    """A GPU asked for on a machine without one is one line before any data is read, rather than
+    Lightning's `MisconfigurationException` and its traceback once the trainer is built."""
+    if not isinstance(accelerator, str) or accelerator.lower() not in ("gpu", "cuda"):
+        return
+    import torch
+
+    if accelerator.lower() == "gpu" and torch.backends.mps.is_available():
+        return
+    if not torch.cuda.is_available():
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "no CUDA support"
+        raise HyperparameterError(
+            f"--trainer.accelerator {accelerator}: no CUDA GPU is available on this machine "
+            f"(torch {torch.__version__}, built with {build}, finds none); use --trainer.accelerator cpu, "
+            "or auto to take a GPU where there is one"
+        )
 
 
 def _default_logger_save_dir(args: list[str]) -> list[str]:
@@ -145,6 +175,8 @@ def run_fit(cli: TransformerCLI) -> None:
     ckpt_path = resolve_ckpt_path(cli.config.ckpt_path, trainer)
     if ckpt_path is not None:
         state = check_resume_checkpoint(ckpt_path, model)
+        if state is not None and trainer.is_global_zero:
+            remove_stale_temporaries(Path(ckpt_path).parent)  # the resumed run's, if it was killed mid-save
         run_id = continue_wandb_run(trainer.loggers, state) if state is not None else None
         if run_id:
             rank_zero_info(f"Continuing W&B run {run_id}")
@@ -152,6 +184,11 @@ def run_fit(cli: TransformerCLI) -> None:
     start = time.monotonic()
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
     fit_seconds = time.monotonic() - start
+    if signals.received() is not None:  # noted in the last moments of training: stop before testing
+        callback = trainer.checkpoint_callback
+        written = callback.last_model_path if isinstance(callback, BestAndLastCheckpoint) else None
+        at_end = written and callback.last_step == trainer.global_step
+        raise signals.Stopped(signals.received(), trainer.current_epoch, trainer.global_step, written if at_end else None)
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if cli.config.test and _has_split(datamodule, "test_dataloader"):
         trainer.test(model, datamodule=datamodule, ckpt_path="best" if best else None)

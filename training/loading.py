@@ -88,6 +88,8 @@ _TORCH_WRITE_FAILURE = ("inline_container.cc", "PytorchStreamWriter", "unexpecte
 
 def _reason(err: OSError) -> str:
     code = err.errno
+    if code is None and err.args and isinstance(err.args[0], str):  # OSError("message"): it says itself
+        return err.args[0]
     words = _REASONS.get(code) or (err.strerror or type(err).__name__).lower()
     name = errno.errorcode.get(code) if code is not None else None
     return f"{words} ({name})" if name else words
@@ -151,8 +153,6 @@ def fault_message(err: BaseException, path: str | Path | None = None) -> str | N
         where = f"{path}: " if path is not None else ""
         return f"{where}cannot encode {err.object[err.start : err.end]!r} as {err.encoding}; set PYTHONIOENCODING=utf-8"
     if isinstance(err, OSError):
-        if err.errno is None and err.args and isinstance(err.args[0], str):  # one that says itself what went wrong
-            return str(err)
         if path is not None:
             return f"{path}: {_reason(err)}"
         names = [str(n) for n in (err.filename, err.filename2) if n is not None]

@@ -1,0 +1,470 @@
+"""Faults while scripts/fit.py trains, generated for real in a subprocess on the toy recipe: SIGTERM and
+SIGINT (to the process and to its process group, W&B on and off, at random moments and during a
+checkpoint save), SLURM's requeue signal, a full disk (RLIMIT_FSIZE), a read-only root directory and
+one under a regular file, a GPU asked for where there is none, a loss that becomes NaN with per-step
+checkpoints, and the temporary files of killed saves. Each ends with one line on stderr, no
+traceback, the exit status it should have, and every earlier checkpoint byte for byte as it was."""
+
+import hashlib
+import json
+import os
+import random
+import resource
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from tests.helpers import ENV, FIT, ROOT, fit, run
+
+QUIET = ["--trainer.enable_progress_bar", "false"]
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+class WaitForSignalAt(Callback):
+    """Test helper, loaded by scripts/fit.py through --trainer.callbacks: after optimizer step `step`,
+    write `marker` and wait (a minute at most) until a SIGTERM or SIGINT has been noted, so that the
+    test's signal lands in that very step."""
+
+    def __init__(self, step: int, marker: str):
+        self.step, self.marker = step, marker
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        from training import signals
+
+        if trainer.global_step == self.step:
+            Path(self.marker).write_text(f"{trainer.current_epoch} {batch_idx}")
+            deadline = time.monotonic() + 60
+            while signals.received() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+
+
+class SignalDuringSave(Callback):
+    """Test helper: the `n`-th checkpoint save writes half the file, records the sha256 of every
+    checkpoint in its folder in `record`, sends this process SIGTERM `times` times, then writes the rest."""
+
+    def __init__(self, n: int, times: int, record: str):
+        self.n, self.times, self.record = n, times, record
+
+    def setup(self, trainer, pl_module, stage):
+        real_save, calls = torch.save, [0]
+
+        def save(obj, f, *args, **kwargs):
+            calls[0] += 1
+            if calls[0] != self.n:
+                return real_save(obj, f, *args, **kwargs)
+            import io
+
+            buffer = io.BytesIO()
+            real_save(obj, buffer)
+            data = buffer.getvalue()
+            f.write(data[: len(data) // 2])
+            f.flush()
+            Path(self.record).write_text(json.dumps(hashes(Path(f.name).parent)))
+            for _ in range(self.times):
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.01)  # the handler runs here; a second signal raises out of this save
+            f.write(data[len(data) // 2 :])
+
+        torch.save = save
+
+
+class ScaleWeightsAt(Callback):
+    """Test helper: after optimizer step `step` (before that step's checkpoint is written: checkpoint
+    callbacks run last), multiply every weight by 1e30; finite, enormous weights whose loss is not."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            with torch.no_grad():
+                for p in pl_module.parameters():
+                    p.mul_(1e30)
+
+
+def callback_arg(cls: type, **init_args) -> str:
+    spec = {"class_path": f"tests.test_faults_fit.{cls.__name__}", "init_args": init_args}
+    return f"--trainer.callbacks+={json.dumps(spec)}"
+
+
+def hashes(folder: Path) -> dict[str, str]:
+    """sha256 of every file under `folder` (checkpoints, temporary files), by path relative to it."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(Path(folder).rglob("*"))
+        if p.is_file()
+    }
+
+
+def temporaries(folder: Path) -> list[Path]:
+    return [p for p in Path(folder).rglob(".*") if ".tmp-" in p.name or ".prev-" in p.name]
+
+
+def one_line(result: subprocess.CompletedProcess | tuple, start: str) -> str:
+    """No traceback; exactly one line starting with `start`, the last thing on stderr."""
+    stderr = result.stderr if hasattr(result, "stderr") else result[1]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    lines = [line for line in stderr.splitlines() if line.startswith(start)]
+    assert len(lines) == 1, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == lines[0], stderr[-3000:]
+    return lines[0]
+
+
+def start(root: Path, *extra: str, env: dict | None = None, **kwargs) -> subprocess.Popen:
+    cmd = [*FIT, *extra, "--trainer.default_root_dir", str(root), *QUIET]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env or ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
+    try:
+        _, stderr = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, stderr
+
+
+# ---------------------------------------------------------------------------------------------- SIGTERM, SIGINT
+
+# 3 epochs of 16 steps; an EMA of the weights, so that the average too must resume exactly.
+COMMON = ["--trainer.max_epochs", "3", "--test", "false", "--ema_decay", "0.9"]
+CSV = ["--trainer.logger", "CSVLogger"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("uninterrupted")
+    result = fit(root, *COMMON, *CSV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return torch.load(next(root.rglob("last.ckpt")), weights_only=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "signum, to_group, logger",
+    [(signal.SIGTERM, False, CSV), (signal.SIGTERM, True, []), (signal.SIGINT, False, CSV)],
+    ids=["sigterm-pid-csv", "sigterm-group-wandb", "sigint-pid-csv"],
+)
+def test_signal_mid_epoch_writes_a_checkpoint_that_resumes_exactly(tmp_path, uninterrupted, signum, to_group, logger):
+    # The signal lands in step 22 (epoch 1, mid-epoch); the run stops at that step's end with last.ckpt
+    # written there and one line that says how to resume; the resumed run ends bit-identical to one
+    # never interrupted.
+    root, marker = tmp_path / "run", tmp_path / "at-step"
+    args = [*COMMON, *logger, callback_arg(WaitForSignalAt, step=22, marker=str(marker))]
+    proc = start(root, *args, start_new_session=to_group)
+    wait_for(marker, proc)
+    if to_group:
+        os.killpg(proc.pid, signum)  # as SLURM does; W&B's service process gets it too
+    else:
+        os.kill(proc.pid, signum)
+    status, stderr = finish(proc)
+    assert status == 128 + signum, stderr[-3000:]
+    line = one_line((status, stderr), "stopped by ")
+    epoch, batch_idx = map(int, marker.read_text().split())
+    (written,) = [p for p in root.rglob("last.ckpt")]
+    name = signal.Signals(signum).name
+    assert line.startswith(f"stopped by {name} at epoch 1 step 22; checkpoint written to {written}; resume with: python "), line
+    state = torch.load(written, weights_only=True)
+    assert state["global_step"] == 22
+    assert state["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [{"epoch": 1, "batches_yielded": batch_idx + 1}]
+    assert not temporaries(root)
+
+    # The printed command, run as printed (our interpreter for "python"), resumes it.
+    command = shlex.split(line.split("resume with: ", 1)[1])
+    assert command[-2:] == ["--ckpt_path", "last"] and command[1] == FIT[1]
+    resumed = run([sys.executable, *command[1:]])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = torch.load(max(root.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime), weights_only=True)
+    assert final["global_step"] == uninterrupted["global_step"] == 48
+    for key in ("state_dict", "current_model_state", "averaging_state"):
+        a, b = uninterrupted[key], final[key]
+        assert a.keys() == b.keys()
+        assert not [k for k in a if not torch.equal(a[k], b[k])], f"resumed run differs in {key}"
+
+
+def test_sigterm_while_starting_up_is_one_line(tmp_path):
+    # One second in, the script is still importing torch and Lightning.
+    proc = start(tmp_path, "--trainer.max_epochs", "1")
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    status, stderr = finish(proc)
+    assert status == 143, stderr[-3000:]
+    line = one_line((status, stderr), "stopped by ")
+    assert line == "stopped by SIGTERM before the first training step; no checkpoint was written"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("times", [1, 2], ids=["once", "twice"])
+def test_sigterm_during_a_checkpoint_save(tmp_path, times):
+    # Per-step checkpoints; the 3rd save (last.ckpt at step 3) is half written when the signal comes.
+    # Once: the save completes and the run stops at the end of step 3 with it. Twice: the second signal
+    # stops the run at once, inside the save; the temporary file is removed, and last.ckpt of step 2 is
+    # byte for byte what it was.
+    record = tmp_path / "before.json"
+    args = ["--trainer.logger", "false", "--checkpoint.every_n_train_steps", "1", "--trainer.max_epochs", "1"]
+    result = fit(tmp_path, *args, callback_arg(SignalDuringSave, n=3, times=times, record=str(record)))
+    assert result.returncode == 143, result.stderr[-3000:]
+    line = one_line(result, "stopped by ")
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    assert not temporaries(tmp_path)
+    if times == 1:
+        assert line.startswith(f"stopped by SIGTERM at epoch 0 step 3; checkpoint written to {last}; resume with: "), line
+        assert torch.load(last, weights_only=True)["global_step"] == 3
+    else:
+        assert line.startswith(
+            f"stopped by SIGTERM at epoch 0 step 3, at once: no checkpoint at the signal; the last checkpoint is {last}; "
+        ), line
+        before = {k: v for k, v in json.loads(record.read_text()).items() if ".tmp-" not in k and ".prev-" not in k}
+        assert before == hashes(last.parent) and torch.load(last, weights_only=True)["global_step"] == 2
+    resumed = fit(tmp_path, *args, "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert torch.load(last, weights_only=True)["global_step"] == 16
+
+
+@pytest.mark.slow
+def test_sigterm_at_random_moments_leaves_whole_checkpoints(tmp_path):
+    # A checkpoint every step, so that many signals land in a save; one signal, or two in quick
+    # succession. Whatever the moment: status 143, one line, every checkpoint whole, no temporary file,
+    # and the checkpoint the line names is at the step it names.
+    rng = random.Random(0)
+    args = ["--trainer.logger", "false", "--checkpoint.every_n_train_steps", "1", "--trainer.max_epochs", "1000"]
+    for trial in range(4):
+        root = tmp_path / str(trial)
+        proc = start(root, *args)
+        wait_for(root / "checkpoints" / "last.ckpt", proc)
+        time.sleep(rng.uniform(0.0, 1.5))
+        proc.send_signal(signal.SIGTERM)
+        if trial % 2:
+            time.sleep(rng.uniform(0.0, 0.05))
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        status, stderr = finish(proc)
+        assert status == 143, stderr[-3000:]
+        line = one_line((status, stderr), "stopped by SIGTERM at epoch ")
+        assert not temporaries(root), line
+        for path in root.rglob("*.ckpt"):
+            torch.load(path, weights_only=True)
+        if "; checkpoint written to " in line:
+            step = int(line.split(" step ", 1)[1].split(";")[0])
+            path = line.split("; checkpoint written to ", 1)[1].split(";")[0]
+            assert torch.load(path, weights_only=True)["global_step"] == step, line
+
+
+@pytest.mark.slow
+def test_slurm_requeue_signal_still_works(tmp_path):
+    # Under SLURM with auto-requeue (Lightning's default there), SIGUSR1 makes Lightning save
+    # hpc_ckpt_1.ckpt and run `scontrol requeue <job>`; the SIGTERM that follows stops the run as anywhere.
+    bin_dir, calls = tmp_path / "bin", tmp_path / "scontrol-calls"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    slurm = {
+        "SLURM_NTASKS": "1",
+        "SLURM_NTASKS_PER_NODE": "1",
+        "SLURM_NNODES": "1",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NAME": "fit",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0",
+        "SLURM_NODELIST": "localhost",
+    }
+    env = {**ENV, **slurm, "PATH": f"{bin_dir}{os.pathsep}{ENV['PATH']}"}
+    root, marker = tmp_path / "run", tmp_path / "at-step"
+    proc = start(root, *CSV, "--trainer.max_epochs", "3", callback_arg(WaitForSignalAt, step=20, marker=str(marker)), env=env)
+    wait_for(marker, proc)
+    proc.send_signal(signal.SIGUSR1)
+    wait_for(calls, proc)
+    proc.send_signal(signal.SIGTERM)
+    status, stderr = finish(proc)
+    assert status == 143, stderr[-3000:]
+    line = one_line((status, stderr), "stopped by ")
+    assert calls.read_text().split() == ["requeue", "4242"]
+    assert torch.load(root / "hpc_ckpt_1.ckpt", weights_only=True)["global_step"] == 20
+    assert line.startswith("stopped by SIGTERM at epoch 1 step 20; checkpoint written to "), line
+
+
+def test_resume_command_replaces_an_earlier_ckpt_path():
+    from training.signals import resume_command
+
+    assert resume_command(["--config", "a b.yaml", "--ckpt_path", "x.ckpt", "--ckpt_path=y"]) == (
+        "python scripts/fit.py --config 'a b.yaml' --ckpt_path last"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- disk full, unwritable
+
+
+def _earlier_run(root: Path) -> dict[str, str]:
+    """One epoch of 2 steps, checkpoints in root/checkpoints (no logger): their hashes."""
+    result = fit(root, "--trainer.logger", "false", "--trainer.limit_train_batches", "2", "--trainer.max_epochs", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    before = hashes(root / "checkpoints")
+    assert set(before) == {"last.ckpt", "epoch000-step2.ckpt"}, before
+    return before
+
+
+def _resume_args() -> list[str]:
+    return ["--trainer.logger", "false", "--trainer.limit_train_batches", "2", "--trainer.max_epochs", "3", "--ckpt_path", "last"]
+
+
+@pytest.mark.slow
+def test_disk_full_while_saving_is_one_line_and_keeps_earlier_checkpoints(tmp_path):
+    # A file-size limit of 1 MB (the checkpoints are 2 MB): the first save of the resumed run fails
+    # half-way, as on a full disk. SIGXFSZ ignored, so that the write gets EFBIG instead of a core dump.
+    before = _earlier_run(tmp_path)
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    result = run([*FIT, *_resume_args(), "--trainer.default_root_dir", str(tmp_path), *QUIET], preexec_fn=limit)
+    assert result.returncode == 1, result.stderr[-3000:]
+    line = one_line(result, "error:")
+    assert line.startswith(f"error: cannot write {tmp_path / 'checkpoints'}/epoch001-step4.ckpt: "), line
+    assert "file-size limit" in line and "EFBIG" in line
+    assert "_use_new_zipfile_serialization" not in line
+    assert hashes(tmp_path / "checkpoints") == before  # earlier checkpoints intact, no temporary file left
+
+
+def _without_root_powers() -> list[str]:
+    """A command prefix under which root obeys file modes (it writes into read-only folders otherwise):
+    `setpriv` drops the capabilities that override them. Empty when not root."""
+    if os.geteuid() != 0:
+        return []
+    prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--"]
+    try:
+        probe = subprocess.run([*prefix, "true"], capture_output=True)
+    except OSError as err:
+        pytest.skip(f"running as root, and setpriv is not there to drop root's power over file modes: {err}")
+    if probe.returncode != 0:
+        pytest.skip(f"running as root, and setpriv cannot drop root's power over file modes: {probe.stderr!r}")
+    return prefix
+
+
+@pytest.mark.slow
+def test_read_only_root_dir_is_one_line_before_training(tmp_path):
+    # The root directory of an earlier run, read-only now; the resumed run stops before training.
+    root = tmp_path / "run"
+    before = _earlier_run(root)
+    prefix = _without_root_powers()
+    for folder in (root / "checkpoints", root):
+        folder.chmod(0o555)
+    try:
+        result = run([*prefix, *FIT, *_resume_args(), "--trainer.default_root_dir", str(root), *QUIET])
+    finally:
+        for folder in (root, root / "checkpoints"):
+            folder.chmod(0o755)
+    assert result.returncode == 1, result.stderr[-3000:]
+    line = one_line(result, "error:")
+    assert str(root) in line and "permission denied (EACCES)" in line, line
+    assert "step 4" not in result.stderr  # stopped before training
+    assert hashes(root / "checkpoints") == before
+
+
+@pytest.mark.parametrize("logger", ["false", "CSVLogger", "wandb"])
+def test_root_dir_under_a_regular_file_is_one_line(tmp_path, logger):
+    (tmp_path / "a-file").write_text("not a folder\n")
+    root = tmp_path / "a-file" / "run"
+    extra = [] if logger == "wandb" else ["--trainer.logger", logger]
+    result = fit(root, *extra, "--trainer.max_epochs", "1")
+    assert result.returncode == 1, result.stderr[-3000:]
+    line = one_line(result, "error:")
+    assert str(tmp_path / "a-file") in line and "ENOTDIR" in line, line
+    assert (tmp_path / "a-file").read_text() == "not a folder\n"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+def test_gpu_asked_for_without_one_is_one_line(tmp_path):
+    result = fit(tmp_path, "--trainer.accelerator", "gpu")
+    assert result.returncode == 2, result.stderr[-3000:]
+    line = one_line(result, "error:")
+    assert line.startswith("error: --trainer.accelerator gpu: no CUDA GPU is available on this machine ("), line
+    assert not list(tmp_path.rglob("*"))  # stopped before anything was written
+
+
+# ---------------------------------------------------------------------------------------------- NaN, summary, leftovers
+
+
+def test_nan_loss_with_per_step_checkpoints_keeps_the_last_finite_one(tmp_path):
+    # Step 5's weights are finite but enormous: the last.ckpt of step 5 holds them, and the loss of
+    # step 6 is not finite. last.ckpt must go back to step 4, whose weights made a finite loss.
+    result = fit(
+        tmp_path,
+        "--trainer.logger",
+        "false",
+        "--checkpoint.every_n_train_steps",
+        "1",
+        callback_arg(ScaleWeightsAt, step=5),
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    line = one_line(result, "error:")
+    assert "at step 5 (epoch 0)" in line and line.endswith(f"the last checkpoint is {last} (step 4, its loss was finite)"), line
+    state = torch.load(last, weights_only=True)
+    assert state["global_step"] == 4
+    assert max(v.abs().max().item() for v in state["state_dict"].values() if v.is_floating_point()) < 1e3
+    assert [p.name for p in last.parent.iterdir()] == ["last.ckpt"]  # no kept copy left behind
+
+
+@pytest.mark.slow
+def test_one_epoch_summary_names_the_last_checkpoint(tmp_path):
+    # MNIST has a test split: after fitting, the best checkpoint is tested, and loading it must not
+    # replace what the summary knows of the last one.
+    from tests.test_workflow import _recipe
+
+    result = fit(tmp_path / "run", *_recipe("mnist", tmp_path / "data"), *CSV, "--trainer.max_epochs", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(next((tmp_path / "run").rglob("summary.json")).read_text())
+    (last,) = (tmp_path / "run").rglob("last.ckpt")
+    assert summary["last_checkpoint"] == str(last) and summary["test"], summary
+
+
+def test_temporaries_of_dead_processes_are_removed_when_a_run_starts_there(tmp_path):
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    live = os.getpid()
+    names = {
+        f".last.ckpt.tmp-{dead.pid}": False,
+        f".epoch000-step2.ckpt.tmp-{dead.pid}": False,
+        f".last.ckpt.prev-{dead.pid}": False,
+        f".last.ckpt.tmp-{live}": True,  # a live process's save in progress: never touched
+        "notes.tmp-1": True,  # not ours
+    }
+    for name in names:
+        (folder / name).write_bytes(b"PK\x03\x04 half a checkpoint")
+    result = fit(tmp_path, "--trainer.logger", "false", "--trainer.limit_train_batches", "2", "--trainer.max_epochs", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {name for name in names if (folder / name).exists()} == {name for name, kept in names.items() if kept}
+    assert (folder / "last.ckpt").exists()
+
+
+def test_remove_stale_temporaries_in_the_folder_of_a_resumed_checkpoint(tmp_path):
+    from training.callbacks import remove_stale_temporaries
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    for name in (f".last.ckpt.tmp-{dead.pid}", f".last.ckpt.tmp-{os.getppid()}", f".x.ckpt.prev-{os.getpid()}", "last.ckpt"):
+        (tmp_path / name).write_bytes(b"x")
+    removed = remove_stale_temporaries(tmp_path)
+    assert sorted(p.name for p in removed) == sorted([f".last.ckpt.tmp-{dead.pid}", f".x.ckpt.prev-{os.getpid()}"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f".last.ckpt.tmp-{os.getppid()}", "last.ckpt"])

@@ -1,0 +1,154 @@
+"""SIGTERM and SIGINT: stop at the end of a training step with a checkpoint there, and say how to resume.
+
+SLURM, Kubernetes and cloud schedulers send SIGTERM some seconds before they kill a job; Ctrl-C sends
+SIGINT. Lightning alone turns SIGTERM into a `SIGTERMException`, a `SystemExit` without a code (exit
+status 0, no checkpoint), raised at points of its own, one of them in the middle of validation; and
+Ctrl-C into exit status 1 after stopping wherever the step was. Here:
+
+- `install()`, the first thing scripts/fit.py does: both signals raise `Stopped`, at once. Before
+  training there is nothing to save; after it, nothing more.
+- While training (`defer_while_training()`, called by `callbacks.StopOnSignal`), the first signal is
+  only noted (`received()`); `callbacks.BestAndLastCheckpoint` writes last.ckpt at the end of that
+  step (after the epoch's validation when the step ends an epoch) and raises `Stopped` there, so the
+  checkpoint is one an exact resume starts from. A second signal raises `Stopped` at once: whatever
+  was being saved is left as it was (saves are atomic), and the last checkpoint is the one before.
+- Lightning's handler for SLURM's requeue signal (SIGUSR1) is never touched. Its SIGTERM handler
+  (which also runs the requeue's "bypass") is replaced while training: it would stop mid-validation.
+
+The process exits with 128 + the signal's number (143 for SIGTERM, 130 for SIGINT), as a shell
+reports a process that the signal killed, so schedulers and wrappers still see a stop by signal.
+Only the standard library here: `install()` runs before torch and Lightning are imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import sys
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+_received: int | None = None  # the signal noted while training, acted on at the end of its step
+_deferring = False
+
+
+class Stopped(BaseException):
+    """A run stopped by a signal. A BaseException, like KeyboardInterrupt, so that no `except Exception`
+    on the way swallows it. `checkpoint` is the path of the checkpoint written at the signal's step
+    (None when the stop came at once); `epoch` and `step` say where training stood."""
+
+    def __init__(self, signum: int, epoch: int | None = None, step: int | None = None, checkpoint: str | None = None):
+        super().__init__(signal.Signals(signum).name)
+        self.signum, self.epoch, self.step, self.checkpoint = signum, epoch, step, checkpoint
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum
+
+
+def _handle(signum: int, frame) -> None:
+    global _received
+    if _deferring and _received is None:
+        _received = signum  # nothing printed here: the handler may interrupt a write to stderr
+        return
+    raise Stopped(signum)
+
+
+def install() -> None:
+    """SIGTERM and SIGINT raise `Stopped` (or, while training, are noted: see the module's docstring),
+    and processes forked from this one block them. From the main thread only, as `signal.signal` requires."""
+    global _children_shielded
+    for signum in SIGNALS:
+        signal.signal(signum, _handle)
+    if not _children_shielded:
+        os.register_at_fork(after_in_child=_shield_child)
+        _children_shielded = True
+
+
+_children_shielded = False
+
+
+def _shield_child() -> None:
+    # A forked helper (a DataLoader worker) leaves the signals to this process, which stops in order and
+    # shuts its workers down. Killed by the signal of its process group (SLURM's, `kill -- -PGID`, Ctrl-C),
+    # a worker would make torch raise "DataLoader worker is killed by signal" in the middle of a step.
+    # Blocked rather than ignored: torch's workers install a SIGTERM handler of their own. A program
+    # started with subprocess runs no at-fork hook, so it keeps the default signals.
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+
+
+def restore_defaults() -> None:
+    """Once a stop is under way: a further signal kills the process at once, as without handlers, rather
+    than raise again in the middle of the exit (and print a traceback)."""
+    for signum in SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
+
+
+def defer_while_training() -> None:
+    """Note the first signal rather than stop at once, until `stop_deferring()`. Installs the handler
+    again: Lightning puts its own SIGTERM handler in front of it for each `fit` (and restores the one
+    it found when `fit` ends)."""
+    global _received, _deferring
+    _received, _deferring = None, True
+    install()
+
+
+def stop_deferring() -> None:
+    global _deferring
+    _deferring = False
+
+
+def received() -> int | None:
+    """The signal noted while training and not yet acted on, if any."""
+    return _received
+
+
+def forget() -> None:
+    """The noted signal was acted on (or the caller decided to ignore it)."""
+    global _received
+    _received = None
+
+
+def resume_command(args: list[str], script: str = "scripts/fit.py") -> str:
+    """The command that resumes a run started with `args`: the same arguments, `--ckpt_path last` at the end."""
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--ckpt_path":
+            skip = True
+        elif not arg.startswith("--ckpt_path="):
+            kept.append(arg)
+    return shlex.join(["python", script, *kept, "--ckpt_path", "last"])
+
+
+def stop_message(stop: Stopped, last_checkpoint: str | None, resume: str) -> str:
+    """The one line printed when `stop` ended a run; `last_checkpoint` is the newest checkpoint the run
+    wrote or resumed from, if any."""
+    where = f" at epoch {stop.epoch} step {stop.step}" if stop.step is not None else ""
+    if stop.checkpoint:
+        return f"stopped by {stop.name}{where}; checkpoint written to {stop.checkpoint}; resume with: {resume}"
+    if last_checkpoint and os.path.isfile(last_checkpoint):
+        return (
+            f"stopped by {stop.name}{where}, at once: no checkpoint at the signal; the last checkpoint "
+            f"is {last_checkpoint}; resume with: {resume}"
+        )
+    return f"stopped by {stop.name}{where or ' before the first training step'}; no checkpoint was written"
+
+
+@contextlib.contextmanager
+def exit_on_stop():
+    """A signal while a script starts up (importing torch takes seconds) ends it with the line and exit
+    status it would get later, rather than a traceback from inside an import."""
+    try:
+        yield
+    except Stopped as stop:
+        restore_defaults()
+        print(stop_message(stop, None, ""), file=sys.stderr, flush=True)
+        raise SystemExit(stop.exit_status) from None
