@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from .errors import DataCacheError
+from models.errors import DataCacheError
 
 FORMAT_VERSION = 1  # bump when the layout of a prepared folder changes
 META = "meta.json"

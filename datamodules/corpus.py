@@ -17,12 +17,13 @@ import numpy as np
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
+from models.checks import at_least, check_hparams, fraction, no_more_than, one_of
+from models.errors import CorpusFormatError, DataNotFoundError, HyperparameterError
+
 from . import hf_source
 from .batching import frame_source, frame_target
 from .cache import default_root, digest, file_fingerprint, open_or_build
-from .checks import at_least, check_hparams, fraction, no_more_than, one_of
 from .corpus_readers import Pair, download, iter_aligned, read_tatoeba, split_pairs
-from .errors import CorpusFormatError, DataNotFoundError, HyperparameterError
 from .indexed import IndexedIds, IndexedIdsWriter, TokenPairs, collated, ids_dtype
 from .resumable import ResumableDataLoader, shard_of
 from .samplers import TokenBudgetBatchSampler, padding_waste

@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from .errors import CorpusFormatError
+from models.errors import CorpusFormatError
 
 Pair = tuple[str, str]
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import lightning as L
 from torch.utils.data import DataLoader
 
+from models.checks import at_least, check_hparams
+
 from .batching import collate_pairs, encode_source, encode_target
-from .checks import at_least, check_hparams
 from .resumable import ResumableDataLoader, ShuffleSampler, shard_of
 from .vocab import Vocab
 

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 VARIANTS_DIR = ROOT / "configs" / "variants"
 
-from training.loading import OutputError, atomic_output, exit_on_user_error, write_fault, writing_to  # noqa: E402
+from training.faults import OutputError, atomic_output, exit_on_user_error, write_fault, writing_to  # noqa: E402
 
 
 def variant_names() -> list[str]:

@@ -26,9 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
 from datamodules.corpus_readers import read_aligned  # noqa: E402
-from datamodules.errors import DataNotFoundError  # noqa: E402
 from deploy.engines import add_engine_arguments, check_engine_arguments, load_translator  # noqa: E402
-from training.loading import InputError, add_weights_argument, atomic_output, exit_on_user_error, writing_to  # noqa: E402
+from models.errors import DataNotFoundError, InputError  # noqa: E402
+from training.faults import atomic_output, exit_on_user_error, writing_to  # noqa: E402
+from training.loading import add_weights_argument  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -20,7 +20,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
-from training.loading import add_weights_argument, exit_on_user_error, load_checkpoint, load_training_weights  # noqa: E402
+from training.faults import exit_on_user_error  # noqa: E402
+from training.loading import add_weights_argument, load_checkpoint, load_training_weights  # noqa: E402
 
 
 def accuracy(model, loader) -> float:

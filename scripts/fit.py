@@ -24,9 +24,10 @@ if __name__ == "__main__":
     signals.install()  # from here on SIGTERM and SIGINT raise signals.Stopped (see main)
 
 with signals.exit_on_stop():
+    from models.errors import USER_ERRORS
     from training.callbacks import TrainingDivergedError
     from training.cli import DEFAULT_CONFIG, TransformerCLI, run_fit
-    from training.loading import USER_ERRORS, exit_on_user_error
+    from training.faults import exit_on_user_error
 
 
 @exit_on_user_error

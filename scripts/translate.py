@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
 from deploy.engines import add_engine_arguments, check_engine_arguments, load_translator  # noqa: E402
-from training.loading import InputError, exit_on_user_error, writing_to  # noqa: E402
+from models.errors import InputError  # noqa: E402
+from training.faults import exit_on_user_error, writing_to  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

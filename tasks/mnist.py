@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from datamodules.checks import TRANSFORMER, TRANSFORMER_RELATIONS, at_least, check_hparams, fraction, one_of
+from models.checks import TRANSFORMER, TRANSFORMER_RELATIONS, at_least, check_hparams, fraction, one_of
 from models.mnist_net import HEADS, IMAGE_SIZE, TOKENIZERS, MnistNet
 
 from .figures import save_and_log_figure

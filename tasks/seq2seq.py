@@ -15,13 +15,12 @@ from torchmetrics.classification import MulticlassAccuracy
 
 import datamodules
 from datamodules.batching import Seq2SeqBatch, frame_source, map_in_length_batches, pad_sequences
-from datamodules.checks import TRANSFORMER, TRANSFORMER_RELATIONS, at_least, check_hparams, fraction, one_of
-from datamodules.errors import HyperparameterError
 from datamodules.tokenizers import tokenizer_from_dict
 from datamodules.vocab import BOS, EOS, PAD
 from models import Seq2SeqNet
+from models.checks import TRANSFORMER, TRANSFORMER_RELATIONS, at_least, check_hparams, fraction, one_of
 from models.decoding import beam_search, greedy_decode
-from training.loading import InputError
+from models.errors import HyperparameterError, InputError
 from training.loggers import log_text
 
 from .figures import attention_figure, save_and_log_figure

@@ -19,7 +19,7 @@ import pytest
 
 from datamodules import MNISTDataModule, ParallelCorpusDataModule, ToyTranslationDataModule
 from datamodules.corpus_readers import read_aligned, read_tatoeba
-from datamodules.errors import CorpusFormatError, DataFormatError, HyperparameterError
+from models.errors import CorpusFormatError, DataFormatError, HyperparameterError
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
 from tests.test_mnist import fake_mnist
 

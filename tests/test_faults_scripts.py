@@ -27,9 +27,11 @@ from pathlib import Path
 
 import pytest
 
+from models.errors import CheckpointError
 from tests.helpers import ENV, ROOT
 from tests.test_bad_input import assert_one_line_error, ckpts  # noqa: F401 (ckpts: the toy checkpoint fixture)
-from training.loading import CheckpointError, OutputError, atomic_output, atomic_write_text, fault_message, read_checkpoint
+from training.faults import OutputError, atomic_output, atomic_write_text, fault_message
+from training.loading import read_checkpoint
 
 FILE_LIMIT = 512  # bytes: RLIMIT_FSIZE of the "file-size limit" case, below every output tried here
 SOURCE_LINES = 600  # evaluate's source: at least one byte of hypotheses a line, more than FILE_LIMIT

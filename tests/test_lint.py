@@ -19,3 +19,25 @@ def test_ruff(command):
         pytest.fail("ruff is not installed: pip install -e '.[dev]'")
     result = subprocess.run([RUFF, *command, "."], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+# The layers, lowest first: a package imports only from layers below it (deploy may also use tasks' model).
+LAYERS = {"models": 0, "datamodules": 1, "training": 2, "tasks": 3, "deploy": 4}
+
+
+def test_imports_form_a_tree_of_layers():
+    """scripts → deploy/tasks → training → datamodules → models, lazy imports included: no import circle,
+    and errors and argument checks (models/errors.py, models/checks.py) importable from every layer."""
+    import ast
+
+    upward = []
+    for package, rank in LAYERS.items():
+        for path in sorted((ROOT / package).glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                modules = [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+                modules += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                for module in modules:
+                    top = module.split(".")[0]
+                    if LAYERS.get(top, -1) > rank:
+                        upward.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert not upward, upward

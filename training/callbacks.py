@@ -39,7 +39,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
 
 from . import signals
-from .loading import OutputError, atomic_torch_save, write_fault
+from .faults import OutputError, atomic_torch_save, write_fault
 
 
 class StepTimer(Callback):
@@ -359,7 +359,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     onto `<name>` (`os.replace` is atomic within a file system): a reader, or a resume after a crash,
     sees the old checkpoint or the new one, never half of one. A write that fails (full disk, file-size
     limit, read-only folder, a file where a folder should be) removes the temporary file and raises
-    `loading.OutputError` naming the checkpoint. Remote paths (s3://…) keep the default behaviour."""
+    `faults.OutputError` naming the checkpoint. Remote paths (s3://…) keep the default behaviour."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         if storage_options is not None:

@@ -12,7 +12,7 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from datamodules.errors import HyperparameterError
+from models.errors import CheckpointError, HyperparameterError
 
 from . import signals
 from .callbacks import (
@@ -27,7 +27,7 @@ from .callbacks import (
     StopOnSignal,
     remove_stale_temporaries,
 )
-from .loading import CheckpointError, read_checkpoint
+from .loading import read_checkpoint
 from .loggers import AutoWandbLogger, WandbRunId, continue_wandb_run, run_dir, sync_command
 
 ROOT = Path(__file__).resolve().parents[1]

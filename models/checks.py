@@ -14,11 +14,10 @@ from collections.abc import Callable, Collection, Mapping
 from numbers import Real
 from typing import Any
 
-from models.layers import ACTIVATIONS
-from models.norms import NORMS
-from models.positional import POSITIONALS
-
 from .errors import HyperparameterError
+from .layers import ACTIVATIONS
+from .norms import NORMS
+from .positional import POSITIONALS
 
 Check = Callable[[Any], "str | None"]  # a value → what is wrong with it, or None
 Relation = Callable[[Mapping[str, Any]], "str | bool | None"]  # all values → what is wrong, or True/None

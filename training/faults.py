@@ -1,0 +1,324 @@
+"""Turning user errors and environment faults into one clear line for every entry point.
+
+The one place every entry point shares (see `exit_on_user_error`):
+  - `exit_on_user_error(main)`: bad input (`USER_ERRORS`, undecodable text) is one line and exit status 2;
+    an environment fault (any `OSError`: a full disk or file-size limit, a read-only or missing folder,
+    a path under a regular file; torch's zip writer hiding one in a `RuntimeError`) is one line naming
+    the path and exit status 1; a reader that went away (`BrokenPipeError` on standard output) is a quiet
+    exit with status 141, as `cat` has; Ctrl-C is "interrupted" and 130.
+  - `atomic_output(path, folder=False)`: write an output under a temporary sibling name and rename it
+    onto `path` only when it is complete; on any failure the temporary file or folder is removed, and an
+    `OSError` is re-raised as an `OutputError` naming `path`. `atomic_torch_save(obj, path)` and
+    `atomic_write_text(path, text)` are the two usual cases.
+  - `writing_to(name)`: writes in the block go to a stream with no path ("standard output"): an
+    `OSError` there becomes an `OutputError` "cannot write standard output: ...".
+  - `fault_message(err, path=None)`: the one line for an environment fault, or None for anything else
+    (for code that must catch on its own, e.g. to look through a chain of causes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+
+from models.errors import USER_ERRORS
+
+
+class OutputError(OSError):
+    """An output could not be written (disk full, file-size limit, read-only or missing folder, ...):
+    `str()` is one line naming the output's path; `errno` is the underlying error's."""
+
+    def __init__(self, message: str, errno_: int | None = None):
+        super().__init__(message)
+        self.message, self.errno = message, errno_
+
+    def __str__(self) -> str:
+        return self.message
+
+
+# ---------------------------------------------------------------------------------------------- faults
+
+# What each errno means to someone who ran a script; the errno's name follows in parentheses.
+_REASONS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EFBIG: "no space left: the file-size limit is reached (ulimit -f)",
+    errno.EDQUOT: "no space left: disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENOENT: "no such file or folder",
+    errno.ENOTDIR: "not a folder",
+    errno.EISDIR: "is a folder",
+    errno.EIO: "input/output error (a failing disk or a lost network file system?)",
+    errno.EPIPE: "broken pipe (its reader went away)",
+    errno.ENAMETOOLONG: "file name too long",
+    errno.EEXIST: "already exists",
+    errno.ENOTEMPTY: "folder not empty",
+    errno.EXDEV: "on another file system",
+    errno.EMFILE: "too many open files",
+}
+# torch's zip writer (PyTorchStreamWriter) reports a failed write as a RuntimeError such as
+# "[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"; these mark one.
+_TORCH_WRITE_FAILURE = ("inline_container.cc", "PytorchStreamWriter", "unexpected pos", "basic_ios::clear")
+
+
+def _reason(err: OSError) -> str:
+    code = err.errno
+    if code is None and err.args and isinstance(err.args[0], str):  # OSError("message"): it says itself
+        return err.args[0]
+    words = _REASONS.get(code) or (err.strerror or type(err).__name__).lower()
+    name = errno.errorcode.get(code) if code is not None else None
+    return f"{words} ({name})" if name else words
+
+
+def _first_non_folder(path: Path) -> Path | None:
+    """The nearest ancestor of `path` that exists and is not a folder (what makes ENOTDIR), if any."""
+    for parent in [path, *path.parents]:
+        if os.path.lexists(parent):
+            return None if parent.is_dir() else parent
+    return None
+
+
+def _missing_folder(path: Path) -> Path:
+    """The outermost missing folder on the way to `path`'s folder (what makes ENOENT on a write)."""
+    missing = path.parent
+    while not missing.parent.exists() and missing.parent != missing:
+        missing = missing.parent
+    return missing
+
+
+def write_fault(err: OSError, path: str | Path) -> str:
+    """The one line for `err`, raised while writing `path` (the path the user named, not a temporary one)."""
+    path = Path(path)
+    if err.errno == errno.ENOENT and not path.parent.is_dir():
+        return f"cannot write {path}: folder {_missing_folder(path)} does not exist (ENOENT)"
+    if err.errno in (errno.ENOTDIR, errno.EEXIST) and (blocker := _first_non_folder(path.parent)) is not None:
+        return f"cannot write {path}: {blocker} is not a folder (ENOTDIR)"
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return f"cannot write {path}: {_reason(err)}; check the permissions of folder {path.parent}"
+    return f"cannot write {path}: {_reason(err)}"
+
+
+def torch_write_error(err: BaseException) -> OSError | None:
+    """The `OSError` behind a torch zip-writer `RuntimeError` (a file object's write raised it), an
+    `OSError` of unknown cause for one without, or None when `err` is not such a failure."""
+    if not isinstance(err, RuntimeError) or not any(mark in str(err) for mark in _TORCH_WRITE_FAILURE):
+        return None
+    context = err.__context__
+    while context is not None and not isinstance(context, OSError):
+        context = context.__context__
+    if context is not None:
+        return context
+    return OSError(None, "the write failed (a full disk or a file-size limit?)")
+
+
+def fault_message(err: BaseException, path: str | Path | None = None) -> str | None:
+    """One line (without "error: ") for an environment fault: an `OSError` (named by `path` when given,
+    else by the error's own file name), a torch zip-writer failure, or a decode error; None for
+    anything else, which is a bug and keeps its traceback."""
+    if isinstance(err, OutputError):
+        return str(err)
+    if (hidden := torch_write_error(err)) is not None:
+        err = hidden
+        if path is None:
+            return f"cannot write a checkpoint: {_reason(err)}"
+    if isinstance(err, UnicodeDecodeError):
+        where = f"{path}: " if path is not None else ""
+        return f"{where}cannot decode byte {err.start} as {err.encoding} ({err.reason}); is the text in another encoding?"
+    if isinstance(err, UnicodeEncodeError):
+        where = f"{path}: " if path is not None else ""
+        return f"{where}cannot encode {err.object[err.start : err.end]!r} as {err.encoding}; set PYTHONIOENCODING=utf-8"
+    if isinstance(err, OSError):
+        if path is not None:
+            return f"{path}: {_reason(err)}"
+        names = [str(n) for n in (err.filename, err.filename2) if n is not None]
+        if names:
+            return f"{' -> '.join(names)}: {_reason(err)}"
+        return _reason(err)
+    return None
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | Path, folder: bool = False) -> Iterator[Path]:
+    """Write an output atomically: yields a temporary sibling of `path` (`.NAME.tmp-PID`; a file created
+    empty, or an empty folder with `folder=True`) for the block to fill; when the block ends normally the
+    file is flushed to disk and renamed onto `path` (`os.replace`; an existing folder is moved aside and
+    removed only once the new one is in place). On any failure, an interrupt included, the temporary file
+    or folder is removed and `path` is left as it was. The temporary is created on entry, so an
+    unwritable place fails before any work is done. An `OSError` (or torch's zip-writer `RuntimeError`)
+    from inside the block or the rename is re-raised as an `OutputError` naming `path`.
+
+    Whether an existing `path` may be replaced is the caller's decision (its --force), taken before.
+    A symbolic link is followed: its target is replaced, the link kept. A device or a pipe (/dev/stdout,
+    /dev/null, a FIFO) cannot be replaced by renaming and is written in place: the block gets `path`.
+    Only errors of the output are relabelled: an `OSError` that names another file (an input read in
+    the block) and the scripts' user errors pass unchanged."""
+    path = Path(path)
+    if path.is_symlink():
+        path = path.resolve()
+    if path.exists() and not (path.is_file() or path.is_dir()):
+        try:
+            yield path
+        except (OSError, RuntimeError) as err:
+            fault = _output_fault(err, path, path)
+            if fault is None:
+                raise
+            raise fault from None
+        return
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        if folder:
+            tmp.mkdir()
+        else:
+            tmp.open("xb").close()
+    except OSError as err:
+        raise OutputError(write_fault(err, path), err.errno) from None
+    try:
+        yield tmp
+        if folder:
+            _replace_folder(tmp, path)
+        else:
+            _fsync(tmp)
+            os.replace(tmp, path)
+    except BaseException as err:
+        if folder:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        fault = _output_fault(err, tmp, path)
+        if fault is None:
+            raise
+        raise fault from None
+    with contextlib.suppress(OSError):  # the rename itself to disk; a folder that cannot be fsynced is no error
+        _fsync(path.parent)
+
+
+def _output_fault(err: BaseException, tmp: Path, path: Path) -> OutputError | None:
+    """`err` as an `OutputError` naming `path` when it is a failure to write the output (no file name, as
+    a write or torch's writer gives, or the temporary's own), else None."""
+    if isinstance(err, (OutputError, BrokenPipeError, *USER_ERRORS)):
+        return None
+    cause = torch_write_error(err) or (err if isinstance(err, OSError) else None)
+    if cause is None:
+        return None
+    names = [os.path.abspath(n) for n in (cause.filename, cause.filename2) if isinstance(n, (str, os.PathLike))]
+    ours = (os.path.abspath(tmp), os.path.abspath(path))
+    if names and not any(n == o or n.startswith(o + os.sep) for n in names for o in ours):
+        return None
+    return OutputError(write_fault(cause, path), cause.errno)
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file (or a folder's entries) to disk: a full disk that accepted the writes into the page
+    cache (delayed allocation, network file systems) fails here rather than after the rename."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _replace_folder(tmp: Path, path: Path) -> None:
+    if not os.path.lexists(path):
+        os.rename(tmp, path)
+        return
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    os.rename(path, old)
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        os.rename(old, path)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def atomic_torch_save(obj, path: str | Path) -> Path:
+    """`torch.save(obj, path)` through `atomic_output`: the old file or the whole new one, never half of
+    one; a full disk or file-size limit is an `OutputError` naming `path` (torch's writer would turn it
+    into "RuntimeError: ... unexpected pos")."""
+    with atomic_output(path) as tmp, open(tmp, "wb") as f:
+        torch.save(obj, f)  # a file object: the OSError a write raises stays as the RuntimeError's context
+    return Path(path)
+
+
+def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
+    """`Path(path).write_text(text)` through `atomic_output`."""
+    with atomic_output(path) as tmp:
+        tmp.write_text(text, encoding=encoding)
+    return Path(path)
+
+
+@contextlib.contextmanager
+def writing_to(name: str) -> Iterator[None]:
+    """Writes in the block go to `name` (a stream such as "standard output", which has no path): an
+    `OSError` there becomes an `OutputError` "cannot write NAME: ...". A `BrokenPipeError` passes as it is
+    (`exit_on_user_error` makes it a quiet exit)."""
+    try:
+        yield
+    except OSError as err:
+        if isinstance(err, (OutputError, BrokenPipeError)):
+            raise
+        raise OutputError(f"cannot write {name}: {_reason(err)}", err.errno) from None
+
+
+# Exit statuses: bad input 2 (as argparse), an environment fault 1, a reader gone 141 (128 + SIGPIPE, as
+# `cat` gets), Ctrl-C 130.
+EXIT_USER_ERROR, EXIT_FAULT, EXIT_BROKEN_PIPE, EXIT_INTERRUPTED = 2, 1, 141, 130
+
+
+def quiet_broken_pipe() -> None:
+    """After standard output's reader went away (`... | head -1`): point file descriptor 1 at /dev/null,
+    so that the interpreter's last flush at exit neither fails nor prints "Exception ignored ...
+    BrokenPipeError"."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def exit_on_user_error(main: Callable[..., None]) -> Callable[..., None]:
+    """Decorate a script's `main`. A user error (`USER_ERRORS`, text that does not decode) prints one line
+    `error: ...` on stderr and exits with status 2; an environment fault (`OSError`: ENOSPC, EFBIG, EROFS,
+    EACCES, ENOENT, ENOTDIR, ...; torch's zip writer failing) one line naming the path and status 1;
+    standard output's reader gone (`BrokenPipeError`) exits quietly with status 141, as `cat` does;
+    Ctrl-C prints "interrupted", status 130. Anything else is a bug and keeps its traceback. Standard
+    output is flushed before `main`'s result is returned, so that a failing write is caught here, not
+    at the interpreter's exit."""
+
+    @functools.wraps(main)
+    def wrapper(*args, **kwargs):
+        try:
+            result = main(*args, **kwargs)
+            with writing_to("standard output"):
+                sys.stdout.flush()
+            return result
+        except USER_ERRORS as err:
+            _exit(str(err), EXIT_USER_ERROR)
+        except BrokenPipeError:
+            quiet_broken_pipe()
+            raise SystemExit(EXIT_BROKEN_PIPE) from None
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            raise SystemExit(EXIT_INTERRUPTED) from None
+        except (OSError, UnicodeError, RuntimeError) as err:
+            message = fault_message(err)
+            if message is None:
+                raise
+            _exit(message, EXIT_USER_ERROR if isinstance(err, UnicodeError) else EXIT_FAULT)
+
+    return wrapper
+
+
+def _exit(message: str, status: int):
+    with contextlib.suppress(OSError):  # stderr itself unwritable: the status still tells
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(status) from None
