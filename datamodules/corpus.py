@@ -21,14 +21,13 @@ from models.checks import at_least, check_hparams, fraction, no_more_than, one_o
 from models.errors import CorpusFormatError, DataNotFoundError, HyperparameterError
 
 from . import hf_source
-from .batching import frame_source, frame_target
 from .cache import default_root, digest, file_fingerprint, open_or_build
 from .corpus_readers import Pair, download, iter_aligned, read_tatoeba, split_pairs
 from .indexed import IndexedIds, IndexedIdsWriter, TokenPairs, collated, ids_dtype
 from .resumable import ResumableDataLoader, shard_of
 from .samplers import TokenBudgetBatchSampler, padding_waste
 from .tokenizers import SubwordTokenizer, TokenizerKind, tokenizer_from_dict, train_tokenizer
-from .vocab import SPECIAL_TOKENS, Tokenizer
+from .vocab import BOS, EOS, SPECIAL_TOKENS, Tokenizer
 
 ENGLISH = ("en", "eng")
 SPLITS = ("train", "val", "test")
@@ -354,21 +353,19 @@ class ParallelCorpusDataModule(L.LightningDataModule):
             nonlocal n_long, n_kept
             src_ids = self._encode_all(src_tok, [s for s, _ in chunk])
             tgt_ids = self._encode_all(tgt_tok, [t for _, t in chunk])
-            kept_src, kept_tgt = [], []
-            for s, t in zip(src_ids, tgt_ids):
-                # +1 for <eos> on the source, +2 for <bos>/<eos> on the target (see batching.frame_*).
-                if len(s) + 1 > h.max_len or len(t) + 2 > h.max_len:
-                    n_long += 1
-                    if split == "train" and h.overlong == "drop":
-                        continue
+            src_len = np.fromiter(map(len, src_ids), dtype=np.int64, count=len(chunk))
+            tgt_len = np.fromiter(map(len, tgt_ids), dtype=np.int64, count=len(chunk))
+            # +1 for <eos> on the source, +2 for <bos>/<eos> on the target (see batching.frame_*).
+            long = (src_len + 1 > h.max_len) | (tgt_len + 2 > h.max_len)
+            n_long += int(long.sum())
+            keep = np.ones(len(chunk), dtype=bool)
+            if split == "train":
+                if h.overlong == "drop":
+                    keep &= ~long
                 # An empty sentence (a blank line in an aligned corpus) teaches nothing: drop it from training.
-                if split == "train" and (not s or not t):
-                    continue
-                kept_src.append(frame_source(s, h.max_len))
-                kept_tgt.append(frame_target(t, h.max_len))
-            writers[0].add(kept_src)
-            writers[1].add(kept_tgt)
-            n_kept += len(kept_src)
+                keep &= (src_len > 0) & (tgt_len > 0)
+            n_kept += writers[0].add_framed(src_ids, keep, h.max_len, tail=(EOS,))
+            writers[1].add_framed(tgt_ids, keep, h.max_len, head=(BOS,), tail=(EOS,))
             chunk.clear()
 
         for pair in self._iter_pairs(split):

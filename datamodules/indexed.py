@@ -9,6 +9,7 @@ process of a node shares one copy in the page cache and holds no Python object p
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -31,13 +32,26 @@ class IndexedIdsWriter:
         self._bin = open(prefix.with_name(prefix.name + ".bin"), "wb")  # noqa: SIM115 (closed by close())
         self._lengths: list[np.ndarray] = []
 
-    def add(self, seqs: list[list[int]]) -> None:
-        if not seqs:
-            return
+    def add_framed(self, seqs: list[list[int]], keep: np.ndarray, max_len: int, head: tuple = (), tail: tuple = ()) -> int:
+        """Append `seqs[i]` for each i where `keep[i]`, framed as `head + ids + tail` and cut to `max_len` in
+        all (the ids are cut, never the frame): `batching.frame_source` / `frame_target` over a whole chunk
+        at once, in numpy rather than a Python list per sentence. Returns the number appended."""
         lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
-        flat = np.fromiter((i for s in seqs for i in s), dtype=self.dtype, count=int(lengths.sum()))
-        self._bin.write(flat.tobytes())
-        self._lengths.append(lengths)
+        flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=self.dtype, count=int(lengths.sum()))
+        starts = (np.cumsum(lengths) - lengths)[keep]
+        take = np.minimum(lengths[keep], max_len - len(head) - len(tail))  # (K,) ids kept of each sentence
+        framed = take + len(head) + len(tail)  # (K,)
+        begin = np.cumsum(framed) - framed  # where each framed sentence starts in `out`
+        within = np.arange(int(take.sum())) - np.repeat(np.cumsum(take) - take, take)
+        out = np.empty(int(framed.sum()), dtype=self.dtype)
+        out[np.repeat(begin + len(head), take) + within] = flat[np.repeat(starts, take) + within]
+        for j, token in enumerate(head):
+            out[begin + j] = token
+        for j, token in enumerate(tail):
+            out[begin + len(head) + take + j] = token
+        self._bin.write(out.tobytes())
+        self._lengths.append(framed)
+        return len(framed)
 
     def close(self) -> int:
         """Flush both files to disk; returns the number of sentences written."""
