@@ -352,3 +352,15 @@ def test_padding_waste_equals_counting_every_position() -> None:
     real = sum(int(src[i] + tgt[i]) for b in batches for i in b)
     padded = sum(len(b) * (max(src[i] for i in b) + max(tgt[i] for i in b)) for b in batches)
     assert padding_waste(batches, src, tgt) == pytest.approx(1 - real / padded, abs=1e-12)
+
+
+def test_loader_workers_map_the_cache_themselves_and_give_the_same_batches(tmp_path) -> None:
+    data = aligned_corpus(tmp_path / "d")
+    alone, workers = module(data), module(data, num_workers=2)
+    alone.setup("fit")
+    workers.setup("fit")
+    assert batches_of(workers) == batches_of(alone)
+    import pickle
+
+    shipped = pickle.dumps(workers._datasets["train"])  # what a worker process receives
+    assert len(shipped) < 2_000, "a worker must get the paths, not a copy of the arrays"
