@@ -111,6 +111,7 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         self._splits: dict[str, list[Pair]] | None = None
         self._tokenizers: tuple[Tokenizer, Tokenizer] | None = None
         self._datasets: dict[str, TokenPairs] | None = None
+        self._samplers: dict[tuple[str, int, int], TokenBudgetBatchSampler] = {}
 
     # -- files ---------------------------------------------------------------------------------------------
 
@@ -308,7 +309,7 @@ class ParallelCorpusDataModule(L.LightningDataModule):
     def tokenizers(self, data: dict) -> None:
         """Use given tokenizers (e.g. a checkpoint's) instead of training new ones."""
         self._tokenizers = (tokenizer_from_dict(data["src"]), tokenizer_from_dict(data["tgt"]))
-        self._datasets = None
+        self._datasets, self._samplers = None, {}
 
     @staticmethod
     def _encode_all(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
@@ -424,14 +425,19 @@ class ParallelCorpusDataModule(L.LightningDataModule):
             )
 
     def _sampler(self, split: str) -> TokenBudgetBatchSampler:
+        """The split's batch sampler for this process, made once (its epoch's batches, drawn for the log at
+        setup, then serve the loader: a WMT epoch takes a second or two to draw)."""
         world, rank = shard_of(self)
-        return TokenBudgetBatchSampler(
-            self._datasets[split].lengths(),
-            self.hparams.max_tokens,
-            shuffle=split == "train",
-            num_replicas=world,
-            rank=rank,
-        )
+        key = (split, world, rank)
+        if key not in self._samplers:
+            self._samplers[key] = TokenBudgetBatchSampler(
+                self._datasets[split].lengths(),
+                self.hparams.max_tokens,
+                shuffle=split == "train",
+                num_replicas=world,
+                rank=rank,
+            )
+        return self._samplers[key]
 
     def _loader(self, split: str) -> DataLoader:
         self.setup()
