@@ -14,7 +14,7 @@ import os
 import random
 import urllib.request
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from models.errors import CorpusFormatError
@@ -70,31 +70,46 @@ def _read_text(path: Path) -> str:
         ) from None
 
 
+class LineDecodeError(ValueError):
+    """A line of bytes that does not decode: where (line number, byte offset of the bad byte), and why."""
+
+    def __init__(self, lineno: int, offset: int, err: UnicodeDecodeError, raw: bytes):
+        super().__init__(f"line {lineno} (byte offset {offset}): {err.reason}")
+        self.lineno, self.offset, self.err = lineno, offset, err
+        self.bad = raw[err.start : err.end]
+        self.utf16 = lineno == 1 and raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+
+
+def decode_lines(raw_lines: Iterable[bytes], encoding: str = "utf-8", errors: str = "strict") -> Iterator[str]:
+    """Text lines of an iterable of byte lines (a binary file, stdin's buffer), one at a time, without their
+    line ends; a line ends at LF, CRLF or CR, as in text mode; a UTF-8 byte-order mark on the first is dropped.
+    A line that does not decode is a `LineDecodeError` with its line number and the bad byte's offset."""
+    offset = 0
+    for lineno, raw in enumerate(raw_lines, 1):
+        start = len(codecs.BOM_UTF8) if lineno == 1 and raw.startswith(codecs.BOM_UTF8) else 0
+        try:
+            text = raw[start:].decode(encoding, errors)
+        except UnicodeDecodeError as err:
+            err.start, err.end = err.start + start, err.end + start
+            raise LineDecodeError(lineno, offset + err.start, err, raw) from None
+        offset += len(raw)
+        yield from text.removesuffix("\n").removesuffix("\r").split("\r")  # a lone CR ends a line too
+
+
 def iter_lines(path: Path) -> Iterator[str]:
-    """The file's lines, stripped, one at a time (a line ends at LF, CRLF or CR), gunzipped if the name ends in
-    .gz, the byte-order mark dropped. Errors as `_read_text`'s, found where they are: a bad byte 3 million
-    lines in is one `CorpusFormatError` with its line and byte offset, after the lines before it."""
-    gunzipped = " of the gunzipped text" if path.suffix == ".gz" else ""
-    lineno = offset = 0
+    """The file's lines, stripped, one at a time, gunzipped if the name ends in .gz (see `decode_lines`).
+    Errors as `_read_text`'s, found where they are: a bad byte 3 million lines in is one `CorpusFormatError`
+    with its line and byte offset, after the lines before it."""
     try:
         with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
-            for raw in f:
-                lineno += 1
-                start = len(codecs.BOM_UTF8) if lineno == 1 and raw.startswith(codecs.BOM_UTF8) else 0
-                try:
-                    line = raw[start:].decode("utf-8")
-                except UnicodeDecodeError as err:
-                    utf16 = ", it is UTF-16" if lineno == 1 and raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else ""
-                    raise CorpusFormatError(
-                        f"{path}, line {lineno} (byte offset {offset + start + err.start}{gunzipped}): not UTF-8 text "
-                        f"(byte 0x{raw[start + err.start]:02x}: {err.reason}{utf16}); save the file as UTF-8"
-                    ) from None
-                offset += len(raw)
-                line = line.rstrip("\n").removesuffix("\r")
-                if "\r" in line:  # old Mac line ends: one physical line holds several
-                    yield from (part.strip() for part in line.split("\r"))
-                else:
-                    yield line.strip()
+            for line in decode_lines(f):
+                yield line.strip()
+    except LineDecodeError as bad:
+        gunzipped = " of the gunzipped text" if path.suffix == ".gz" else ""
+        raise CorpusFormatError(
+            f"{path}, line {bad.lineno} (byte offset {bad.offset}{gunzipped}): not UTF-8 text "
+            f"(byte 0x{bad.bad[0]:02x}: {bad.err.reason}{', it is UTF-16' if bad.utf16 else ''}); save the file as UTF-8"
+        ) from None
     except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError; a truncated gzip an EOFError
         what = "not a readable gzip file, truncated or corrupt" if path.suffix == ".gz" and path.is_file() else "unreadable"
         raise CorpusFormatError(f"{path}: {what} ({getattr(err, 'strerror', None) or err})") from None

@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
+from datamodules.corpus_readers import LineDecodeError, decode_lines  # noqa: E402
 from deploy.engines import add_engine_arguments, check_engine_arguments, load_translator  # noqa: E402
 from models.errors import InputError  # noqa: E402
 from training.faults import exit_on_user_error, writing_to  # noqa: E402
@@ -79,18 +80,13 @@ def stdin_lines(stream=None) -> Iterator[str]:
         return
     encoding, errors = stream.encoding or "utf-8", stream.errors or "strict"
     errors = "strict" if errors == "surrogateescape" else errors
-    offset = 0
-    for number, raw in enumerate(stream.buffer, 1):
-        try:
-            text = raw.decode(encoding, errors)
-        except UnicodeDecodeError as err:
-            raise InputError(
-                f"standard input, line {number} (byte {offset + err.start}): cannot decode {raw[err.start : err.end]!r} "
-                f"as {err.encoding} ({err.reason}); is the text in another encoding?"
-            ) from None
-        offset += len(raw)
-        text = text.removesuffix("\n").removesuffix("\r")
-        yield from text.split("\r")  # a lone "\r" ends a line too, as in text mode
+    try:
+        yield from decode_lines(stream.buffer, encoding, errors)
+    except LineDecodeError as bad:
+        raise InputError(
+            f"standard input, line {bad.lineno} (byte {bad.offset}): cannot decode {bad.bad!r} "
+            f"as {bad.err.encoding} ({bad.err.reason}); is the text in another encoding?"
+        ) from None
 
 
 def translate_chunk(model, lines: list[str], args: argparse.Namespace) -> list[str]:
