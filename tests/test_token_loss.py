@@ -51,3 +51,18 @@ def test_two_ddp_processes_equal_one_process_on_the_union_of_their_batches(tmp_p
     result = run([sys.executable, str(ROOT / "tests" / "token_loss_ddp.py"), str(out)], timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert_close(torch.load(out), union_gradients(uneven_batches(sizes=(1, 6))))
+
+
+def test_validation_loss_is_the_mean_over_every_token_of_the_split() -> None:
+    import torch.nn.functional as F
+
+    pieces = uneven_batches(sizes=(1, 5, 3))
+    net = model()
+    metrics = trainer(limit_val_batches=None).validate(net, dataloaders=loader(pieces), verbose=False)[0]
+    total = count = 0.0
+    with torch.no_grad():
+        for batch in loader(pieces):
+            logits, labels = net.eval().net(batch.src, batch.tgt[:, :-1], batch.tgt[:, 1:])
+            total += F.cross_entropy(logits, labels, label_smoothing=0.1, reduction="sum").item()
+            count += labels.numel()
+    assert metrics["val/loss"] == pytest.approx(total / count, rel=1e-5)

@@ -73,10 +73,11 @@ class PerRankBatches(L.LightningDataModule):
 
 
 def trainer(**kwargs) -> L.Trainer:
-    return L.Trainer(
+    settings = dict(
         accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, limit_val_batches=0, use_distributed_sampler=False, **kwargs,
+        enable_model_summary=False, limit_val_batches=0, use_distributed_sampler=False,
     )  # fmt: skip
+    return L.Trainer(**(settings | kwargs))
 
 
 if __name__ == "__main__":
