@@ -42,6 +42,7 @@ class Stopped(BaseException):
     def __init__(self, signum: int, epoch: int | None = None, step: int | None = None, checkpoint: str | None = None):
         super().__init__(signal.Signals(signum).name)
         self.signum, self.epoch, self.step, self.checkpoint = signum, epoch, step, checkpoint
+        ignore_further()  # from the moment a stop is decided, through Lightning's teardown, to the exit
 
     @property
     def name(self) -> str:
@@ -83,11 +84,12 @@ def _shield_child() -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
 
 
-def restore_defaults() -> None:
-    """Once a stop is under way: a further signal kills the process at once, as without handlers, rather
-    than raise again in the middle of the exit (and print a traceback)."""
+def ignore_further() -> None:
+    """Once a stop is under way, further signals are ignored: the process is already on its way out, and a
+    second SIGTERM (a scheduler's, or a group's signal arriving twice) must neither raise in the middle of
+    printing the line nor kill the process before its exit status is set. SIGKILL still ends a hung exit."""
     for signum in SIGNALS:
-        signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def defer_while_training() -> None:
@@ -149,6 +151,5 @@ def exit_on_stop():
     try:
         yield
     except Stopped as stop:
-        restore_defaults()
         print(stop_message(stop, None, ""), file=sys.stderr, flush=True)
         raise SystemExit(stop.exit_status) from None
