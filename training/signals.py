@@ -32,6 +32,7 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 _received: int | None = None  # the signal noted while training, acted on at the end of its step
 _deferring = False
+_stopping = False  # a stop is under way: further signals change nothing
 
 
 class Stopped(BaseException):
@@ -55,6 +56,8 @@ class Stopped(BaseException):
 
 def _handle(signum: int, frame) -> None:
     global _received
+    if _stopping:  # Lightning's teardown may put this handler back after `ignore_further`
+        return
     if _deferring and _received is None:
         _received = signum  # nothing printed here: the handler may interrupt a write to stderr
         return
@@ -88,8 +91,11 @@ def ignore_further() -> None:
     """Once a stop is under way, further signals are ignored: the process is already on its way out, and a
     second SIGTERM (a scheduler's, or a group's signal arriving twice) must neither raise in the middle of
     printing the line nor kill the process before its exit status is set. SIGKILL still ends a hung exit."""
-    for signum in SIGNALS:
-        signal.signal(signum, signal.SIG_IGN)
+    global _stopping
+    _stopping = True
+    with contextlib.suppress(ValueError):  # signal.signal works from the main thread only
+        for signum in SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def defer_while_training() -> None:
