@@ -68,6 +68,7 @@ def main(args: list[str] | None = None) -> None:
         print(f"error: {err}; {_last_kept(cli)}", file=sys.stderr)
         raise SystemExit(1) from None
     except signals.Stopped as stop:
+        signals.ignore_further()  # again: Lightning's teardown put a Python handler back, which exit resets to default
         trainer = cli.trainer if cli is not None else None
         callback = trainer.checkpoint_callback if trainer is not None else None
         if stop.step is None and trainer is not None and trainer.global_step > 0:

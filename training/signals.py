@@ -90,7 +90,9 @@ def _shield_child() -> None:
 def ignore_further() -> None:
     """Once a stop is under way, further signals are ignored: the process is already on its way out, and a
     second SIGTERM (a scheduler's, or a group's signal arriving twice) must neither raise in the middle of
-    printing the line nor kill the process before its exit status is set. SIGKILL still ends a hung exit."""
+    printing the line nor kill the process before its exit status is set. SIG_IGN rather than a handler that
+    returns: the interpreter's exit resets Python handlers to the default (death by the signal), not SIG_IGN.
+    SIGKILL still ends a hung exit."""
     global _stopping
     _stopping = True
     with contextlib.suppress(ValueError):  # signal.signal works from the main thread only
@@ -157,5 +159,6 @@ def exit_on_stop():
     try:
         yield
     except Stopped as stop:
+        ignore_further()
         print(stop_message(stop, None, ""), file=sys.stderr, flush=True)
         raise SystemExit(stop.exit_status) from None
