@@ -108,7 +108,8 @@ class ParallelCorpusDataModule(L.LightningDataModule):
             )
         self.save_hyperparameters()
         self.data_dir = Path(data_dir)
-        self._splits: dict[str, list[Pair]] | None = None
+        self._splits: dict | None = None  # tatoeba: the pairs of each split; hf: each split's `datasets.Dataset`
+        self._ids_meta: dict | None = None  # the prepared ids' meta.json (see cache.py)
         self._tokenizers: tuple[Tokenizer, Tokenizer] | None = None
         self._datasets: dict[str, TokenPairs] | None = None
         self._samplers: dict[tuple[str, int, int], TokenBudgetBatchSampler] = {}
@@ -190,9 +191,6 @@ class ParallelCorpusDataModule(L.LightningDataModule):
             yield from iter_aligned(files[f"{split}.{h.src_lang}"], files[f"{split}.{h.tgt_lang}"])
 
     def _raw_pairs(self, split: str) -> list[Pair]:
-        if self.hparams.format == "tatoeba":
-            self._download_missing()
-            return list(self._tatoeba_splits()[split])
         return list(self._iter_pairs(split))
 
     def _split_names(self) -> dict[str, str]:
