@@ -84,11 +84,12 @@ def _remove_dead_builds(folder: Path) -> None:
     """Temporary folders of builds whose process is gone (killed mid-write): never used, now removed."""
     for tmp in folder.parent.glob(f"{folder.name}.tmp-*"):
         pid = tmp.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists (another user's counts): what tells a dead writer's temporary files."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -109,7 +109,9 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         self.data_dir = Path(data_dir)
         self._splits: dict | None = None  # tatoeba: the pairs of each split; hf: each split's `datasets.Dataset`
-        self._ids_meta: dict | None = None  # the prepared ids' meta.json (see cache.py)
+        self._source: dict | None = None  # what identifies the raw pairs (`_source_key`)
+        self._ids_path: Path | None = None  # the prepared ids' folder and its meta.json (see cache.py)
+        self._ids_meta: dict | None = None
         self._tokenizers: tuple[Tokenizer, Tokenizer] | None = None
         self._datasets: dict[str, TokenPairs] | None = None
         self._samplers: dict[tuple[str, int, int], TokenBudgetBatchSampler] = {}
@@ -224,7 +226,10 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         return Path(self.hparams.cache_dir) if self.hparams.cache_dir else default_root(self.data_dir)
 
     def _source_key(self) -> dict:
-        """What identifies the raw pairs of every split: the files, and how a Tatoeba file is split."""
+        """What identifies the raw pairs of every split: the files, and how a Tatoeba file is split (computed
+        once: the tokenizers' key and the ids' key both start from it)."""
+        if self._source is not None:
+            return self._source
         self._download_missing()
         h = self.hparams
         keys = ("format", "src_lang", "tgt_lang", "val_fraction", "test_fraction", "split_seed")
@@ -232,7 +237,8 @@ class ParallelCorpusDataModule(L.LightningDataModule):
             files = [hf_source.fingerprint(ds) for ds in self._hf_splits().values()]
         else:
             files = [file_fingerprint(p) for p in self._files().values()]
-        return {"files": files, **{k: h[k] for k in keys}}
+        self._source = {"files": files, **{k: h[k] for k in keys}}
+        return self._source
 
     def _train_sample(self) -> tuple[list[str], list[str], str]:
         """Source and target sentences to train the tokenizers on: every training pair, or `tokenizer_sample`
@@ -307,7 +313,7 @@ class ParallelCorpusDataModule(L.LightningDataModule):
     def tokenizers(self, data: dict) -> None:
         """Use given tokenizers (e.g. a checkpoint's) instead of training new ones."""
         self._tokenizers = (tokenizer_from_dict(data["src"]), tokenizer_from_dict(data["tgt"]))
-        self._datasets, self._samplers = None, {}
+        self._datasets, self._samplers, self._ids_path = None, {}, None
 
     @staticmethod
     def _encode_all(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
@@ -315,7 +321,10 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         return tok.encode_batch(texts) if isinstance(tok, SubwordTokenizer) else [tok.encode(t) for t in texts]
 
     def _ids_folder(self) -> Path:
-        """The prepared ids of every split, built on first need (by one process of the node; see cache.py)."""
+        """The prepared ids of every split, built on first need (by one process of the node; see cache.py);
+        found once per module (prepare_data, setup and prepared_files all ask)."""
+        if self._ids_path is not None:
+            return self._ids_path
         h = self.hparams
         src_tok, tgt_tok = self._build_tokenizers()
         tokenizers = digest({"src": src_tok.to_dict(), "tgt": tgt_tok.to_dict()})
@@ -336,6 +345,7 @@ class ParallelCorpusDataModule(L.LightningDataModule):
             return {"key": key, "splits": splits, "dtypes": [d.str for d in dtypes]}
 
         self._ids_meta = open_or_build(folder, encode, expected_files)
+        self._ids_path = folder
         return folder
 
     def _encode_split(self, split: str, tmp: Path, dtypes: tuple[np.dtype, np.dtype]) -> dict:
@@ -345,11 +355,11 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         h = self.hparams
         src_tok, tgt_tok = self._build_tokenizers()
         writers = [IndexedIdsWriter(tmp / f"{split}.{side}", dtype) for side, dtype in zip(("src", "tgt"), dtypes)]
-        n_pairs = n_long = n_kept = 0
+        n_pairs = n_long = 0
         chunk: list[Pair] = []
 
         def flush() -> None:
-            nonlocal n_long, n_kept
+            nonlocal n_long
             src_ids = self._encode_all(src_tok, [s for s, _ in chunk])
             tgt_ids = self._encode_all(tgt_tok, [t for _, t in chunk])
             src_len = np.fromiter(map(len, src_ids), dtype=np.int64, count=len(chunk))
@@ -363,7 +373,7 @@ class ParallelCorpusDataModule(L.LightningDataModule):
                     keep &= ~long
                 # An empty sentence (a blank line in an aligned corpus) teaches nothing: drop it from training.
                 keep &= (src_len > 0) & (tgt_len > 0)
-            n_kept += writers[0].add_framed(src_ids, keep, h.max_len, tail=(EOS,))
+            writers[0].add_framed(src_ids, keep, h.max_len, tail=(EOS,))
             writers[1].add_framed(tgt_ids, keep, h.max_len, head=(BOS,), tail=(EOS,))
             chunk.clear()
 
@@ -373,14 +383,13 @@ class ParallelCorpusDataModule(L.LightningDataModule):
             if len(chunk) == ENCODE_CHUNK:
                 flush()
         flush()
-        counts = [w.close() for w in writers]
-        if split == "train" and not n_kept:
+        (pairs, src_tokens), (_, tgt_tokens) = (w.close() for w in writers)
+        if split == "train" and not pairs:
             raise CorpusFormatError(
                 f"{self._train_files()}: none of the {n_pairs} training pairs is usable ({n_long} longer than "
                 f"max_len={h.max_len}, the others with an empty side); raise max_len or set overlong=truncate"
             )
-        tokens = {f"{side}_tokens": int(np.fromfile(tmp / f"{split}.{side}.idx", np.int64)[-1]) for side in ("src", "tgt")}
-        return {"pairs": counts[0], "read": n_pairs, "overlong": n_long, **tokens}
+        return {"pairs": pairs, "read": n_pairs, "overlong": n_long, "src_tokens": src_tokens, "tgt_tokens": tgt_tokens}
 
     def prepared_files(self) -> list[str]:
         """What the prepared cache holds, a line per folder and split (scripts/prepare.py prints it)."""

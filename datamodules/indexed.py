@@ -32,10 +32,10 @@ class IndexedIdsWriter:
         self._bin = open(prefix.with_name(prefix.name + ".bin"), "wb")  # noqa: SIM115 (closed by close())
         self._lengths: list[np.ndarray] = []
 
-    def add_framed(self, seqs: list[list[int]], keep: np.ndarray, max_len: int, head: tuple = (), tail: tuple = ()) -> int:
+    def add_framed(self, seqs: list[list[int]], keep: np.ndarray, max_len: int, head: tuple = (), tail: tuple = ()) -> None:
         """Append `seqs[i]` for each i where `keep[i]`, framed as `head + ids + tail` and cut to `max_len` in
         all (the ids are cut, never the frame): `batching.frame_source` / `frame_target` over a whole chunk
-        at once, in numpy rather than a Python list per sentence. Returns the number appended."""
+        at once, in numpy rather than a Python list per sentence."""
         lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
         flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=self.dtype, count=int(lengths.sum()))
         starts = (np.cumsum(lengths) - lengths)[keep]
@@ -51,10 +51,9 @@ class IndexedIdsWriter:
             out[begin + len(head) + take + j] = token
         self._bin.write(out.tobytes())
         self._lengths.append(framed)
-        return len(framed)
 
-    def close(self) -> int:
-        """Flush both files to disk; returns the number of sentences written."""
+    def close(self) -> tuple[int, int]:
+        """Flush both files to disk; returns (sentences, tokens) written."""
         _fsync(self._bin)
         self._bin.close()
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
@@ -63,7 +62,7 @@ class IndexedIdsWriter:
         with open(self.prefix.with_name(self.prefix.name + ".idx"), "wb") as f:
             f.write(offsets.tobytes())
             _fsync(f)
-        return len(lengths)
+        return len(lengths), int(offsets[-1])
 
 
 def _fsync(f) -> None:

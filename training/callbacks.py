@@ -38,8 +38,10 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
 
+from datamodules.cache import process_alive
+
 from . import signals
-from .faults import OutputError, atomic_torch_save, write_fault
+from .faults import OutputError, atomic_torch_save, temporary_name, write_fault
 
 
 class StepTimer(Callback):
@@ -245,7 +247,7 @@ class BestAndLastCheckpoint(ModelCheckpoint):
         previous, kept = self.last_model_path, None
         if previous and trainer.is_global_zero and os.path.isfile(previous):
             if os.path.samefile(os.path.dirname(previous), self.dirpath):
-                kept = _temporary_name(previous, "prev")
+                kept = temporary_name(previous, "prev")
                 try:
                     os.link(previous, kept)
                 except OSError:  # no hard links on this file system: no going back
@@ -377,22 +379,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 _TEMPORARY = re.compile(r"^\..+\.(?:tmp|prev)-(\d+)$")
 
 
-def _temporary_name(path: str | Path, kind: str) -> Path:
-    """`<dir>/.<name>.<kind>-<pid>`: hidden, so that no glob for checkpoints (`last*.ckpt`) finds it."""
-    path = Path(path)
-    return path.with_name(f".{path.name}.{kind}-{os.getpid()}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
 def remove_stale_temporaries(folder: str | Path) -> list[Path]:
     """Remove the files that saves of dead processes left in `folder`: `.<name>.tmp-<pid>` of an atomic
     save killed mid-write (SIGKILL, power loss), `.<name>.prev-<pid>` kept for going back after a NaN.
@@ -404,7 +390,7 @@ def remove_stale_temporaries(folder: str | Path) -> list[Path]:
         return removed
     for path in folder.iterdir():
         match = _TEMPORARY.match(path.name)
-        if match and path.is_file() and (int(match[1]) == os.getpid() or not _alive(int(match[1]))):
+        if match and path.is_file() and (int(match[1]) == os.getpid() or not process_alive(int(match[1]))):
             try:
                 path.unlink()
             except OSError:  # a read-only folder: its writability is checked, and reported, on its own
@@ -418,7 +404,7 @@ def check_writable(folder: str | Path, name: str) -> None:
     is one `OutputError` (naming `folder/name`, the file to come) before training rather than after
     its first epoch."""
     folder = Path(folder)
-    probe = _temporary_name(folder / "write-check", "tmp")
+    probe = temporary_name(folder / "write-check", "tmp")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe.open("wb").close()

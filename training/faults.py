@@ -146,6 +146,13 @@ def fault_message(err: BaseException, path: str | Path | None = None) -> str | N
     return None
 
 
+def temporary_name(path: str | Path, kind: str) -> Path:
+    """`<dir>/.<name>.<kind>-<pid>`: hidden, so that no glob for outputs (`last*.ckpt`) finds it, and
+    marked with its writer's pid, so that a later run can tell a dead writer's leftovers."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{kind}-{os.getpid()}")
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | Path, folder: bool = False) -> Iterator[Path]:
     """Write an output atomically: yields a temporary sibling of `path` (`.NAME.tmp-PID`; a file created
@@ -173,7 +180,7 @@ def atomic_output(path: str | Path, folder: bool = False) -> Iterator[Path]:
                 raise
             raise fault from None
         return
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = temporary_name(path, "tmp")
     try:
         if folder:
             tmp.mkdir()
@@ -231,7 +238,7 @@ def _replace_folder(tmp: Path, path: Path) -> None:
     if not os.path.lexists(path):
         os.rename(tmp, path)
         return
-    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    old = temporary_name(path, "old")
     os.rename(path, old)
     try:
         os.rename(tmp, path)
