@@ -26,8 +26,8 @@ if __name__ == "__main__":
 with signals.exit_on_stop():
     from models.errors import USER_ERRORS
     from training.callbacks import TrainingDivergedError
-    from training.cli import DEFAULT_CONFIG, TransformerCLI, run_fit
-    from training.faults import exit_on_user_error
+    from training.cli import DEFAULT_CONFIG, NothingToTrain, TransformerCLI, run_fit
+    from training.faults import EXIT_NOTHING_TO_DO, exit_on_user_error
 
 
 @exit_on_user_error
@@ -37,8 +37,10 @@ def main(args: list[str] | None = None) -> None:
     task) ends with one line on stderr and exit status 2; a loss that becomes NaN with one line and
     status 1; a full disk or an unwritable folder with one line naming the path and status 1
     (`exit_on_user_error`); SIGTERM or SIGINT with a checkpoint at the end of the step and one line
-    saying how to resume, status 143 or 130 (training/signals.py); a config error with jsonargparse's
-    usage message and status 2."""
+    saying how to resume, status 143 or 130 (training/signals.py); `--trainer.max_time` with one line saying
+    where it stopped and how to resume, status 0; a resumed run with nothing left to train (its checkpoint
+    reached max_steps, max_epochs or max_time) with one line and status 3; a config error with
+    jsonargparse's usage message and status 2."""
     script = sys.argv[0] if args is None else "scripts/fit.py"
     args = list(sys.argv[1:] if args is None else args)
     given = list(args)
@@ -63,7 +65,10 @@ def main(args: list[str] | None = None) -> None:
             if len(causes) == 1:
                 raise
             raise causes[-1] from None
-        run_fit(cli)
+        run_fit(cli, signals.resume_command(given, script))
+    except NothingToTrain as err:
+        print(f"nothing to train: {err}", file=sys.stderr)
+        raise SystemExit(EXIT_NOTHING_TO_DO) from None
     except TrainingDivergedError as err:
         print(f"error: {err}; {_last_kept(cli)}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import matplotlib
 
+from training.loggers import run_folder
+
 matplotlib.use("Agg")  # headless: no display on training machines
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import font_manager, ft2font  # noqa: E402
@@ -42,29 +44,21 @@ SUBWORD_MARK = "\u2581"  # "▁", the word-start marker of SentencePiece / Metas
 
 
 def figure_dir(module) -> Path:
-    """`trainer.log_dir` (the logger's version folder), else `trainer.default_root_dir`, else "."""
+    """The run's folder (`training.loggers.run_folder`: its logger's version or W&B run), else "."."""
     trainer = getattr(module, "_trainer", None)
-    if trainer is None:
-        return Path(".")
-    try:
-        log_dir = trainer.log_dir
-    except Exception:  # some loggers have no local folder
-        log_dir = None
-    return Path(log_dir or trainer.default_root_dir)
+    return Path(".") if trainer is None else run_folder(trainer)
 
 
 def save_and_log_figure(module, fig, name: str, key: str | None = None) -> Path | None:
     """Save `fig` as `<log dir>/<name>.png` and log it under `key` (default: `name`) to every logger
     of `module`'s trainer that takes images (W&B: `log_image`; TensorBoard: `add_figure`). Closes the
-    figure. Call it on every rank: finding the log dir is a collective under DDP. Returns the PNG's
-    path, or None on non-zero ranks (which only close the figure)."""
+    figure. Rank zero saves and logs; the others only close the figure and return None. Returns the PNG's path."""
     trainer = getattr(module, "_trainer", None)
     key = key or name.replace(os.sep, "/")
     try:
-        out_dir = figure_dir(module)  # every rank: trainer.log_dir broadcasts from rank zero
         if trainer is not None and not trainer.is_global_zero:
             return None
-        path = out_dir / f"{name}.png"
+        path = figure_dir(module) / f"{name}.png"
         os.makedirs(path.parent, exist_ok=True)
         fig.savefig(path, dpi=100, bbox_inches="tight")
         step = trainer.global_step if trainer is not None else 0

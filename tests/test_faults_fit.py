@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, Timer
 
 from tests.helpers import ENV, FIT, ROOT, fit, run
 
@@ -180,22 +180,107 @@ def test_signal_mid_epoch_writes_a_checkpoint_that_resumes_exactly(tmp_path, uni
     epoch, batch_idx = map(int, marker.read_text().split())
     (written,) = [p for p in root.rglob("last.ckpt")]
     name = signal.Signals(signum).name
-    assert line.startswith(f"stopped by {name} at epoch 1 step 22; checkpoint written to {written}; resume with: python "), line
-    state = torch.load(written, weights_only=True)
-    assert state["global_step"] == 22
-    assert state["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [{"epoch": 1, "batches_yielded": batch_idx + 1}]
+    assert line.startswith(f"stopped by {name} at epoch 1 step 22; checkpoint written to {written}; resume with: "), line
+    assert_stopped_mid_epoch(written, step=22, epoch=1, batches=batch_idx + 1)
     assert not temporaries(root)
+    resume_as_printed_and_compare(line.split("resume with: ", 1)[1], root, uninterrupted)
 
-    # The printed command, run as printed (our interpreter for "python"), resumes it.
-    command = shlex.split(line.split("resume with: ", 1)[1])
-    assert command[-2:] == ["--ckpt_path", "last"] and command[1] == FIT[1]
-    resumed = run([sys.executable, *command[1:]])
+
+def assert_stopped_mid_epoch(path: Path, step: int, epoch: int, batches: int) -> None:
+    """The checkpoint holds step `step`, `batches` batches into epoch `epoch`, that epoch not marked done."""
+    state = torch.load(path, weights_only=True)
+    assert state["global_step"] == step
+    loop = state["loops"]["fit_loop"]
+    assert loop["state_dict"]["combined_loader"] == [{"epoch": epoch, "batches_yielded": batches}]
+    assert loop["epoch_progress"]["current"]["completed"] == epoch
+
+
+def resume_as_printed_and_compare(command: str, root: Path, uninterrupted: dict, *extra: str) -> None:
+    """Run the printed resume command as a user pastes it into a shell (with `extra` arguments added), from
+    the repository's root, and check that the run ends bit-identical to the uninterrupted one."""
+    assert command.endswith("--ckpt_path last"), command
+    words = shlex.split(command)
+    assert f"OMP_NUM_THREADS={ENV['OMP_NUM_THREADS']}" in words, command  # the settings that matter are kept
+    assert os.path.samefile(ROOT / next(w for w in words if "=" not in w), sys.executable), command  # this interpreter
+    shell_env = {k: v for k, v in ENV.items() if k != "OMP_NUM_THREADS"}  # the command must bring it itself
+    resumed = run(["bash", "-c", command + "".join(f" {shlex.quote(a)}" for a in extra)], env=shell_env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     final = torch.load(max(root.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime), weights_only=True)
     assert final["global_step"] == uninterrupted["global_step"] == 48
     for key in ("state_dict", "current_model_state", "averaging_state"):
         a, b = uninterrupted[key], final[key]
         assert a.keys() == b.keys()
+        assert not [k for k in a if not torch.equal(a[k], b[k])], f"resumed run differs in {key}"
+
+
+class TimeUpAtStep(Timer):
+    """Test helper: Lightning's `Timer` (what `--trainer.max_time` installs) with a 10-minute limit whose
+    clock reads past it from step `step` on, so that the time limit is reached at the end of that step
+    whatever the machine's speed."""
+
+    def __init__(self, step: int):
+        super().__init__(duration="00:00:10:00")
+        self.step, self.global_step = step, 0
+
+    def on_train_batch_end(self, trainer, *args, **kwargs):
+        self.global_step = trainer.global_step
+        super().on_train_batch_end(trainer, *args, **kwargs)
+
+    def time_elapsed(self, stage="train"):
+        return 601.0 if self.global_step >= self.step else super().time_elapsed(stage)
+
+
+@pytest.mark.slow
+def test_time_limit_mid_epoch_writes_a_checkpoint_that_resumes_exactly(tmp_path, uninterrupted):
+    # The time limit is reached at the end of step 22 (epoch 1, batch 6 of 16): last.ckpt is written there,
+    # the epoch is not marked done (Lightning would mark it and the resumed run would skip 10 batches), no
+    # validation runs at the stop, the run's summary is written as after any end, and one line says how to
+    # resume. The same command with the same limit then has nothing left to train: one line, status 3, no new
+    # folder; without the limit it ends bit-identical to the uninterrupted run.
+    root = tmp_path / "run"
+    time_up = callback_arg(TimeUpAtStep, step=22)
+    result = fit(root, "--trainer.max_epochs", "3", "--ema_decay", "0.9", *CSV, time_up)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("time limit reached ")]
+    (written,) = root.rglob("last.ckpt")
+    assert f"at step 22; last checkpoint: {written}; resume with a larger --trainer.max_time: " in line, line
+    assert_stopped_mid_epoch(written, step=22, epoch=1, batches=6)
+    metrics = (written.parent.parent / "metrics.csv").read_text().splitlines()
+    header = metrics[0].split(",")
+    val_steps = {int(row.split(",")[header.index("step")]) for row in metrics[1:] if row.split(",")[header.index("val/loss")]}
+    assert val_steps == {15}, val_steps  # epoch 0's validation only: none at the stop (logged at step index 15)
+    summary = json.loads((written.parent.parent / "summary.json").read_text())  # the run ends as any other
+    assert summary["steps"] == 22 and summary["best_checkpoint"].endswith("epoch000-step16.ckpt"), summary
+
+    command = line.split("resume with a larger --trainer.max_time: ", 1)[1]
+    folders = sorted(p for p in root.rglob("*") if p.is_dir())
+    again = run(["bash", "-c", command])
+    assert again.returncode == 3, again.stderr[-3000:]
+    assert one_line(again, "nothing to train: --trainer.max_time 0:10:00: ").endswith("pass a larger --trainer.max_time to train on")
+    assert sorted(p for p in root.rglob("*") if p.is_dir()) == folders  # no empty version or checkpoints folder
+    assert f" {shlex.quote(time_up)} " in command
+    resume_as_printed_and_compare(command.replace(f" {shlex.quote(time_up)} ", " --test false "), root, uninterrupted)
+
+
+@pytest.mark.slow
+def test_max_steps_mid_epoch_then_more_steps_is_exact(tmp_path, uninterrupted):
+    # "Train longer": a run that ended at --trainer.max_steps 22, mid-epoch, resumed with --trainer.max_steps 48
+    # ends bit-identical to one trained to 48 at once (the toy recipe's learning rate is constant).
+    root = tmp_path / "run"
+    result = fit(root, *COMMON, *CSV, "--trainer.max_steps", "22")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (written,) = root.rglob("last.ckpt")
+    assert_stopped_mid_epoch(written, step=22, epoch=1, batches=6)
+    same = fit(root, *COMMON, *CSV, "--trainer.max_steps", "22", "--ckpt_path", "last")
+    assert same.returncode == 3
+    one_line(same, "nothing to train: --trainer.max_steps 22: ")
+    longer = fit(root, *COMMON, *CSV, "--trainer.max_steps", "48", "--ckpt_path", "last")
+    assert longer.returncode == 0, longer.stderr[-3000:]
+    final = torch.load(max(root.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime), weights_only=True)
+    assert final["global_step"] == 48
+    for key in ("state_dict", "current_model_state", "averaging_state"):
+        a, b = uninterrupted[key], final[key]
         assert not [k for k in a if not torch.equal(a[k], b[k])], f"resumed run differs in {key}"
 
 
@@ -304,9 +389,15 @@ def test_slurm_requeue_signal_still_works(tmp_path):
 def test_resume_command_replaces_an_earlier_ckpt_path():
     from training.signals import resume_command
 
-    assert resume_command(["--config", "a b.yaml", "--ckpt_path", "x.ckpt", "--ckpt_path=y"]) == (
-        "python scripts/fit.py --config 'a b.yaml' --ckpt_path last"
-    )
+    env = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "0,1", "HOME": "/root"}
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG", "WANDB_MODE"):
+            mp.delenv(name, raising=False)
+        for name, value in env.items():
+            mp.setenv(name, value)
+        mp.setattr(sys, "executable", "/opt/env/bin/python")
+        command = resume_command(["--config", "a b.yaml", "--ckpt_path", "x.ckpt", "--ckpt_path=y"])
+    assert command == "OMP_NUM_THREADS=1 CUDA_VISIBLE_DEVICES=0,1 /opt/env/bin/python scripts/fit.py --config 'a b.yaml' --ckpt_path last"
 
 
 # ---------------------------------------------------------------------------------------------- disk full, unwritable

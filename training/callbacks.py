@@ -42,6 +42,7 @@ from datamodules.cache import process_alive
 
 from . import signals
 from .faults import OutputError, atomic_torch_save, temporary_name, write_fault
+from .loggers import run_folder
 
 
 class StepTimer(Callback):
@@ -221,9 +222,9 @@ class BestAndLastCheckpoint(ModelCheckpoint):
             self._save_last_if_missed(trainer)
         # A step followed by validation (the epoch's last, or val_check_interval's) stops after it: a
         # run resumed from a checkpoint written here would skip that validation (Lightning's rule).
-        loop = trainer.fit_loop.epoch_loop
-        if not (loop._num_ready_batches_reached() or loop._should_check_val_fx(trainer.fit_loop._data_fetcher)):
+        if not validation_or_epoch_end_follows(trainer):
             self._stop_if_signalled(trainer)
+            self._end_if_training_ends_here(trainer)
 
     def _save_topk_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict[str, torch.Tensor]) -> None:
         # A metric computed every n epochs (val/bleu with bleu_every_n_epochs > 1) is absent until its
@@ -290,6 +291,23 @@ class BestAndLastCheckpoint(ModelCheckpoint):
         written = self.last_model_path if self.last_step == trainer.global_step else None
         raise signals.Stopped(signum or signal.SIGTERM, trainer.current_epoch, trainer.global_step, written)
 
+    def _end_if_training_ends_here(self, trainer: L.Trainer) -> None:
+        """Training ends at this step, in the middle of an epoch: `--trainer.max_steps` is reached, or the
+        `--trainer.max_time` timer (any callback setting `trainer.should_stop`) asked to stop. Lightning
+        would then end the epoch and write last.ckpt with the epoch marked done, and a resumed run would
+        skip the rest of it; a time limit would also run a validation that an uninterrupted run never
+        does. Here last.ckpt is written at the step, as for a signal, so the resume continues the epoch
+        at the next batch; a time-limit stop raises `StoppedMidEpoch` (the CLI tests and reports as
+        after any end of training)."""
+        time_up = trainer.should_stop
+        if not (time_up or 0 <= trainer.max_steps <= trainer.global_step):
+            return
+        if self.last_step != trainer.global_step:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        if time_up:
+            written = self.last_model_path if self.last_step == trainer.global_step else None
+            raise StoppedMidEpoch(trainer.current_epoch, trainer.global_step, written)
+
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         if isinstance(exception, TrainingDivergedError):
             self._go_back_to_previous_last(trainer)  # and no save_on_exception of a diverged model
@@ -300,6 +318,33 @@ class BestAndLastCheckpoint(ModelCheckpoint):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_train_end(trainer, pl_module)
         self._drop_previous_last()
+
+
+class StoppedMidEpoch(BaseException):
+    """Training stopped at the end of step `step` in the middle of epoch `epoch` because
+    `trainer.should_stop` was set (the `--trainer.max_time` timer), with last.ckpt written there
+    (`checkpoint`, None when --checkpoint.save_last is off). A BaseException like `signals.Stopped`, so
+    that it leaves `trainer.fit` the way Lightning lets a stop leave it, and no `except Exception` on the
+    way swallows it; `training.cli.run_fit` catches it and goes on as after a finished fit."""
+
+    def __init__(self, epoch: int, step: int, checkpoint: str | None):
+        super().__init__(f"stopped at epoch {epoch} step {step}")
+        self.epoch, self.step, self.checkpoint = epoch, step, checkpoint
+
+
+def validation_or_epoch_end_follows(trainer: L.Trainer) -> bool:
+    """Whether, in a run not asked to stop, this step would be followed by the epoch's end or a validation
+    (`val_check_interval`): a stop decided here then waits for them. The one place that reads Lightning's
+    private loop methods (`_num_ready_batches_reached`, `_should_check_val_fx`, `_data_fetcher`); they have
+    no public equivalent, and `tests/test_faults_fit.py`'s signal and time-limit resume tests fail at once if
+    they change. `_should_check_val_fx` also answers True for any step once a stop was asked for, so the
+    question is put with `should_stop` cleared."""
+    loop, should_stop = trainer.fit_loop.epoch_loop, trainer.should_stop
+    trainer.should_stop = False
+    try:
+        return loop._num_ready_batches_reached() or loop._should_check_val_fx(trainer.fit_loop._data_fetcher)
+    finally:
+        trainer.should_stop = should_stop
 
 
 class LoaderStateRestore(Callback):
@@ -414,20 +459,27 @@ def check_writable(folder: str | Path, name: str) -> None:
 
 
 class LogConfigCallback(SaveConfigCallback):
-    """LightningCLI's config.yaml in the log folder, and the same resolved config with the W&B run:
-    in its config (searchable, under `config`) and as the file `lightning_config.yaml` among the run's
-    files (`fit.py --config lightning_config.yaml` reruns it; wandb's own `config.yaml` is its flat
-    run config). Rank zero only: Lightning calls `save_config` there."""
+    """LightningCLI's config.yaml in the run's folder (`loggers.run_folder`, beside its checkpoints: not
+    Lightning's `trainer.log_dir`, which W&B runs of one root directory share), and the same resolved config
+    with the W&B run: in its config (searchable, under `config`) and as the file `lightning_config.yaml`
+    among the run's files (`fit.py --config lightning_config.yaml` reruns it; wandb's own `config.yaml` is
+    its flat run config). Rank zero only, as Lightning's."""
 
     FILENAME = "lightning_config.yaml"
 
+    def __init__(self, *args: Any, save_to_log_dir: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, save_to_log_dir=False, **kwargs)  # written here, to the run's folder
+        self.save_to_run_folder = save_to_log_dir
+
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        # jsonargparse refuses an unwritable log folder with a traceback of its own ("not creatable since
-        # parent directory not writable"): the same check first, as one line naming the folder.
-        if not self.already_saved and self.save_to_log_dir:
-            log_dir = trainer.log_dir  # a broadcast: every rank asks
-            if trainer.is_global_zero and log_dir and "://" not in str(log_dir):
-                check_writable(log_dir, self.config_filename)
+        if not self.already_saved and self.save_to_run_folder and trainer.is_global_zero:
+            folder = run_folder(trainer)
+            if "://" not in str(folder):
+                # jsonargparse refuses an unwritable folder with a traceback of its own: one line naming it.
+                check_writable(folder, self.config_filename)
+            self.parser.save(
+                self.config, str(folder / self.config_filename), skip_none=False, overwrite=True, multifile=self.multifile
+            )
         super().setup(trainer, pl_module, stage)
 
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:

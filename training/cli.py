@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -25,10 +28,11 @@ from .callbacks import (
     RngStateCallback,
     StepTimer,
     StopOnSignal,
+    StoppedMidEpoch,
     remove_stale_temporaries,
 )
 from .loading import read_checkpoint
-from .loggers import AutoWandbLogger, WandbRunId, continue_wandb_run, run_dir, sync_command
+from .loggers import AutoWandbLogger, WandbRunId, continue_wandb_run, run_dir, run_folder, sync_command
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "toy_translation.yaml"
@@ -170,47 +174,105 @@ def _default_logger_save_dir(args: list[str]) -> list[str]:
     return args
 
 
-def run_fit(cli: TransformerCLI) -> None:
+class NothingToTrain(Exception):
+    """A resumed run whose checkpoint already reached `--trainer.max_steps`, `max_epochs` or `max_time`:
+    scripts/fit.py says so in one line and exits with `faults.EXIT_NOTHING_TO_DO`, before any folder is made."""
+
+
+def run_fit(cli: TransformerCLI, resume: str = "") -> None:
+    """Fit (resuming `--ckpt_path`), test the best checkpoint, print and write the summary. `resume` is the
+    command that would resume this run, printed when a time limit ends it."""
     trainer, model, datamodule = cli.trainer, cli.model, cli.datamodule
     ckpt_path = resolve_ckpt_path(cli.config.ckpt_path, trainer)
     if ckpt_path is not None:
         state = check_resume_checkpoint(ckpt_path, model)
-        if state is not None and trainer.is_global_zero:
-            remove_stale_temporaries(Path(ckpt_path).parent)  # the resumed run's, if it was killed mid-save
+        if state is not None:
+            check_something_left(state, trainer, ckpt_path)
+            if trainer.is_global_zero:
+                remove_stale_temporaries(Path(ckpt_path).parent)  # the resumed run's, if it was killed mid-save
         run_id = continue_wandb_run(trainer.loggers, state) if state is not None else None
         if run_id:
             rank_zero_info(f"Continuing W&B run {run_id}")
             keep_earlier_checkpoints(trainer)
     start = time.monotonic()
-    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
+    # A time limit mid-epoch ends fit with last.ckpt written at the step; test and summarise as after any end.
+    with contextlib.suppress(StoppedMidEpoch):
+        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
     fit_seconds = time.monotonic() - start
     if signals.received() is not None:  # noted in the last moments of training: stop before testing
         callback = trainer.checkpoint_callback
         written = callback.last_model_path if isinstance(callback, BestAndLastCheckpoint) else None
         at_end = written and callback.last_step == trainer.global_step
         raise signals.Stopped(signals.received(), trainer.current_epoch, trainer.global_step, written if at_end else None)
+    if trainer.is_global_zero:
+        report_time_limit(trainer, resume)
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if cli.config.test and _has_split(datamodule, "test_dataloader"):
         trainer.test(model, datamodule=datamodule, ckpt_path="best" if best else None)
-    # log_dir broadcasts from rank zero under DDP: every rank must ask for it, not rank zero alone.
-    log_dir = trainer.log_dir if trainer.logger is not None else None
     if trainer.is_global_zero:
-        summary = summarize(trainer, model, datamodule, best, log_dir, fit_seconds)
-        summary_dir = Path(log_dir or trainer.default_root_dir)
-        summary_dir.mkdir(parents=True, exist_ok=True)
-        (summary_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        folder = run_folder(trainer)
+        summary = summarize(trainer, model, datamodule, best, str(folder) if trainer.loggers else None, fit_seconds)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+
+
+def _time_limit(trainer: L.Trainer) -> Timer | None:
+    """The timer of `--trainer.max_time`, if it was given."""
+    return next((c for c in trainer.callbacks if isinstance(c, Timer) and c.time_remaining() is not None), None)
+
+
+def report_time_limit(trainer: L.Trainer, resume: str) -> None:
+    """After fitting: when `--trainer.max_time` ended it, one line with where it stopped, the checkpoint to
+    resume and how (the time limit counts the training time of the runs a resumed one continues)."""
+    timer = _time_limit(trainer)
+    if timer is None or timer.time_remaining() > 0:
+        return
+    callback = trainer.checkpoint_callback
+    last = getattr(callback, "last_model_path", "") or "none written"
+    elapsed = timedelta(seconds=int(timer.time_elapsed("train")))
+    print(
+        f"time limit reached (--trainer.max_time; {elapsed} of training, counting the runs this one resumes) at "
+        f"step {trainer.global_step}; last checkpoint: {last}; resume with a larger --trainer.max_time: {resume}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def check_something_left(state: dict, trainer: L.Trainer, path: str) -> None:
+    """`NothingToTrain` when the checkpoint being resumed has already reached `max_steps`, `max_epochs` or
+    `max_time` (Lightning counts the time of the earlier runs: it would train nothing, test again and exit
+    0 as if it had trained)."""
+    steps = state.get("global_step", 0)
+    if 0 <= trainer.max_steps <= steps:
+        raise NothingToTrain(
+            f"--trainer.max_steps {trainer.max_steps}: {path} has already trained {steps} steps; "
+            "pass a larger --trainer.max_steps to train on"
+        )
+    epochs = state["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"]
+    if trainer.max_epochs is not None and 0 <= trainer.max_epochs <= epochs:
+        raise NothingToTrain(
+            f"--trainer.max_epochs {trainer.max_epochs}: {path} has already trained {epochs} epochs; "
+            "pass a larger --trainer.max_epochs to train on"
+        )
+    timer = _time_limit(trainer)
+    if timer is not None:
+        limit = timer.time_remaining()  # before fitting, the whole duration
+        elapsed = (state.get("callbacks", {}).get(timer.state_key) or {}).get("time_elapsed", {}).get("train", 0.0)
+        if elapsed >= limit:
+            raise NothingToTrain(
+                f"--trainer.max_time {timedelta(seconds=int(limit))}: {path} has already trained for "
+                f"{timedelta(seconds=int(elapsed))} (a resumed run's time limit counts the time already trained); "
+                "pass a larger --trainer.max_time to train on"
+            )
 
 
 def keep_earlier_checkpoints(trainer: L.Trainer) -> None:
     """A run that continues its W&B run also continues its log folder (`<project>/<run id>/`), where
     Lightning would write the resumed run's checkpoints over the earlier ones: they go to the first
     free `checkpoints-<n>` beside `checkpoints` instead (`--ckpt_path last` takes the newest)."""
-    logger = trainer.loggers[0] if trainer.loggers else None
-    if logger is None:
+    if not trainer.loggers:
         return
-    save_dir = logger.save_dir if logger.save_dir is not None else trainer.default_root_dir
-    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
-    folder = Path(save_dir) / str(logger.name) / version
+    folder = run_folder(trainer)
     for callback in trainer.checkpoint_callbacks:
         if callback.dirpath is None and (folder / "checkpoints").exists():
             n = 2
@@ -227,7 +289,7 @@ def resolve_ckpt_path(ckpt_path: str | None, trainer: L.Trainer) -> str | None:
     candidates = sorted(Path(trainer.default_root_dir).rglob("last*.ckpt"), key=lambda p: p.stat().st_mtime)
     if not candidates:
         raise CheckpointError(f"--ckpt_path last: no last.ckpt under {trainer.default_root_dir} to resume from")
-    rank_zero_info(f"Resuming from {candidates[-1]}")
+    rank_zero_info(f"Resuming the run in {candidates[-1].parent.parent} from {candidates[-1]}")
     return str(candidates[-1])
 
 

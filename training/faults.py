@@ -280,6 +280,9 @@ def writing_to(name: str) -> Iterator[None]:
 # Exit statuses: bad input 2 (as argparse), an environment fault 1, a reader gone 141 (128 + SIGPIPE, as
 # `cat` gets), Ctrl-C 130.
 EXIT_USER_ERROR, EXIT_FAULT, EXIT_BROKEN_PIPE, EXIT_INTERRUPTED = 2, 1, 141, 130
+# A resumed run with nothing left to train (its checkpoint already reached max_steps, max_epochs or max_time):
+# not a failure of the command, but a job script must be able to tell it from a run that trained.
+EXIT_NOTHING_TO_DO = 3
 
 
 def quiet_broken_pipe() -> None:

@@ -223,6 +223,21 @@ def offline_records(path: str | Path):
             yield record
 
 
+def run_folder(trainer) -> Path:
+    """The folder of this run's own records: `config.yaml`, `summary.json`, the figures, and (unless
+    `--checkpoint.dirpath` says otherwise) `checkpoints/`. It is where Lightning puts a run's checkpoints:
+    `<save_dir>/<name>/<version>` of the first logger (W&B: `<save_dir>/<project>/<run id>`; CSV and
+    TensorBoard: `<save_dir>/lightning_logs/version_<n>`), or the root directory with no logger. Not
+    `trainer.log_dir`, which for W&B is the `save_dir` that every run of the root directory shares: a
+    second run there would overwrite the first one's records. Ask on rank zero (the W&B run id exists there)."""
+    logger = trainer.loggers[0] if trainer.loggers else None
+    if logger is None:
+        return Path(trainer.default_root_dir)
+    save_dir = logger.save_dir if logger.save_dir is not None else trainer.default_root_dir
+    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+    return Path(save_dir) / str(logger.name) / version
+
+
 def run_dir(logger: Logger | None) -> str | None:
     """The W&B run's local folder (…/wandb/offline-run-…), when `logger` is a W&B logger with a run."""
     if isinstance(logger, WandbLogger) and logger._experiment is not None:

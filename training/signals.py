@@ -125,8 +125,14 @@ def forget() -> None:
     _received = None
 
 
+# The environment settings that change what a resumed run does or how fast it goes, kept in the resume command.
+RESUME_ENVIRONMENT = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG", "WANDB_MODE")
+
+
 def resume_command(args: list[str], script: str = "scripts/fit.py") -> str:
-    """The command that resumes a run started with `args`: the same arguments, `--ckpt_path last` at the end."""
+    """The command that resumes a run started with `args`: the interpreter that runs this process (the
+    README's `.venv/bin/python` rather than whatever `python` means in the user's shell), the environment
+    settings of `RESUME_ENVIRONMENT` that are set, the same arguments, `--ckpt_path last` at the end."""
     kept, skip = [], False
     for arg in args:
         if skip:
@@ -135,7 +141,12 @@ def resume_command(args: list[str], script: str = "scripts/fit.py") -> str:
             skip = True
         elif not arg.startswith("--ckpt_path="):
             kept.append(arg)
-    return shlex.join(["python", script, *kept, "--ckpt_path", "last"])
+    python = sys.executable or "python"
+    relative = os.path.relpath(python)
+    if not relative.startswith(".."):
+        python = relative if os.sep in relative else os.path.join(".", relative)
+    env = [f"{name}={shlex.quote(os.environ[name])}" for name in RESUME_ENVIRONMENT if os.environ.get(name)]
+    return " ".join([*env, shlex.join([python, script, *kept, "--ckpt_path", "last"])])
 
 
 def stop_message(stop: Stopped, last_checkpoint: str | None, resume: str) -> str:
