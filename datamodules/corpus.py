@@ -18,7 +18,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
 from models.checks import at_least, check_hparams, fraction, no_more_than, one_of
-from models.errors import CorpusFormatError, DataNotFoundError, HyperparameterError
+from models.errors import CorpusFormatError, DataCacheError, DataNotFoundError, HyperparameterError
 
 from . import hf_source
 from .cache import default_root, digest, file_fingerprint, open_or_build
@@ -28,6 +28,8 @@ from .resumable import ResumableDataLoader, shard_of
 from .samplers import TokenBudgetBatchSampler, padding_waste
 from .tokenizers import SubwordTokenizer, TokenizerKind, tokenizer_from_dict, train_tokenizer
 from .vocab import BOS, EOS, SPECIAL_TOKENS, Tokenizer
+
+TOKENIZERS_FILE = "tokenizers.json"  # in the prepared tokenizers' folder
 
 ENGLISH = ("en", "eng")
 SPLITS = ("train", "val", "test")
@@ -285,13 +287,22 @@ class ParallelCorpusDataModule(L.LightningDataModule):
                         train_tokenizer(src, h.src_tokenizer, h.src_vocab_size),
                         train_tokenizer(tgt, h.tgt_tokenizer, h.tgt_vocab_size),
                     )
-                (tmp / "tokenizers.json").write_text(json.dumps({"src": toks[0].to_dict(), "tgt": toks[1].to_dict()}))
+                text = json.dumps({"src": toks[0].to_dict(), "tgt": toks[1].to_dict()})
+                (tmp / TOKENIZERS_FILE).write_text(text)
                 rank_zero_info(f"Tokenizers trained on {which} in {time.monotonic() - start:.0f} s: {folder}")
-                return {"key": key, "sample": which}
+                return {"key": key, "sample": which, "sizes": {TOKENIZERS_FILE: len(text.encode())}}
 
-            open_or_build(folder, train)
-            data = json.loads((folder / "tokenizers.json").read_text())
-            self._tokenizers = (tokenizer_from_dict(data["src"]), tokenizer_from_dict(data["tgt"]))
+            # A file of another size than recorded (cut short) makes the folder incomplete: it is built again.
+            open_or_build(folder, train, lambda meta: meta.get("sizes", {}).items())
+            path = folder / TOKENIZERS_FILE
+            try:
+                data = json.loads(path.read_text())
+                self._tokenizers = (tokenizer_from_dict(data["src"]), tokenizer_from_dict(data["tgt"]))
+            except (ValueError, KeyError, TypeError) as err:  # damaged in place: same size, other bytes
+                raise DataCacheError(
+                    f"the prepared tokenizers {path} are damaged ({type(err).__name__}: {str(err)[:80]}); "
+                    f"delete {folder} and run again to prepare them anew"
+                ) from None
         return self._tokenizers
 
     @property
@@ -394,7 +405,7 @@ class ParallelCorpusDataModule(L.LightningDataModule):
     def prepared_files(self) -> list[str]:
         """What the prepared cache holds, a line per folder and split (scripts/prepare.py prints it)."""
         folder = self._ids_folder()
-        lines = [f"tokenizers: {self._tokenizers_folder() / 'tokenizers.json'}", f"token ids: {folder}"]
+        lines = [f"tokenizers: {self._tokenizers_folder() / TOKENIZERS_FILE}", f"token ids: {folder}"]
         for split, stats in self._ids_meta["splits"].items():
             size = sum(p.stat().st_size for p in folder.glob(f"{split}.*"))
             lines.append(
@@ -421,6 +432,12 @@ class ParallelCorpusDataModule(L.LightningDataModule):
             split: TokenPairs(IndexedIds(folder / f"{split}.src", dtypes[0]), IndexedIds(folder / f"{split}.tgt", dtypes[1]))
             for split in SPLITS
         }
+        # Files changed in place after their build (same sizes, other bytes) must not feed the model ids
+        # outside its vocabulary: one pass over the maps (a fraction of a second for WMT-sized splits).
+        sizes = (len(self.src_vocab), len(self.tgt_vocab))
+        for data in self._datasets.values():
+            for store, size in zip((data.src, data.tgt), sizes):
+                store.check(size, f"delete {folder} and run again to prepare it anew")
         for split, stats in meta["splits"].items():
             action = "dropped" if split == "train" and h.overlong == "drop" else "truncated"
             data = self._datasets[split]

@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from models.errors import DataCacheError
+
 from .batching import Seq2SeqBatch
 from .vocab import PAD
 
@@ -100,6 +102,21 @@ class IndexedIds:
 
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)  # (N,) int64
+
+    def check(self, vocab_size: int, remedy: str) -> None:
+        """`DataCacheError` naming the file and `remedy` unless the offsets rise from 0 to the number of ids
+        and every id lies below `vocab_size` (the ids are unsigned): what a file overwritten in place after
+        its build breaks, and what would otherwise reach the embedding as an index out of range."""
+        offsets, ids = self.offsets, self.ids
+        idx = self.prefix.with_name(self.prefix.name + ".idx")
+        if len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(ids) or (np.diff(offsets) < 0).any():
+            raise DataCacheError(f"the prepared index {idx} is damaged (its offsets do not frame {len(ids)} ids); {remedy}")
+        if len(ids) and int(ids.max()) >= vocab_size:
+            bad = int(np.argmax(ids >= vocab_size))
+            raise DataCacheError(
+                f"the prepared ids {self.prefix.with_name(self.prefix.name + '.bin')} are damaged (id {int(ids[bad])} at "
+                f"position {bad}, the vocabulary has {vocab_size}); {remedy}"
+            )
 
     def __len__(self) -> int:
         return len(self.offsets) - 1

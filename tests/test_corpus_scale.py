@@ -132,6 +132,52 @@ def test_a_damaged_or_half_written_cache_is_rebuilt_not_used(tmp_path, damage) -
     assert not list(ids.parent.glob("*.tmp-*"))
 
 
+def test_tokenizers_cut_short_are_prepared_anew(tmp_path) -> None:
+    data = aligned_corpus(tmp_path / "d")
+    expected = module(data).tokenizers
+    (tokenizers,) = folders(data / ".cache", "tokenizers")
+    text = (tokenizers / "tokenizers.json").read_text()
+    (tokenizers / "tokenizers.json").write_text(text[: len(text) // 2])
+    again = module(data)
+    assert again.tokenizers == expected
+    assert (tokenizers / "tokenizers.json").read_text() == text
+
+
+@pytest.mark.parametrize("damage", ["tokenizers", "ids", "offsets"])
+def test_a_cache_changed_in_place_is_one_line_naming_the_file(tmp_path, damage) -> None:
+    # Same sizes, other bytes (a copy gone wrong, a disk error, a user's edit): the meta cannot tell, and ids
+    # outside the vocabulary would reach the embedding as an IndexError deep in a traceback.
+    data = aligned_corpus(tmp_path / "d")
+    module(data).setup("fit")
+    (tokenizers,) = folders(data / ".cache", "tokenizers")
+    (ids,) = folders(data / ".cache", "ids")
+    path = {"tokenizers": tokenizers / "tokenizers.json", "ids": ids / "train.src.bin", "offsets": ids / "train.tgt.idx"}[damage]
+    size = path.stat().st_size
+    path.write_bytes(b"{" * size if damage == "tokenizers" else b"\xff" * size)
+    with pytest.raises(DataCacheError) as err:
+        module(data).setup("fit")
+    message = str(err.value)
+    assert "\n" not in message and str(path) in message and "damaged" in message, message
+    folder = tokenizers if damage == "tokenizers" else ids
+    assert f"delete {folder} and run again" in message, message
+
+
+def test_fit_on_a_cache_changed_in_place_is_one_line(tmp_path) -> None:
+    data = aligned_corpus(tmp_path / "d")
+    module(data).setup("fit")
+    (ids,) = folders(data / ".cache", "ids")
+    path = ids / "train.tgt.bin"
+    path.write_bytes(b"\xff" * path.stat().st_size)
+    result = fit(
+        tmp_path / "run", "--config", "configs/multi30k.yaml", "--data.data_dir", str(data), "--data.download", "false",
+        "--data.val_prefix", "val", "--data.test_prefix", "test", "--data.src_vocab_size", "150",
+        "--data.tgt_vocab_size", "150", "--data.max_len", "64",
+    )  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and str(path) in errors[0] and "damaged" in errors[0], result.stderr[-3000:]
+
+
 def test_prepare_killed_at_random_moments_never_leaves_a_cache_that_is_used(tmp_path) -> None:
     data = aligned_corpus(tmp_path / "d", n=20_000)
     cmd = [*_prepare_args(data)]
