@@ -3,6 +3,7 @@ atomic checkpoints, DDP on a CPU, bf16-mixed on a CPU, and the quickstart notebo
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -113,6 +114,57 @@ def test_resumed_run_continues_the_same_wandb_run_in_its_recipe_group(tmp_path):
         config = (run / "files" / "lightning_config.yaml").read_text()
         assert "ToyTranslationDataModule" in config and "d_model: 64" in config
     assert "ckpt_path: last" in (runs[1] / "files" / "lightning_config.yaml").read_text()
+
+
+def test_two_runs_in_one_root_keep_their_own_records(tmp_path):
+    # The default logger (W&B, offline): each run's config.yaml, summary.json and attention maps go to its own
+    # folder beside its checkpoints (Lightning's log_dir is the root that both runs share).
+    short = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--model.init_args.attention_maps", "1"]
+    first = fit(tmp_path, *short)
+    second = fit(tmp_path, *short, "--model.init_args.d_model", "32")
+    assert first.returncode == 0 and second.returncode == 0, (first.stderr + second.stderr)[-3000:]
+    summaries = sorted(tmp_path.rglob("summary.json"))
+    assert len(summaries) == 2, summaries
+    folders = [p.parent for p in summaries]
+    for folder, width in zip(sorted(folders, key=lambda f: f.stat().st_mtime), ("64", "32")):
+        summary = json.loads((folder / "summary.json").read_text())
+        assert Path(summary["best_checkpoint"]).parent == folder / "checkpoints", summary
+        assert f"d_model: {width}" in (folder / "config.yaml").read_text()
+        assert len(list((folder / "attention").glob("*.png"))) == 1
+        assert summary["log_dir"] == str(folder)
+    assert not list(tmp_path.glob("*.json")) and not (tmp_path / "config.yaml").exists() and not (tmp_path / "attention").exists()
+
+
+def test_ckpt_path_last_names_the_run_it_resumes(tmp_path):
+    result = fit(tmp_path, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.logger", "CSVLogger")
+    assert result.returncode == 0, result.stderr[-3000:]
+    resumed = fit(
+        tmp_path, "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "2", "--trainer.logger", "CSVLogger",
+        "--ckpt_path", "last",
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    last = tmp_path / "version_0" / "checkpoints" / "last.ckpt"
+    assert f"Resuming the run in {tmp_path / 'version_0'} from {last}" in resumed.stdout + resumed.stderr
+
+
+def test_output_to_a_file_shows_progress_lines(tmp_path):
+    # stderr is a pipe here, as under nohup or SLURM: no bar, one line every log_every_n_steps (8 in the toy recipe).
+    result = fit(tmp_path, "--trainer.max_epochs", "2", "--trainer.logger", "CSVLogger", "--test", "false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    pattern = re.compile(r"^epoch (\d) step (\d+)/32 \| loss \d+\.\d{3} \| lr \S+ \| [\d,]+ tok/s \| elapsed \S+ \| eta \S+$")
+    lines = [m for m in map(pattern.match, result.stderr.splitlines()) if m]
+    assert [(int(m[1]), int(m[2])) for m in lines] == [(0, 8), (0, 16), (1, 24), (1, 32)], result.stderr[-3000:]
+    assert "\r" not in result.stderr  # no bar redrawn into the file
+
+
+def test_progress_line_counts_target_tokens_and_tells_the_time_left():
+    from datamodules.batching import Seq2SeqBatch
+    from training.progress import eta, units_in
+
+    tgt = torch.tensor([[1, 5, 6, 2, 0], [1, 7, 2, 0, 0]])  # <bos> … <eos> then padding
+    assert units_in(Seq2SeqBatch(src=tgt, tgt=tgt)) == (5, "tok")
+    assert units_in([torch.zeros(4, 1, 28, 28), torch.zeros(4)]) == (4, "ex")
+    assert eta(10, 40, 30.0) == "0:01:30" and eta(0, 40, 1.0) is None and eta(10, float("inf"), 1.0) is None
 
 
 def test_wandb_runs_of_a_recipe_share_a_group(tmp_path, monkeypatch):

@@ -33,6 +33,7 @@ from .callbacks import (
 )
 from .loading import read_checkpoint
 from .loggers import AutoWandbLogger, WandbRunId, continue_wandb_run, run_dir, run_folder, sync_command
+from .progress import ProgressLog, is_terminal
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "toy_translation.yaml"
@@ -55,8 +56,18 @@ class TransformerCLI(LightningCLI):
         # Persistent callbacks: always present, whatever --trainer.callbacks adds.
         trainer_defaults.setdefault(
             "callbacks",
-            [RngStateCallback(), LoaderStateRestore(), FiniteLossCheck(), WandbRunId(), StepTimer(), StopOnSignal()],
+            [
+                RngStateCallback(),
+                LoaderStateRestore(),
+                FiniteLossCheck(),
+                WandbRunId(),
+                StepTimer(),
+                StopOnSignal(),
+                ProgressLog(),
+            ],
         )
+        # A bar on a terminal; in a file (nohup, SLURM, CI) ProgressLog's lines instead.
+        trainer_defaults.setdefault("enable_progress_bar", is_terminal())
         args = _default_logger_save_dir(list(sys.argv[1:] if args is None else args))
         super().__init__(
             L.LightningModule,

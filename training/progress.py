@@ -1,0 +1,96 @@
+"""Progress as lines, for output that is not a terminal.
+
+Under `nohup`, SLURM or CI, standard error goes to a file: a progress bar there is either silent (Lightning
+draws nothing once it sees no terminal, or draws it only at the end) or thousands of carriage returns. Like
+fairseq's `--log-interval`, a run whose standard error is not a terminal prints one line every N steps
+instead, and keeps the bar when it is one:
+
+    epoch 3 step 1200/8600 | loss 3.412 | lr 4.10e-04 | 5,310 tok/s | elapsed 0:12:03 | eta 1:14:27
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import timedelta
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from datamodules.vocab import PAD
+
+
+def is_terminal(stream=None) -> bool:
+    """Whether `stream` (standard error by default) is a terminal: a progress bar there, lines elsewhere."""
+    stream = sys.stderr if stream is None else stream
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # replaced or closed
+        return False
+
+
+def clock(seconds: float) -> str:
+    return str(timedelta(seconds=int(max(seconds, 0))))
+
+
+def eta(done: float, total: float, elapsed: float) -> str | None:
+    """The time left at the rate so far, or None when it cannot be told (nothing done, or no known end)."""
+    if done <= 0 or not 0 < total < float("inf") or done > total:
+        return None
+    return clock(elapsed / done * (total - done))
+
+
+def units_in(batch, pad_id: int = PAD) -> tuple[int, str]:
+    """What a batch holds for the throughput: target tokens (a translation batch; neither padding nor the
+    start token counted), else examples (MNIST's images)."""
+    tgt = getattr(batch, "tgt", None)
+    if isinstance(tgt, torch.Tensor):
+        return int(tgt[:, 1:].ne(pad_id).sum()), "tok"
+    first = batch[0] if isinstance(batch, list | tuple) else batch
+    return (len(first), "ex") if hasattr(first, "__len__") else (0, "ex")
+
+
+class ProgressLog(Callback):
+    """One line every `every_n_steps` optimizer steps (default: the trainer's `log_every_n_steps`) on
+    standard error, when that is not a terminal (`always=True` prints it regardless): epoch, step (of the
+    run's estimated total), the last logged `train/loss`, the learning rate, throughput, elapsed time and
+    the time left at the rate so far. Rank zero only."""
+
+    def __init__(self, every_n_steps: int | None = None, always: bool = False) -> None:
+        self.every_n_steps, self.always = every_n_steps, always
+        self._start = 0.0
+        self._start_step = 0
+        self._units, self._unit = 0, "ex"
+        self._printed_step = -1
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start, self._start_step, self._units = time.monotonic(), trainer.global_step, 0
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+        n, self._unit = units_in(batch, getattr(pl_module, "pad_id", PAD))
+        self._units += n
+        every = self.every_n_steps or trainer.log_every_n_steps or 50
+        step = trainer.global_step  # the same for every micro-batch of an accumulated step: printed once
+        if step % every or step in (self._start_step, self._printed_step) or not trainer.is_global_zero:
+            return
+        if self.always or not is_terminal():
+            self._printed_step = step
+            print(self.line(trainer), file=sys.stderr, flush=True)
+
+    def line(self, trainer: L.Trainer) -> str:
+        elapsed = time.monotonic() - self._start
+        step, total = trainer.global_step, trainer.estimated_stepping_batches
+        parts = [f"epoch {trainer.current_epoch} step {step}" + (f"/{int(total)}" if total < float("inf") else "")]
+        loss = trainer.callback_metrics.get("train/loss")
+        if loss is not None:
+            parts.append(f"loss {float(loss):.3f}")
+        if trainer.optimizers:
+            parts.append(f"lr {trainer.optimizers[0].param_groups[0]['lr']:.2e}")
+        if elapsed > 0:
+            parts.append(f"{self._units / elapsed:,.0f} {self._unit}/s")
+        parts.append(f"elapsed {clock(elapsed)}")
+        left = eta(step - self._start_step, total - self._start_step, elapsed)
+        if left is not None:
+            parts.append(f"eta {left}")
+        return " | ".join(parts)
