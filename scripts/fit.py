@@ -25,7 +25,7 @@ if __name__ == "__main__":
 
 with signals.exit_on_stop():
     from models.errors import USER_ERRORS
-    from training.callbacks import TrainingDivergedError
+    from training.checkpointing import TrainingDivergedError
     from training.cli import DEFAULT_CONFIG, NothingToTrain, TransformerCLI, run_fit
     from training.faults import EXIT_NOTHING_TO_DO, exit_on_user_error
 

@@ -11,7 +11,8 @@ from datamodules import ToyTranslationDataModule
 from tasks import Seq2SeqTransformer
 from tests.helpers import quiet_trainer, script
 from tests.test_baselines import TINY, _trainer
-from training.callbacks import EMA, BestAndLastCheckpoint
+from training.callbacks import EMA
+from training.checkpointing import BestAndLastCheckpoint
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ from datamodules import ParallelCorpusDataModule, ToyTranslationDataModule
 from tasks import Seq2SeqTransformer
 from tests.helpers import ROOT, SHARED_DATA, quiet_trainer
 from tests.test_corpus import chinese, english, write_tatoeba
-from training.callbacks import EMA, BestAndLastCheckpoint
+from training.callbacks import EMA
+from training.checkpointing import BestAndLastCheckpoint
 
 TINY = dict(
     d_model=32,

@@ -394,7 +394,7 @@ def _at_epoch(loader, epoch):
 
 
 def test_interrupted_checkpoint_write_keeps_the_old_checkpoint(tmp_path, monkeypatch):
-    from training.callbacks import AtomicCheckpointIO
+    from training.checkpointing import AtomicCheckpointIO
 
     io, path = AtomicCheckpointIO(), tmp_path / "last.ckpt"
     io.save_checkpoint({"state_dict": {"w": torch.ones(3)}, "epoch": 1}, path)
@@ -415,7 +415,7 @@ def test_interrupted_checkpoint_write_keeps_the_old_checkpoint(tmp_path, monkeyp
 def test_fit_writes_checkpoints_atomically(tmp_path):
     from lightning.pytorch import Trainer
 
-    from training.callbacks import AtomicCheckpointIO
+    from training.checkpointing import AtomicCheckpointIO
     from training.cli import TransformerCLI
 
     cli = TransformerCLI(

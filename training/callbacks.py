@@ -1,17 +1,13 @@
-"""Callbacks and a checkpoint plugin that every recipe gets from the CLI (tasks/cli.py):
+"""Callbacks that every recipe gets from the CLI (training/cli.py), one job each; where checkpoints are
+written is training/checkpointing.py.
 
 - `RngStateCallback`: random-number generator states in each checkpoint, for an exact resume.
 - `LoaderStateRestore`: the training loader's position reaches it on resume even when the model's
   `configure_optimizers` asked for `trainer.estimated_stepping_batches` (a Lightning bug).
-- `BestAndLastCheckpoint`: Lightning's `ModelCheckpoint`, with `last.ckpt` kept up to date again and
-  ties between scores going to the later checkpoint.
 - `FiniteLossCheck`: stop with one clear line when the training loss becomes NaN or infinite.
 - `StopOnSignal`: SIGTERM or SIGINT while training stops the run at the end of the step, with
   `last.ckpt` written there (`training/signals.py`).
-- `AtomicCheckpointIO`: a checkpoint is written to a temporary file and renamed over the old one,
-  so an interrupted save never leaves a truncated `last.ckpt` in place of a good one; a failed write
-  (full disk, read-only folder) is one `OutputError` naming the checkpoint.
-- `LogConfigCallback`: the full resolved config saved next to the logs and sent to W&B.
+- `LogConfigCallback`: the full resolved config saved in the run's folder and sent to W&B.
 - `EMA`: an exponential moving average of the weights (`--ema_decay`), validated, checkpointed and
   tested in place of the training weights.
 - `StepTimer`: the wall time of each training step (forward, backward, optimiser), for the summary.
@@ -19,29 +15,23 @@
 
 from __future__ import annotations
 
-import os
 import random
-import re
-import signal
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
 import yaml
-from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, EMAWeightAveraging
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
-from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.trainer.states import TrainerFn
 
-from datamodules.cache import process_alive
-
 from . import signals
-from .faults import OutputError, atomic_torch_save, temporary_name, write_fault
+from .checkpointing import TrainingDivergedError, check_writable
 from .loggers import run_folder
 
 
@@ -66,10 +56,6 @@ class StepTimer(Callback):
         """The median step in milliseconds, leaving out the first (warm-up) step when there are others."""
         steps = self.durations[1:] or self.durations
         return 1000 * statistics.median(steps) if steps else None
-
-
-class TrainingDivergedError(RuntimeError):
-    """The training loss became NaN or infinite; the message names the step and epoch."""
 
 
 class RngStateCallback(Callback):
@@ -111,240 +97,6 @@ class RngStateCallback(Callback):
         np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
         if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(state["cuda"])
-
-
-class BestAndLastCheckpoint(ModelCheckpoint):
-    """`ModelCheckpoint` whose `last.ckpt` follows every epoch again, and that waits for a monitored
-    metric that is not computed every epoch.
-
-    Since Lightning 2.6, the end-of-epoch `last.ckpt` is written only when a top-k checkpoint is
-    written at the same step: with `save_top_k=1` it stays at the best epoch, and `--ckpt_path last`
-    would silently throw away every epoch since (seen here: a 2-hour run's last.ckpt stuck at epoch 7
-    of 24). Here, at the end of each epoch, `last.ckpt` is written if nothing was saved at that step.
-
-    `ties="later"` (the default) lets a score equal to the k-th best replace it, and makes the latest of
-    equally good checkpoints the best one, as fairseq's `checkpoint_best.pt` does (`is_better` is
-    `a >= b` in fairseq/checkpoint_utils.py); Lightning keeps the earliest (`ties="earlier"`). Coarse
-    metrics tie often (accuracy on 500 images moves in steps of 0.2 %), and the earliest of a run of
-    equal scores is the checkpoint that has trained and averaged least.
-
-    It also owns what happens to its files when training stops early:
-    - SIGTERM or SIGINT (`training/signals.py`): at the end of the step the signal arrived in (after
-      the epoch's end and its validation, when the step ends an epoch), `last.ckpt` is written if it
-      was not at that step, and `signals.Stopped` is raised.
-    - A loss that is not finite (`FiniteLossCheck`): the weights of a checkpoint show their loss only
-      at the next step, so the previous `last.ckpt` is kept (a hard link, `.last.ckpt.prev-<pid>`)
-      until the next one is written; when the loss of the weights in `last.ckpt` is NaN or infinite,
-      that previous one becomes `last.ckpt` again. `last.ckpt` thus always holds weights whose
-      training loss was seen finite (with the check on every step, its default).
-    - At the start of fitting, temporary files that killed runs left in its folder are removed
-      (`remove_stale_temporaries`)."""
-
-    def __init__(self, *args: Any, ties: Literal["later", "earlier"] = "later", **kwargs: Any) -> None:
-        if ties not in ("later", "earlier"):
-            raise ValueError(f'ties must be "later" or "earlier", not {ties!r}')
-        super().__init__(*args, **kwargs)
-        self.ties = ties
-        self._logged_at_step: int | None = None  # when a loop last logged the monitored metric
-        self._fitting = True
-        self.last_step: int | None = None  # the global step of the weights in last_model_path, when written by this run
-        self._previous_last: tuple[str, int | None, str | None] | None = None  # (path, step, kept hard link)
-
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        super().setup(trainer, pl_module, stage)
-        self._fitting = stage == "fit"
-        if self._fitting and trainer.is_global_zero and self.dirpath and "://" not in str(self.dirpath):
-            check_writable(self.dirpath, "last.ckpt")
-            remove_stale_temporaries(self.dirpath)
-
-    def check_monitor_top_k(self, trainer: L.Trainer, current: torch.Tensor | None = None) -> bool:
-        if super().check_monitor_top_k(trainer, current):
-            return True
-        if self.ties == "earlier" or current is None:
-            return False
-        # Only reached with k checkpoints already kept; the decision is reduced across ranks as Lightning's is.
-        tie = bool(current == self.best_k_models[self.kth_best_model_path]) and self._logged_at_step == trainer.global_step
-        return trainer.strategy.reduce_boolean_decision(tie)
-
-    def _note_if_logged(self, trainer: L.Trainer) -> None:
-        # Lightning's callback_metrics keep a metric's last value until it is logged again: a metric
-        # computed every n epochs (val/bleu with bleu_every_n_epochs > 1) would tie with itself in the
-        # epochs between. The running loop's results hold only what was logged since it started; the
-        # validation loop's are gone by on_train_epoch_end, where Lightning usually saves, so both ends note it.
-        results = trainer._results
-        if self.monitor is not None and results is not None and self.monitor in results.metrics(on_step=False)["callback"]:
-            self._logged_at_step = trainer.global_step
-
-    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
-        # Lightning names the first of equal best scores (dicts keep insertion order, which is the
-        # order of the scores); the pick is moved before the callback's state goes into the checkpoint.
-        if self.ties == "later" and self.best_k_models:
-            best = self.best_model_score
-            self.best_model_path = [path for path, score in self.best_k_models.items() if score == best][-1]
-        super()._save_checkpoint(trainer, filepath)
-
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._note_if_logged(trainer)
-        super().on_train_epoch_end(trainer, pl_module)
-        if self._should_save_on_train_epoch_end(trainer):
-            self._save_last_if_missed(trainer)
-        self._stop_if_signalled(trainer)
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._note_if_logged(trainer)
-        super().on_validation_end(trainer, pl_module)
-        if not self._should_save_on_train_epoch_end(trainer):
-            self._save_last_if_missed(trainer)
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        # `trainer.test(ckpt_path="best")` loads the best checkpoint's callback states too: its idea of
-        # the last checkpoint (none yet, after a one-epoch run) would replace this run's in the summary.
-        if not self._fitting:
-            return
-        # A resumed run writes to a new folder, and Lightning then forgets the best score so far: the
-        # resumed run's first validation would become "the best" whatever the earlier epochs scored.
-        # The scores carry over; Lightning never removes a file outside the current folder, so the
-        # earlier run's checkpoints stay as they were.
-        super().load_state_dict({**state_dict, "dirpath": self.dirpath})
-
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
-        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-        # While the monitored metric does not exist yet (val/bleu before its first epoch), Lightning puts
-        # off the whole every-n-steps save, last.ckpt included, to the next validation: a run killed
-        # before then would lose every step since the last epoch. last.ckpt is written on time.
-        every = self._every_n_train_steps
-        if (
-            every >= 1
-            and trainer.global_step % every == 0
-            and self.monitor is not None
-            and self.monitor not in self._monitor_candidates(trainer)
-        ):
-            self._save_last_if_missed(trainer)
-        # A step followed by validation (the epoch's last, or val_check_interval's) stops after it: a
-        # run resumed from a checkpoint written here would skip that validation (Lightning's rule).
-        if not validation_or_epoch_end_follows(trainer):
-            self._stop_if_signalled(trainer)
-            self._end_if_training_ends_here(trainer)
-
-    def _save_topk_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict[str, torch.Tensor]) -> None:
-        # A metric computed every n epochs (val/bleu with bleu_every_n_epochs > 1) is absent until its
-        # first epoch: no best checkpoint yet, rather than Lightning's error. last.ckpt is written regardless.
-        if self.monitor is not None and self.monitor not in monitor_candidates:
-            return
-        super()._save_topk_checkpoint(trainer, monitor_candidates)
-
-    def _save_last_if_missed(self, trainer: L.Trainer) -> None:
-        # `_should_skip_saving_checkpoint` is also true when a checkpoint was already saved at this step.
-        if self.save_last and not self._should_skip_saving_checkpoint(trainer):
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
-
-    def _save_last_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict[str, torch.Tensor]) -> None:
-        if not self.save_last:
-            return
-        # Keep the last checkpoint until the new one's weights have shown a finite loss (see the class's
-        # docstring): a hard link costs no copy, only the old file's space until the next save. The last
-        # checkpoint of a resumed run lies in the earlier run's folder, which nothing here overwrites.
-        self._drop_previous_last()
-        previous, kept = self.last_model_path, None
-        if previous and trainer.is_global_zero and os.path.isfile(previous):
-            if os.path.samefile(os.path.dirname(previous), self.dirpath):
-                kept = temporary_name(previous, "prev")
-                try:
-                    os.link(previous, kept)
-                except OSError:  # no hard links on this file system: no going back
-                    kept = None
-            self._previous_last = (previous, self.last_step, kept)
-        super()._save_last_checkpoint(trainer, monitor_candidates)
-        self.last_step = trainer.global_step
-
-    def _drop_previous_last(self) -> None:
-        if self._previous_last and self._previous_last[2]:
-            Path(self._previous_last[2]).unlink(missing_ok=True)
-        self._previous_last = None
-
-    def _go_back_to_previous_last(self, trainer: L.Trainer) -> None:
-        """`last.ckpt` holds the weights whose loss was just found NaN or infinite: the one before it
-        (or none) becomes the last checkpoint again."""
-        diverged = self.last_model_path
-        if not diverged or self.last_step != trainer.global_step or not trainer.is_global_zero:
-            return
-        path, step, kept = self._previous_last or ("", None, None)
-        same = bool(path) and os.path.abspath(path) == os.path.abspath(diverged)
-        if kept:
-            os.replace(kept, path)
-        elif same:
-            path = ""  # overwritten, and no link kept: nothing to go back to
-        if not (kept and same):
-            Path(diverged).unlink(missing_ok=True)
-        self._previous_last = None
-        self.last_model_path, self.last_step = (path, step) if path and os.path.isfile(path) else ("", None)
-
-    def _stop_if_signalled(self, trainer: L.Trainer) -> None:
-        """At the end of a step: after SIGTERM or SIGINT, write last.ckpt (unless it was written at this
-        step) and stop. Every rank stops at the same step (a rank that got no signal follows one that did)."""
-        signum = signals.received()
-        if not trainer.strategy.reduce_boolean_decision(signum is not None, all=False):
-            return
-        if self.last_step != trainer.global_step:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
-        signals.forget()
-        written = self.last_model_path if self.last_step == trainer.global_step else None
-        raise signals.Stopped(signum or signal.SIGTERM, trainer.current_epoch, trainer.global_step, written)
-
-    def _end_if_training_ends_here(self, trainer: L.Trainer) -> None:
-        """Training ends at this step, in the middle of an epoch: `--trainer.max_steps` is reached, or the
-        `--trainer.max_time` timer (any callback setting `trainer.should_stop`) asked to stop. Lightning
-        would then end the epoch and write last.ckpt with the epoch marked done, and a resumed run would
-        skip the rest of it; a time limit would also run a validation that an uninterrupted run never
-        does. Here last.ckpt is written at the step, as for a signal, so the resume continues the epoch
-        at the next batch; a time-limit stop raises `StoppedMidEpoch` (the CLI tests and reports as
-        after any end of training)."""
-        time_up = trainer.should_stop
-        if not (time_up or 0 <= trainer.max_steps <= trainer.global_step):
-            return
-        if self.last_step != trainer.global_step:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
-        if time_up:
-            written = self.last_model_path if self.last_step == trainer.global_step else None
-            raise StoppedMidEpoch(trainer.current_epoch, trainer.global_step, written)
-
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        if isinstance(exception, TrainingDivergedError):
-            self._go_back_to_previous_last(trainer)  # and no save_on_exception of a diverged model
-            return
-        self._drop_previous_last()
-        super().on_exception(trainer, pl_module, exception)
-
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        super().on_train_end(trainer, pl_module)
-        self._drop_previous_last()
-
-
-class StoppedMidEpoch(BaseException):
-    """Training stopped at the end of step `step` in the middle of epoch `epoch` because
-    `trainer.should_stop` was set (the `--trainer.max_time` timer), with last.ckpt written there
-    (`checkpoint`, None when --checkpoint.save_last is off). A BaseException like `signals.Stopped`, so
-    that it leaves `trainer.fit` the way Lightning lets a stop leave it, and no `except Exception` on the
-    way swallows it; `training.cli.run_fit` catches it and goes on as after a finished fit."""
-
-    def __init__(self, epoch: int, step: int, checkpoint: str | None):
-        super().__init__(f"stopped at epoch {epoch} step {step}")
-        self.epoch, self.step, self.checkpoint = epoch, step, checkpoint
-
-
-def validation_or_epoch_end_follows(trainer: L.Trainer) -> bool:
-    """Whether, in a run not asked to stop, this step would be followed by the epoch's end or a validation
-    (`val_check_interval`): a stop decided here then waits for them. The one place that reads Lightning's
-    private loop methods (`_num_ready_batches_reached`, `_should_check_val_fx`, `_data_fetcher`); they have
-    no public equivalent, and `tests/test_faults_fit.py`'s signal and time-limit resume tests fail at once if
-    they change. `_should_check_val_fx` also answers True for any step once a stop was asked for, so the
-    question is put with `should_stop` cleared."""
-    loop, should_stop = trainer.fit_loop.epoch_loop, trainer.should_stop
-    trainer.should_stop = False
-    try:
-        return loop._num_ready_batches_reached() or loop._should_check_val_fx(trainer.fit_loop._data_fetcher)
-    finally:
-        trainer.should_stop = should_stop
 
 
 class LoaderStateRestore(Callback):
@@ -399,63 +151,6 @@ class StopOnSignal(Callback):
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         signals.stop_deferring()
-
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """`TorchCheckpointIO` that writes `<dir>/.<name>.tmp-<pid>`, flushes it to disk and renames it
-    onto `<name>` (`os.replace` is atomic within a file system): a reader, or a resume after a crash,
-    sees the old checkpoint or the new one, never half of one. A write that fails (full disk, file-size
-    limit, read-only folder, a file where a folder should be) removes the temporary file and raises
-    `faults.OutputError` naming the checkpoint. Remote paths (s3://…) keep the default behaviour."""
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
-        if storage_options is not None:
-            raise TypeError(f"{type(self).__name__}.save_checkpoint takes no storage_options, got {storage_options}")
-        if "://" in str(path):
-            return super().save_checkpoint(checkpoint, path, storage_options)
-        path = Path(path)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise OutputError(write_fault(err, path), err.errno) from None
-        atomic_torch_save(checkpoint, path)
-
-
-_TEMPORARY = re.compile(r"^\..+\.(?:tmp|prev)-(\d+)$")
-
-
-def remove_stale_temporaries(folder: str | Path) -> list[Path]:
-    """Remove the files that saves of dead processes left in `folder`: `.<name>.tmp-<pid>` of an atomic
-    save killed mid-write (SIGKILL, power loss), `.<name>.prev-<pid>` kept for going back after a NaN.
-    A live process's files are left alone, except this process's own: nothing is being saved yet, so
-    they are an earlier process's that had the same pid (in a container, each run may get the same
-    one). Returns the removed paths."""
-    folder, removed = Path(folder), []
-    if not folder.is_dir():
-        return removed
-    for path in folder.iterdir():
-        match = _TEMPORARY.match(path.name)
-        if match and path.is_file() and (int(match[1]) == os.getpid() or not process_alive(int(match[1]))):
-            try:
-                path.unlink()
-            except OSError:  # a read-only folder: its writability is checked, and reported, on its own
-                continue
-            removed.append(path)
-    return removed
-
-
-def check_writable(folder: str | Path, name: str) -> None:
-    """Make `folder` and write a file there, so that a read-only place, or a path under a regular file,
-    is one `OutputError` (naming `folder/name`, the file to come) before training rather than after
-    its first epoch."""
-    folder = Path(folder)
-    probe = temporary_name(folder / "write-check", "tmp")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe.open("wb").close()
-        probe.unlink()
-    except OSError as err:
-        raise OutputError(write_fault(err, folder / name), err.errno) from None
 
 
 class LogConfigCallback(SaveConfigCallback):

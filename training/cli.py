@@ -18,19 +18,8 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from models.errors import CheckpointError, HyperparameterError
 
 from . import signals
-from .callbacks import (
-    EMA,
-    AtomicCheckpointIO,
-    BestAndLastCheckpoint,
-    FiniteLossCheck,
-    LoaderStateRestore,
-    LogConfigCallback,
-    RngStateCallback,
-    StepTimer,
-    StopOnSignal,
-    StoppedMidEpoch,
-    remove_stale_temporaries,
-)
+from .callbacks import EMA, FiniteLossCheck, LoaderStateRestore, LogConfigCallback, RngStateCallback, StepTimer, StopOnSignal
+from .checkpointing import AtomicCheckpointIO, BestAndLastCheckpoint, StoppedMidEpoch, remove_stale_temporaries
 from .loading import read_checkpoint
 from .loggers import AutoWandbLogger, WandbRunId, continue_wandb_run, run_dir, run_folder, sync_command
 from .progress import ProgressLog, is_terminal

@@ -8,7 +8,7 @@ Ctrl-C into exit status 1 after stopping wherever the step was. Here:
 - `install()`, the first thing scripts/fit.py does: both signals raise `Stopped`, at once. Before
   training there is nothing to save; after it, nothing more.
 - While training (`defer_while_training()`, called by `callbacks.StopOnSignal`), the first signal is
-  only noted (`received()`); `callbacks.BestAndLastCheckpoint` writes last.ckpt at the end of that
+  only noted (`received()`); `checkpointing.BestAndLastCheckpoint` writes last.ckpt at the end of that
   step (after the epoch's validation when the step ends an epoch) and raises `Stopped` there, so the
   checkpoint is one an exact resume starts from. A second signal raises `Stopped` at once: whatever
   was being saved is left as it was (saves are atomic), and the last checkpoint is the one before.
