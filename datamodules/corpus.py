@@ -24,6 +24,7 @@ from . import hf_source
 from .cache import default_root, digest, file_fingerprint, open_or_build
 from .corpus_readers import Pair, download, iter_aligned, read_tatoeba, split_pairs
 from .indexed import IndexedIds, IndexedIdsWriter, TokenPairs, collated, ids_dtype
+from .progress import StageBar, is_terminal
 from .resumable import ResumableDataLoader, shard_of
 from .samplers import TokenBudgetBatchSampler, padding_waste
 from .tokenizers import SubwordTokenizer, TokenizerKind, tokenizer_from_dict, train_tokenizer
@@ -194,6 +195,18 @@ class ParallelCorpusDataModule(L.LightningDataModule):
             files = self._files()
             yield from iter_aligned(files[f"{split}.{h.src_lang}"], files[f"{split}.{h.tgt_lang}"])
 
+    def _pair_count(self, split: str) -> int | None:
+        """How many pairs `split` has, when that is cheap to know before reading them (for a progress bar's
+        time left): the lines of an uncompressed aligned file, counted in blocks; else None."""
+        h = self.hparams
+        if h.format != "aligned" or not is_terminal():
+            return None
+        path = self._files()[f"{split}.{h.src_lang}"]
+        if path.suffix == ".gz":
+            return None
+        with open(path, "rb") as f:
+            return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 24), b""))
+
     def _raw_pairs(self, split: str) -> list[Pair]:
         return list(self._iter_pairs(split))
 
@@ -280,12 +293,12 @@ class ParallelCorpusDataModule(L.LightningDataModule):
                 start = time.monotonic()
                 src, tgt, which = self._train_sample()
                 if h.shared_vocab:  # one subword model for related languages (de–en): the model can tie all embeddings
-                    shared = train_tokenizer(src + tgt, h.src_tokenizer, h.src_vocab_size)
+                    shared = train_tokenizer(src + tgt, h.src_tokenizer, h.src_vocab_size, is_terminal())
                     toks = (shared, shared)
                 else:
                     toks = (
-                        train_tokenizer(src, h.src_tokenizer, h.src_vocab_size),
-                        train_tokenizer(tgt, h.tgt_tokenizer, h.tgt_vocab_size),
+                        train_tokenizer(src, h.src_tokenizer, h.src_vocab_size, is_terminal()),
+                        train_tokenizer(tgt, h.tgt_tokenizer, h.tgt_vocab_size, is_terminal()),
                     )
                 text = json.dumps({"src": toks[0].to_dict(), "tgt": toks[1].to_dict()})
                 (tmp / TOKENIZERS_FILE).write_text(text)
@@ -388,12 +401,15 @@ class ParallelCorpusDataModule(L.LightningDataModule):
             writers[1].add_framed(tgt_ids, keep, h.max_len, head=(BOS,), tail=(EOS,))
             chunk.clear()
 
-        for pair in self._iter_pairs(split):
-            chunk.append(pair)
-            n_pairs += 1
-            if len(chunk) == ENCODE_CHUNK:
-                flush()
-        flush()
+        with StageBar(f"encoding {split}", self._pair_count(split)) as bar:
+            for pair in self._iter_pairs(split):
+                chunk.append(pair)
+                n_pairs += 1
+                if len(chunk) == ENCODE_CHUNK:
+                    flush()
+                    bar.update(ENCODE_CHUNK)
+            bar.update(len(chunk))
+            flush()
         (pairs, src_tokens), (_, tgt_tokens) = (w.close() for w in writers)
         if split == "train" and not pairs:
             raise CorpusFormatError(

@@ -37,16 +37,19 @@ class SubwordTokenizer:
         self.tokenizer = tokenizer
 
     @classmethod
-    def train(cls, texts: Iterable[str], model: Literal["bpe", "unigram"] = "bpe", vocab_size: int = 8000) -> SubwordTokenizer:
-        """Learn a BPE or unigram vocabulary of at most `vocab_size` pieces (specials included) from `texts`."""
+    def train(
+        cls, texts: Iterable[str], model: Literal["bpe", "unigram"] = "bpe", vocab_size: int = 8000, show_progress: bool = False
+    ) -> SubwordTokenizer:
+        """Learn a BPE or unigram vocabulary of at most `vocab_size` pieces (specials included) from `texts`;
+        `show_progress` draws the tokenizers library's own bars."""
         if model == "bpe":
             tok = HFTokenizer(models.BPE(unk_token=SPECIAL_TOKENS[3]))
             # Specials first, in SPECIAL_TOKENS order, so they take ids 0..3 like every other tokenizer here.
-            trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False)
+            trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=show_progress)
         elif model == "unigram":
             tok = HFTokenizer(models.Unigram())
             trainer = trainers.UnigramTrainer(
-                vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, unk_token=SPECIAL_TOKENS[3], show_progress=False
+                vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, unk_token=SPECIAL_TOKENS[3], show_progress=show_progress
             )
         else:
             raise ValueError(f"Subword model must be 'bpe' or 'unigram', got {model!r}")
@@ -96,7 +99,9 @@ def _canonical_unigram(tok: HFTokenizer) -> HFTokenizer:
     return HFTokenizer.from_str(json.dumps(data))
 
 
-def train_tokenizer(texts: Iterable[str], kind: TokenizerKind, vocab_size: int = 8000) -> SubwordTokenizer | Vocab:
+def train_tokenizer(
+    texts: Iterable[str], kind: TokenizerKind, vocab_size: int = 8000, show_progress: bool = False
+) -> SubwordTokenizer | Vocab:
     """Train a tokenizer of `kind` on `texts` (the training split only: held-out text must not shape the vocabulary).
 
     "bpe"/"unigram" give a `SubwordTokenizer`; "char" gives a character `Vocab` (a good fit for Chinese,
@@ -104,7 +109,7 @@ def train_tokenizer(texts: Iterable[str], kind: TokenizerKind, vocab_size: int =
     targets); "word" a whitespace-split `Vocab`. For `Vocab`s, `vocab_size` keeps the most frequent tokens.
     """
     if kind in ("bpe", "unigram"):
-        return SubwordTokenizer.train(texts, kind, vocab_size)
+        return SubwordTokenizer.train(texts, kind, vocab_size, show_progress)
     if kind in ("char", "word"):
         vocab = Vocab.build(texts, level=kind)
         return Vocab(vocab.tokens[:vocab_size], level=kind)

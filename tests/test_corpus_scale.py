@@ -206,6 +206,40 @@ def _prepare_args(data: Path) -> list[str]:
     ]  # fmt: skip
 
 
+def test_prepare_shows_bars_on_a_terminal_and_one_line_a_stage_in_a_file(tmp_path) -> None:
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    data = aligned_corpus(tmp_path / "d", n=2_000)
+    in_file = subprocess.run(_prepare_args(data), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert in_file.returncode == 0, in_file.stderr
+    assert "encoding train" not in in_file.stderr and "\r" not in in_file.stderr
+    stages = [line for line in in_file.stderr.splitlines() if line.startswith(("Tokenizers trained", "Corpus encoded"))]
+    assert len(stages) == 2, in_file.stderr
+
+    # On a terminal (another cache folder, so that it prepares again): the encoding's bar, with a known total.
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a terminal 120 columns wide
+    args = [*_prepare_args(data), "--data.cache_dir", str(tmp_path / "cache-2")]
+    proc = subprocess.Popen(args, cwd=ROOT, env=ENV, stdin=follower, stdout=follower, stderr=follower)
+    os.close(follower)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(leader, 1 << 16)
+        except OSError:  # the terminal's other end closed: the process is done
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(leader)
+    assert proc.wait(timeout=300) == 0, output.decode(errors="replace")[-3000:]
+    text = output.decode(errors="replace")
+    assert "encoding train" in text and "2.00k/2.00k" in text and "pairs/s" in text, text[-3000:]
+
+
 def test_two_processes_preparing_at_once_encode_the_corpus_once(tmp_path) -> None:
     data = aligned_corpus(tmp_path / "d", n=5_000)
     procs = [subprocess.Popen(_prepare_args(data), cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]

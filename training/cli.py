@@ -15,6 +15,7 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from datamodules.progress import is_terminal
 from models.errors import CheckpointError, HyperparameterError
 
 from . import signals
@@ -22,7 +23,7 @@ from .callbacks import EMA, FiniteLossCheck, LoaderStateRestore, LogConfigCallba
 from .checkpointing import AtomicCheckpointIO, BestAndLastCheckpoint, StoppedMidEpoch, remove_stale_temporaries
 from .loading import read_checkpoint
 from .loggers import AutoWandbLogger, WandbRunId, continue_wandb_run, run_dir, run_folder, sync_command
-from .progress import ProgressLog, is_terminal
+from .progress import ProgressLog
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "toy_translation.yaml"

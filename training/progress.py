@@ -12,33 +12,13 @@ from __future__ import annotations
 
 import sys
 import time
-from datetime import timedelta
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from datamodules.progress import clock, eta, is_terminal
 from datamodules.vocab import PAD
-
-
-def is_terminal(stream=None) -> bool:
-    """Whether `stream` (standard error by default) is a terminal: a progress bar there, lines elsewhere."""
-    stream = sys.stderr if stream is None else stream
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):  # replaced or closed
-        return False
-
-
-def clock(seconds: float) -> str:
-    return str(timedelta(seconds=int(max(seconds, 0))))
-
-
-def eta(done: float, total: float, elapsed: float) -> str | None:
-    """The time left at the rate so far, or None when it cannot be told (nothing done, or no known end)."""
-    if done <= 0 or not 0 < total < float("inf") or done > total:
-        return None
-    return clock(elapsed / done * (total - done))
 
 
 def units_in(batch, pad_id: int = PAD) -> tuple[int, str]:

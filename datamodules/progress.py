@@ -1,0 +1,58 @@
+"""Progress for long work: a bar on a terminal, one line a stage (or every N steps) in a file.
+
+Both the data preparation here and training (training/progress.py) decide by `is_terminal()`: a bar in a
+file is either nothing until the end or thousands of carriage returns in a scheduler's log.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import timedelta
+
+
+def is_terminal(stream=None) -> bool:
+    """Whether `stream` (standard error by default) is a terminal."""
+    stream = sys.stderr if stream is None else stream
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # replaced or closed
+        return False
+
+
+def clock(seconds: float) -> str:
+    """Seconds as H:MM:SS."""
+    return str(timedelta(seconds=int(max(seconds, 0))))
+
+
+def eta(done: float, total: float | None, elapsed: float) -> str | None:
+    """The time left at the rate so far, or None when it cannot be told (nothing done, or no known end)."""
+    if total is None or done <= 0 or not 0 < total < float("inf") or done > total:
+        return None
+    return clock(elapsed / done * (total - done))
+
+
+class StageBar:
+    """A bar over one stage of work counted in `unit`s (pairs/s and the time left when `total` is known) on a
+    terminal; nothing in a file, where the stage's own closing line says what it did. Use as a context manager."""
+
+    def __init__(self, description: str, total: int | None = None, unit: str = "pairs", enabled: bool | None = None):
+        self.description, self.total, self.unit = description, total, unit
+        self.enabled = is_terminal() if enabled is None else enabled
+        self._bar = None
+        self.start = time.monotonic()
+
+    def __enter__(self) -> StageBar:
+        if self.enabled:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=self.total, desc=self.description, unit=f" {self.unit}", unit_scale=True, file=sys.stderr)
+        return self
+
+    def update(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.close()
