@@ -96,7 +96,7 @@ def test_cli_trainer_flags_and_resume(tmp_path):
         timeout=300,
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert f"Resuming from {last}" in resumed.stdout + resumed.stderr
+    assert f" from {last}" in resumed.stdout + resumed.stderr and "Resuming the run in " in resumed.stdout + resumed.stderr
     newest = max(tmp_path.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)
     assert newest != last and torch.load(newest, weights_only=True)["epoch"] == 2
     assert torch.load(last, weights_only=True)["epoch"] == 1  # the earlier run's checkpoint is untouched
