@@ -1,7 +1,7 @@
 """Prepared data on disk: one folder per key, built once under a lock, and either complete or not used.
 
     <root>/<name>-<key>/            complete: `meta.json` is written last, and the folder appears by rename
-    <root>/<name>-<key>.tmp-<pid>/  being built (or left by a build that was killed: removed by the next one)
+    <root>/.<name>-<key>.tmp-<pid>/ being built (or left by a build that was killed: removed by the next one)
     <root>/<name>-<key>.lock        held while building; the processes of a node that arrive later wait on it
 
 The key hashes everything that changes the folder's contents (the source files' sizes, times and ends,
@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from models.errors import DataCacheError
+from models.files import remove_stale_temporaries, temporary_name
 
 FORMAT_VERSION = 1  # bump when the layout of a prepared folder changes
 META = "meta.json"
@@ -80,25 +81,6 @@ def _locked(lock_path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _remove_dead_builds(folder: Path) -> None:
-    """Temporary folders of builds whose process is gone (killed mid-write): never used, now removed."""
-    for tmp in folder.parent.glob(f"{folder.name}.tmp-*"):
-        pid = tmp.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not process_alive(int(pid)):
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process `pid` exists (another user's counts): what tells a dead writer's temporary files."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def open_or_build(
     folder: Path,
     build: Callable[[Path], dict],
@@ -125,16 +107,15 @@ def open_or_build(
         meta = read_complete(folder, expected_files)  # built by another process while this one waited
         if meta is not None:
             return meta
-        _remove_dead_builds(folder)
-        tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_stale_temporaries(folder.parent, folder.name)  # builds killed midway (this process's pid included)
+        tmp = temporary_name(folder, "tmp")
         try:
             tmp.mkdir()
             meta = {"format_version": FORMAT_VERSION, **build(tmp)}
             with open(tmp / META, "w") as f:
                 json.dump(meta, f, indent=1)
                 f.flush()
-                os.fsync(f.fileno())
+                os.fsync(f.fileno())  # meta.json, the mark of a complete folder, reaches the disk before the rename
             if folder.exists():  # an incomplete or damaged copy under the same key
                 shutil.rmtree(folder)
             os.replace(tmp, folder)

@@ -10,13 +10,13 @@ process of a node shares one copy in the page cache and holds no Python object p
 from __future__ import annotations
 
 import itertools
-import os
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from models.errors import DataCacheError
+from models.files import fsync
 
 from .batching import Seq2SeqBatch
 from .vocab import PAD
@@ -56,20 +56,15 @@ class IndexedIdsWriter:
 
     def close(self) -> tuple[int, int]:
         """Flush both files to disk; returns (sentences, tokens) written."""
-        _fsync(self._bin)
         self._bin.close()
+        fsync(self._bin.name)
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
         offsets = np.zeros(len(lengths) + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        with open(self.prefix.with_name(self.prefix.name + ".idx"), "wb") as f:
-            f.write(offsets.tobytes())
-            _fsync(f)
+        idx = self.prefix.with_name(self.prefix.name + ".idx")
+        idx.write_bytes(offsets.tobytes())
+        fsync(idx)
         return len(lengths), int(offsets[-1])
-
-
-def _fsync(f) -> None:
-    f.flush()
-    os.fsync(f.fileno())
 
 
 class IndexedIds:

@@ -553,7 +553,7 @@ def test_temporaries_of_dead_processes_are_removed_when_a_run_starts_there(tmp_p
 
 
 def test_remove_stale_temporaries_in_the_folder_of_a_resumed_checkpoint(tmp_path):
-    from training.checkpointing import remove_stale_temporaries
+    from models.files import remove_stale_temporaries
 
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -562,3 +562,9 @@ def test_remove_stale_temporaries_in_the_folder_of_a_resumed_checkpoint(tmp_path
     removed = remove_stale_temporaries(tmp_path)
     assert sorted(p.name for p in removed) == sorted([f".last.ckpt.tmp-{dead.pid}", f".x.ckpt.prev-{os.getpid()}"])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f".last.ckpt.tmp-{os.getppid()}", "last.ckpt"])
+    # Folders too (the prepared-data cache's builds), and with a name only that name's.
+    for name in (f".ids-a.tmp-{dead.pid}", f".ids-b.tmp-{dead.pid}"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train.src.bin").write_bytes(b"x")
+    assert [p.name for p in remove_stale_temporaries(tmp_path, "ids-a")] == [f".ids-a.tmp-{dead.pid}"]
+    assert (tmp_path / f".ids-b.tmp-{dead.pid}" / "train.src.bin").exists()

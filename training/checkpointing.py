@@ -7,13 +7,12 @@
 - `AtomicCheckpointIO`: a checkpoint is written to a temporary file and renamed over the old one,
   so an interrupted save never leaves a truncated `last.ckpt` in place of a good one; a failed write
   (full disk, read-only folder) is one `OutputError` naming the checkpoint.
-- `remove_stale_temporaries`, `check_writable`: the folder's housekeeping before a run writes there.
+- `check_writable`: a folder's writability, checked before a run writes there.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 from pathlib import Path
 from typing import Any, Literal
@@ -23,10 +22,10 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from datamodules.cache import process_alive
+from models.files import remove_stale_temporaries, temporary_name
 
 from . import signals
-from .faults import OutputError, atomic_torch_save, temporary_name, write_fault
+from .faults import OutputError, atomic_torch_save, write_fault
 
 
 class TrainingDivergedError(RuntimeError):
@@ -285,29 +284,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         except OSError as err:
             raise OutputError(write_fault(err, path), err.errno) from None
         atomic_torch_save(checkpoint, path)
-
-
-_TEMPORARY = re.compile(r"^\..+\.(?:tmp|prev)-(\d+)$")
-
-
-def remove_stale_temporaries(folder: str | Path) -> list[Path]:
-    """Remove the files that saves of dead processes left in `folder`: `.<name>.tmp-<pid>` of an atomic
-    save killed mid-write (SIGKILL, power loss), `.<name>.prev-<pid>` kept for going back after a NaN.
-    A live process's files are left alone, except this process's own: nothing is being saved yet, so
-    they are an earlier process's that had the same pid (in a container, each run may get the same
-    one). Returns the removed paths."""
-    folder, removed = Path(folder), []
-    if not folder.is_dir():
-        return removed
-    for path in folder.iterdir():
-        match = _TEMPORARY.match(path.name)
-        if match and path.is_file() and (int(match[1]) == os.getpid() or not process_alive(int(match[1]))):
-            try:
-                path.unlink()
-            except OSError:  # a read-only folder: its writability is checked, and reported, on its own
-                continue
-            removed.append(path)
-    return removed
 
 
 def check_writable(folder: str | Path, name: str) -> None:

@@ -17,10 +17,11 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from datamodules.progress import is_terminal
 from models.errors import CheckpointError, HyperparameterError
+from models.files import remove_stale_temporaries
 
 from . import signals
 from .callbacks import EMA, FiniteLossCheck, LoaderStateRestore, LogConfigCallback, RngStateCallback, StepTimer, StopOnSignal
-from .checkpointing import AtomicCheckpointIO, BestAndLastCheckpoint, StoppedMidEpoch, remove_stale_temporaries
+from .checkpointing import AtomicCheckpointIO, BestAndLastCheckpoint, StoppedMidEpoch
 from .loading import read_checkpoint
 from .loggers import AutoWandbLogger, WandbRunId, continue_wandb_run, run_dir, run_folder, sync_command
 from .progress import ProgressLog

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from models.errors import USER_ERRORS
+from models.files import fsync, temporary_name
 
 
 class OutputError(OSError):
@@ -146,13 +147,6 @@ def fault_message(err: BaseException, path: str | Path | None = None) -> str | N
     return None
 
 
-def temporary_name(path: str | Path, kind: str) -> Path:
-    """`<dir>/.<name>.<kind>-<pid>`: hidden, so that no glob for outputs (`last*.ckpt`) finds it, and
-    marked with its writer's pid, so that a later run can tell a dead writer's leftovers."""
-    path = Path(path)
-    return path.with_name(f".{path.name}.{kind}-{os.getpid()}")
-
-
 @contextlib.contextmanager
 def atomic_output(path: str | Path, folder: bool = False) -> Iterator[Path]:
     """Write an output atomically: yields a temporary sibling of `path` (`.NAME.tmp-PID`; a file created
@@ -193,7 +187,7 @@ def atomic_output(path: str | Path, folder: bool = False) -> Iterator[Path]:
         if folder:
             _replace_folder(tmp, path)
         else:
-            _fsync(tmp)
+            fsync(tmp)
             os.replace(tmp, path)
     except BaseException as err:
         if folder:
@@ -206,7 +200,7 @@ def atomic_output(path: str | Path, folder: bool = False) -> Iterator[Path]:
             raise
         raise fault from None
     with contextlib.suppress(OSError):  # the rename itself to disk; a folder that cannot be fsynced is no error
-        _fsync(path.parent)
+        fsync(path.parent)
 
 
 def _output_fault(err: BaseException, tmp: Path, path: Path) -> OutputError | None:
@@ -222,16 +216,6 @@ def _output_fault(err: BaseException, tmp: Path, path: Path) -> OutputError | No
     if names and not any(n == o or n.startswith(o + os.sep) for n in names for o in ours):
         return None
     return OutputError(write_fault(cause, path), cause.errno)
-
-
-def _fsync(path: Path) -> None:
-    """Flush a file (or a folder's entries) to disk: a full disk that accepted the writes into the page
-    cache (delayed allocation, network file systems) fails here rather than after the rename."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _replace_folder(tmp: Path, path: Path) -> None:
