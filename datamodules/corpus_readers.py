@@ -31,10 +31,10 @@ def read_tatoeba(path: str | os.PathLike) -> list[Pair]:
     file that is not UTF-8 text or holds no pair at all.
     """
     pairs = []
-    for lineno, line in enumerate(io.StringIO(_read_text(Path(path)), newline=None), 1):
+    for lineno, line in enumerate(io.StringIO(_read_text(Path(path)), newline="\n"), 1):
         if not line.strip():
             continue
-        fields = line.rstrip("\n").split("\t")
+        fields = line.removesuffix("\n").removesuffix("\r").split("\t")
         if len(fields) < 2:
             raise CorpusFormatError(f"{path}, line {lineno}: expected 'english<TAB>translation', found no tab")
         english, other = fields[0].strip(), fields[1].strip()
@@ -82,7 +82,9 @@ class LineDecodeError(ValueError):
 
 def decode_lines(raw_lines: Iterable[bytes], encoding: str = "utf-8", errors: str = "strict") -> Iterator[str]:
     """Text lines of an iterable of byte lines (a binary file, stdin's buffer), one at a time, without their
-    line ends; a line ends at LF, CRLF or CR, as in text mode; a UTF-8 byte-order mark on the first is dropped.
+    line ends; a line ends at LF (a CRLF ending is one line end too); a UTF-8 byte-order mark on the first is
+    dropped. A lone CR is kept inside its line: text pasted from the web carries them, and ending lines there
+    (universal newlines) would add lines and shift every later line away from its aligned partner.
     A line that does not decode is a `LineDecodeError` with its line number and the bad byte's offset."""
     offset = 0
     for lineno, raw in enumerate(raw_lines, 1):
@@ -93,7 +95,7 @@ def decode_lines(raw_lines: Iterable[bytes], encoding: str = "utf-8", errors: st
             err.start, err.end = err.start + start, err.end + start
             raise LineDecodeError(lineno, offset + err.start, err, raw) from None
         offset += len(raw)
-        yield from text.removesuffix("\n").removesuffix("\r").split("\r")  # a lone CR ends a line too
+        yield text.removesuffix("\n").removesuffix("\r")
 
 
 def iter_lines(path: Path) -> Iterator[str]:

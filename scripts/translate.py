@@ -71,12 +71,12 @@ def chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
 
 def stdin_lines(stream=None) -> Iterator[str]:
     """Standard input's lines, decoded in its encoding and error handler (the locale's; PYTHONIOENCODING
-    sets them), without their line ends; lines end at "\n", "\r\n" or "\r" (universal newlines). Bytes
+    sets them), without their line ends; lines end at "\n" only ("\r\n" too; a lone "\r" stays in its line). Bytes
     that do not decode are an `InputError` naming the line and the byte offset in the input. The C
     locale's "surrogateescape" counts as strict: no model can use bytes smuggled in as surrogates."""
     stream = stream or sys.stdin
     if not hasattr(stream, "buffer"):  # a text stream without bytes beneath (a StringIO): already decoded
-        yield from (line.rstrip("\r\n") for line in stream)
+        yield from (line.removesuffix("\n").removesuffix("\r") for line in stream)
         return
     encoding, errors = stream.encoding or "utf-8", stream.errors or "strict"
     errors = "strict" if errors == "surrogateescape" else errors

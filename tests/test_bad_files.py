@@ -84,17 +84,32 @@ def test_latin1_error_points_at_the_first_accent(tmp_path):
     assert_one_line(err, f"{path}, line 2 (byte offset {len(before)})", "0xe9")
 
 
-@pytest.mark.parametrize("newline", ["\r\n", "\r"], ids=["CRLF", "CR"])
 @pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
-def test_crlf_and_cr_files_read_like_lf(tmp_path, newline, gz):
-    data = GOOD.replace(b"\n", newline.encode())
+def test_crlf_files_read_like_lf(tmp_path, gz):
+    data = GOOD.replace(b"\n", b"\r\n")
     path = tmp_path / ("c.txt.gz" if gz else "c.txt")
     path.write_bytes(gzip.compress(data) if gz else data)
     assert read_tatoeba(path) == PAIRS
     lines = tmp_path / ("l.txt.gz" if gz else "l.txt")
-    text = newline.join(e for e, _ in PAIRS) + newline
+    text = "\r\n".join(e for e, _ in PAIRS) + "\r\n"
     lines.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
     assert read_aligned(lines, lines) == [(e, e) for e, _ in PAIRS]  # no stray \r in any sentence
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+def test_a_lone_carriage_return_does_not_end_a_line(tmp_path, gz):
+    # "a\rb" pasted from the web: splitting there would add a line and shift every later pair out of line
+    src = "eins\nzwei\rdrei\nvier\n"
+    tgt = "one\ntwo three\nfour\n"
+    paths = []
+    for name, text in (("s.txt", src), ("t.txt", tgt)):
+        path = tmp_path / (name + (".gz" if gz else ""))
+        path.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+        paths.append(path)
+    assert read_aligned(*paths) == [("eins", "one"), ("zwei\rdrei", "two three"), ("vier", "four")]
+    tatoeba = tmp_path / "t.tsv"
+    tatoeba.write_bytes(b"Hi.\tHal\rlo.\tx\r\nBye.\tTsch\xc3\xbcss.\tx\n")
+    assert read_tatoeba(tatoeba) == [("Hi.", "Hal\rlo."), ("Bye.", "Tschüss.")]
 
 
 @pytest.mark.parametrize("at", CUTS)
