@@ -129,7 +129,8 @@ def test_translate_script_arguments_and_stdin(trained):
     assert result.stdout.splitlines() == [*trained[1].translate(sources[:1]), "", *trained[1].translate(sources[1:])]
     # A lone carriage return (pasted text) stays inside its line: four lines in, four out, each with its source.
     pasted = sources[0].replace(" ", "\r", 1)
-    result = _run("translate.py", "--ckpt", ckpt, "--beam-size", "1", stdin=f"{sources[1]}\n{pasted}\r\n{sources[2]}\n{sources[0]}\n")
+    stdin = f"{sources[1]}\n{pasted}\r\n{sources[2]}\n{sources[0]}\n"
+    result = _run("translate.py", "--ckpt", ckpt, "--beam-size", "1", stdin=stdin)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split("\n")[:-1] == trained[1].translate([sources[1], sources[0], sources[2], sources[0]])
 
