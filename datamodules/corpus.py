@@ -109,7 +109,10 @@ class ParallelCorpusDataModule(L.LightningDataModule):
                 f"src_vocab_size/tgt_vocab_size the same values (got {src_tokenizer}/{tgt_tokenizer}, "
                 f"{src_vocab_size}/{tgt_vocab_size})"
             )
-        self.save_hyperparameters()
+        # Kept out of the loggers' hyper-parameters, which Lightning merges with the model's and refuses when a
+        # name differs (data max_len 32 for a model of max_len 128 is a real experiment); the run's config.yaml
+        # and W&B's `config` record the data's settings.
+        self.save_hyperparameters(logger=False)
         self.data_dir = Path(data_dir)
         self._splits: dict | None = None  # tatoeba: the pairs of each split; hf: each split's `datasets.Dataset`
         self._source: dict | None = None  # what identifies the raw pairs (`_source_key`)

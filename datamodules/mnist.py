@@ -113,7 +113,10 @@ class MNISTDataModule(L.LightningDataModule):
             },
             lambda h: not h["elastic"] or h["augment"] or "elastic distorts training batches only with augment=True",
         )
-        self.save_hyperparameters()
+        # Kept out of the loggers' hyper-parameters, which Lightning merges with the model's and refuses when a
+        # name differs (data max_len 32 for a model of max_len 128 is a real experiment); the run's config.yaml
+        # and W&B's `config` record the data's settings.
+        self.save_hyperparameters(logger=False)
         self.data_dir = Path(data_dir)
         self.raw_dir = self.data_dir / "MNIST" / "raw"  # where torchvision.datasets.MNIST reads
         self.batch_size, self.num_workers = batch_size, num_workers

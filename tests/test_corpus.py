@@ -17,7 +17,7 @@ from datamodules.samplers import TokenBudgetBatchSampler, padding_waste
 from datamodules.tokenizers import SubwordTokenizer, tokenizer_from_dict, train_tokenizer
 from datamodules.vocab import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Vocab
 from models.errors import CorpusFormatError, DataNotFoundError
-from tests.helpers import SHARED_DATA
+from tests.helpers import SHARED_DATA, TOY_MODEL, quiet_trainer
 
 CMN = SHARED_DATA / "cmn-eng" / "cmn.txt"
 MULTI30K = SHARED_DATA / "multi30k"
@@ -289,6 +289,21 @@ def test_overlong_pairs_dropped_from_training_but_kept_in_evaluation(tmp_path: P
     assert max(b.tgt.shape[1] for b in dm.test_dataloader()) <= 8
     trunc = _tiny_module(tmp_path, **small, overlong="truncate")
     assert sum(len(b.src) for b in trunc.train_dataloader()) == len(trunc.train_pairs())
+
+
+def test_training_on_short_pairs_with_a_model_of_longer_positions_is_logged(tmp_path: Path) -> None:
+    # Train short, test long (ALiBi's experiment): the data's max_len below the model's. Lightning refuses to
+    # merge two hyper-parameters of one name and different values into a logger; the run must not stop there.
+    from lightning.pytorch.loggers import CSVLogger
+
+    from tasks import Seq2SeqTransformer
+
+    dm = _tiny_module(tmp_path, max_len=8, max_tokens=64, src_tokenizer="word", tgt_tokenizer="word")
+    model = Seq2SeqTransformer(tokenizers=dm.tokenizers, **{**TOY_MODEL, "max_len": 32})
+    trainer = quiet_trainer(tmp_path, logger=CSVLogger(tmp_path), max_steps=1, limit_val_batches=0)
+    trainer.fit(model, datamodule=dm)
+    assert trainer.global_step == 1
+    assert "max_len: 32" in (Path(trainer.logger.log_dir) / "hparams.yaml").read_text()  # the model's
 
 
 def test_tokenizers_setter_uses_given_tokenizers(tmp_path: Path) -> None:
