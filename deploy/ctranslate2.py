@@ -16,7 +16,8 @@ Three details make a naive conversion translate differently, and are handled her
     the vocabulary keeps our special tokens, which the spec's config names.
 
 Options CTranslate2 cannot represent the way we compute them (rotary positions in our rotate-half
-layout inside an encoder–decoder, query/key norms with our gain) are refused by `check_exportable`.
+layout inside an encoder–decoder, query/key norms with our gain, relative position biases, no absolute
+positions) are refused by `check_exportable`.
 Beam search: both apply GNMT's length penalty, but CTranslate2 stops a sentence once its top beam
 ends (OpenNMT's rule), where ours stops once no live hypothesis can still beat the best finished one
 under the penalty (models.decoding). With alpha = 0 the two rules agree and so do the outputs; with
@@ -60,6 +61,13 @@ def check_exportable(hparams: dict) -> None:
     """Raise `ExportError` naming the first option of a checkpoint that CTranslate2 cannot run as we do."""
     if hparams.get("positional", "sinusoidal") == "rotary":
         raise ExportError("rotary positions (positional=rotary) cannot be exported to CTranslate2's encoder–decoder")
+    if hparams.get("positional", "sinusoidal") == "none":
+        raise ExportError("a model without absolute positions (positional=none) cannot be exported to CTranslate2")
+    if hparams.get("relative_bias") is not None:
+        raise ExportError(
+            f"relative position biases (relative_bias={hparams['relative_bias']}) cannot be exported to CTranslate2's "
+            "encoder–decoder"
+        )
     if hparams.get("qk_norm", False):
         raise ExportError("query/key norms (qk_norm=True) cannot be exported to CTranslate2")
     if hparams.get("activation", "relu") not in ("relu", "gelu", "swiglu", "geglu"):

@@ -11,7 +11,10 @@ Three options, each off by default (which is `torch.nn.MultiheadAttention` exact
     (Henry et al., 2020; Dehghani et al., 2023), with the model's norm kind and a gain shared by
     the heads: attention logits can no longer blow up with the weights;
   - rotary positions: the caller passes `rope`, the (cos, sin) tables of the new positions, and
-    queries and keys are rotated after the norm (self-attention only; see models.positional).
+    queries and keys are rotated after the norm (self-attention only; see models.positional);
+  - an additive bias: the caller passes `attn_bias`, a per-head float (1 or B, H, T, S) added to the
+    logits (the relative position biases of models.relative). It is folded with the bool mask into one
+    float mask for SDPA (models.masks.with_bias), which rules out the flash kernel on a GPU.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .masks import with_bias
 from .norms import make_norm
 from .positional import apply_rotary
 
@@ -88,6 +92,7 @@ class MultiHeadAttention(nn.Module):
         kv_cache: dict | None = None,  # per-layer dict, filled in place (see DecoderCache)
         need_weights: bool = False,
         rope: tuple[torch.Tensor, torch.Tensor] | None = None,  # (T, Dh) cos, sin: self-attention only
+        attn_bias: torch.Tensor | None = None,  # float (1 or B, H, T, S) added to the logits
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         B, T, D = x.shape
         if self.cross:
@@ -117,6 +122,8 @@ class MultiHeadAttention(nn.Module):
         if rope is not None:
             q = apply_rotary(q, rope)
 
+        if attn_bias is not None:  # one float mask: the bias, −inf where the bool mask or causality forbids
+            attn_mask, is_causal = with_bias(attn_bias, attn_mask, is_causal, q.dtype), False
         dropout_p = self.dropout if self.training else 0.0
         grouped = self.num_kv_heads != self.nhead
         if need_weights:
@@ -149,8 +156,10 @@ def _attention_with_weights(q, k, v, attn_mask, is_causal, dropout_p):
     if is_causal:
         T, S = scores.shape[-2:]
         attn_mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(S - T)
-    if attn_mask is not None:
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
         scores = scores.masked_fill(~attn_mask, torch.finfo(scores.dtype).min)
+    elif attn_mask is not None:  # a float mask (a bias, −inf where masked) is added, as SDPA does
+        scores = scores + attn_mask
     weights = scores.softmax(dim=-1)
     out = F.dropout(weights, dropout_p) @ v  # (B, H, T, Dh)
     return out, weights

@@ -1,7 +1,7 @@
 """Encoder and decoder layers, post-norm (the 2017 paper, PyTorch's default) or pre-norm.
 
 Every norm is `norm` (LayerNorm or RMSNorm, models.norms); the attention options (`num_kv_heads`,
-`qk_norm`, rotary positions) live in models.attention; the feed-forward's activation is below.
+`qk_norm`, rotary positions, an additive bias) live in models.attention; the feed-forward's activation is below.
 """
 
 from __future__ import annotations
@@ -87,14 +87,15 @@ class EncoderLayer(_Layer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs, cross=False)
 
-    def _sa(self, x, mask, rope):
-        return self.dropout(self.self_attn(x, attn_mask=mask, rope=rope)[0])
+    def _sa(self, x, mask, rope, bias):
+        return self.dropout(self.self_attn(x, attn_mask=mask, rope=rope, attn_bias=bias)[0])
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, rope=None) -> torch.Tensor:  # (B, S, D)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, rope=None, bias=None) -> torch.Tensor:  # (B, S, D)
+        """`bias`: this layer's (1, H, S, S) relative position bias, or None."""
         if self.norm_first:
-            x = x + self._sa(self.norm1(x), mask, rope)
+            x = x + self._sa(self.norm1(x), mask, rope, bias)
             return x + self.dropout(self.ff(self.norm2(x)))
-        x = self.norm1(x + self._sa(x, mask, rope))
+        x = self.norm1(x + self._sa(x, mask, rope, bias))
         return self.norm2(x + self.dropout(self.ff(x)))
 
 
@@ -112,12 +113,13 @@ class DecoderLayer(_Layer):
         cache: dict | None = None,  # {"self": {...}, "cross": {...}} for this layer
         need_weights: bool = False,
         rope=None,  # rotary (cos, sin) of the new positions, for self-attention; none in cross-attention
+        bias=None,  # (1, H, T, past + T) relative position bias of self-attention; none in cross-attention
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         self_cache = cache["self"] if cache is not None else None
         cross_cache = cache["cross"] if cache is not None else None
 
         def sa(h):
-            out = self.self_attn(h, attn_mask=self_mask, is_causal=is_causal, kv_cache=self_cache, rope=rope)[0]
+            out = self.self_attn(h, attn_mask=self_mask, is_causal=is_causal, kv_cache=self_cache, rope=rope, attn_bias=bias)[0]
             return self.dropout(out)
 
         def ca(h):

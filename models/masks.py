@@ -42,3 +42,17 @@ def causal_mask(
         keys = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
         allowed = keys if allowed is None else allowed & keys
     return None if allowed is None else _ensure_some_key(allowed)
+
+
+def with_bias(bias: torch.Tensor, allowed: torch.Tensor | None, is_causal: bool, dtype: torch.dtype) -> torch.Tensor:
+    """A (1 or B, H, T, S) float bias and the bool mask (True = attend) or SDPA's causal flag → one float
+    mask for SDPA, in the queries' dtype: the bias where a key may be seen, −inf where it may not.
+
+    SDPA takes either a mask or `is_causal`, so the causal part is written out here (aligned bottom-right,
+    as `causal_mask`). Every row keeps a finite entry: the bool masks already see to it."""
+    T, S = bias.shape[-2:]
+    if is_causal:
+        causal = torch.ones(T, S, dtype=torch.bool, device=bias.device).tril(S - T)
+        allowed = causal if allowed is None else allowed & causal
+    bias = bias.to(dtype)
+    return bias if allowed is None else torch.where(allowed, bias, float("-inf"))  # (B or 1, H, T, S)

@@ -2,7 +2,11 @@
 
 Tokens are rows (28 tokens of 28 pixels, the seed's layout) or square patches (4×4 → 49 tokens,
 7×7 → 16 tokens), each linearly embedded plus a learned position (or a sinusoidal one, or rotary
-positions in self-attention over the reading order: `positional`). An optional convolutional stem
+positions in self-attention over the reading order, or none: `positional`). The tokens lie on an h × w grid
+(rows: 28 × 1; 7×7 patches: 4 × 4), which two schemes read in 2-D: `positional="sincos2d"`, MAE's fixed
+2-D sin-cos table (models.positional2d), and `relative_bias="2d"`, Swin's learned bias on every encoder
+layer's logits for each pair's (Δrow, Δcol) (models.relative); a class token gets a zero row of the former
+and BEiT's three extra entries of the latter; the decoder head's queries get neither. An optional convolutional stem
 (`stem_channels`, `stem_layers`: 3×3 convolutions at full resolution, Xiao et al. 2021, "Early
 convolutions help transformers see better") runs over the image first; a token is then its patch
 of the stem's feature maps instead of raw pixels. With `strided_stem` the stem itself brings each
@@ -25,11 +29,15 @@ import torch
 from torch import nn
 
 from .positional import positional_encoding
+from .positional2d import SinCos2dPositionalEncoding
+from .relative import SwinRelativeBias2d
 from .transformer import Transformer
 
 IMAGE_SIZE = 28
 TOKENIZERS = ("rows", "patches")
 HEADS = ("decoder", "cls", "mean")
+POSITIONALS_2D = ("sincos2d",)  # beside models.positional's 1-D ones
+RELATIVE_BIASES_2D = ("2d",)
 
 
 class MnistNet(nn.Module):
@@ -48,7 +56,7 @@ class MnistNet(nn.Module):
         activation: str = "gelu",
         norm_first: bool = True,  # pre-norm trains small models from scratch more reliably
         num_classes: int = 10,
-        positional: str = "learned",  # "learned", "sinusoidal" or "rotary" (1-D, over the reading order)
+        positional: str = "learned",  # "learned", "sinusoidal", "rotary" (1-D, reading order), "sincos2d" or "none"
         norm: str = "layernorm",  # the core's options: see models.transformer.Transformer
         qk_norm: bool = False,
         num_kv_heads: int | None = None,
@@ -56,6 +64,7 @@ class MnistNet(nn.Module):
         stem_layers: int = 2,  # 3×3 convolutions (each followed by GELU) in the stem, or in each strided stage
         strided_stem: bool = False,  # stride-2 stages that reduce a patch to one token (see above); patches only
         stem_norm: bool = False,  # BatchNorm2d after each stem convolution (needs a stem)
+        relative_bias: str | None = None,  # "2d": Swin's learned bias over the token grid, in every encoder layer
     ):
         super().__init__()
         if tokens not in TOKENIZERS:
@@ -73,11 +82,14 @@ class MnistNet(nn.Module):
             )
         if stem_norm and not stem_channels:
             raise ValueError("stem_norm normalises the stem's convolutions: it needs stem_channels > 0")
+        if relative_bias not in (None, *RELATIVE_BIASES_2D):
+            raise ValueError(f"relative_bias must be one of {RELATIVE_BIASES_2D} or None, got {relative_bias!r}")
         if head == "decoder" and (num_decoder_layers < 1 or num_queries < 1):
             raise ValueError("the decoder head needs num_decoder_layers >= 1 and num_queries >= 1")
         # A row is a 1×28 patch, so both layouts share one tokenizer.
         self.patch = (1, IMAGE_SIZE) if tokens == "rows" else (patch_size, patch_size)
-        self.num_tokens = (IMAGE_SIZE // self.patch[0]) * (IMAGE_SIZE // self.patch[1])
+        self.grid = (IMAGE_SIZE // self.patch[0], IMAGE_SIZE // self.patch[1])  # (h, w) of the tokens
+        self.num_tokens = self.grid[0] * self.grid[1]
         self.head_kind = head
 
         stem, channels = [], 1
@@ -103,7 +115,10 @@ class MnistNet(nn.Module):
         self.stem = nn.Sequential(*stem)  # empty (the identity, no parameters) without a stem
         self.embed = nn.Linear(channels * self.patch[0] * self.patch[1], d_model)  # a token's C·ph·pw values → D
         extra = 1 if head == "cls" else 0
-        self.pos = positional_encoding(positional, d_model, self.num_tokens + extra)  # None for rotary
+        if positional == "sincos2d":
+            self.pos = SinCos2dPositionalEncoding(d_model, *self.grid, extra_tokens=extra)
+        else:
+            self.pos = positional_encoding(positional, d_model, self.num_tokens + extra)  # None for rotary, none
         self.dropout = nn.Dropout(dropout)
         self.core = Transformer(
             d_model=d_model,
@@ -118,6 +133,11 @@ class MnistNet(nn.Module):
             qk_norm=qk_norm,
             num_kv_heads=num_kv_heads,
             rotary=positional == "rotary",  # the decoder head's queries get positions 0 … Q-1 too
+            encoder_bias=(
+                SwinRelativeBias2d(nhead, *self.grid, num_layers=num_encoder_layers, extra_tokens=extra)
+                if relative_bias == "2d"
+                else None
+            ),
         )
         if head == "decoder":
             self.queries = nn.Parameter(torch.randn(1, num_queries, d_model) * 0.02)  # (1, Q, D)

@@ -77,16 +77,17 @@ def apply_rotary(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> to
     return (xf * cos + torch.cat([-x2, x1], dim=-1) * sin).to(x.dtype)
 
 
-POSITIONALS = ("sinusoidal", "learned", "rotary")
+POSITIONALS = ("sinusoidal", "learned", "rotary", "none")
 
 
 def positional_encoding(kind: str, d_model: int, max_len: int) -> nn.Module | None:
     """The encoding added to the embeddings, or None for "rotary" (the core's attention rotates
-    queries and keys instead: `Transformer(rotary=True)`)."""
+    queries and keys instead: `Transformer(rotary=True)`) and for "none" (no absolute positions: with a
+    relative position bias, models.relative, or none at all)."""
     if kind == "sinusoidal":
         return SinusoidalPositionalEncoding(d_model, max_len)
     if kind == "learned":
         return LearnedPositionalEncoding(d_model, max_len)
-    if kind == "rotary":
+    if kind in ("rotary", "none"):
         return None
     raise ValueError(f"positional must be one of {POSITIONALS}, got {kind!r}")

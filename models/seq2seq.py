@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .positional import positional_encoding
+from .relative import relative_bias as relative_bias_module
 from .transformer import DecoderCache, Transformer
 
 
@@ -34,9 +35,12 @@ class Seq2SeqNet(nn.Module):
         qk_norm: bool = False,
         num_kv_heads: int | None = None,
         src_token_dropout: float = 0.0,
+        relative_bias: str | None = None,
     ):
         """`positional`: "sinusoidal" | "learned" (added to the embeddings) | "rotary" (RoPE in the
-        encoder's and the decoder's self-attention, none in cross-attention, nothing added). `norm`,
+        encoder's and the decoder's self-attention, none in cross-attention, nothing added) | "none".
+        `relative_bias`: None | "t5" | "alibi", a bias on the logits of the encoder's and the decoder's
+        self-attention (models.relative; T5's and ALiBi's own models take it with `positional="none"`). `norm`,
         `qk_norm`, `num_kv_heads` and the gated `activation`s: see models.transformer.Transformer.
         `src_token_dropout`: in training, each source token's whole embedding is dropped with this
         probability (word dropout, Sennrich & Zhang 2019), before its position is added."""
@@ -65,6 +69,8 @@ class Seq2SeqNet(nn.Module):
             qk_norm=qk_norm,
             num_kv_heads=num_kv_heads,
             rotary=positional == "rotary",
+            encoder_bias=relative_bias_module(relative_bias, nhead, causal=False),
+            decoder_bias=relative_bias_module(relative_bias, nhead, causal=True),
         )
         self.generator = nn.Linear(d_model, tgt_vocab_size, bias=False)
         for emb in dict.fromkeys((self.src_embed, self.tgt_embed)):  # once each, in order, when shared

@@ -3,7 +3,8 @@
 Argument names and defaults follow `torch.nn.Transformer`, including its final LayerNorm after
 each stack (present in post-norm too), so `Transformer.from_torch` can copy its weights.
 The research options after them (`norm`, gated `activation`s, `qk_norm`, `num_kv_heads`,
-`rotary`) are off by default, which is `torch.nn.Transformer` exactly.
+`rotary`, the relative position biases `encoder_bias` and `decoder_bias`) are off by default, which is
+`torch.nn.Transformer` exactly.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ class Transformer(nn.Module):
         qk_norm: bool = False,  # normalise queries and keys per head (models.attention)
         num_kv_heads: int | None = None,  # grouped-query attention; None = nhead
         rotary: bool = False,  # rotary positions in self-attention (the embeddings then carry none)
+        encoder_bias: nn.Module | None = None,  # a relative position bias of self-attention (models.relative)
+        decoder_bias: nn.Module | None = None,  # the decoder's, over the new queries and every cached key
     ):
         super().__init__()
         layer_args = (d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, norm_first, bias)
@@ -79,19 +82,28 @@ class Transformer(nn.Module):
         self.decoder_norm = make_norm(norm, d_model, layer_norm_eps, bias)
         # One table of (cos, sin) per forward pass, shared by every layer (as the masks are).
         self.rotary = RotaryEmbedding(d_model // nhead) if rotary else None
+        # Called once per forward pass too: (L or 1, H, T, S), layer i takes slice i (or the shared one).
+        self.encoder_bias, self.decoder_bias = encoder_bias, decoder_bias
         self.d_model, self.nhead = d_model, nhead
 
     def _rope(self, x: torch.Tensor, offset: int = 0):
         """Rotary tables of x's T positions after `offset` (the cache's length), or None."""
         return None if self.rotary is None else self.rotary(x.size(1), offset, x.device, x.dtype)
 
+    @staticmethod
+    def _layer_bias(bias: torch.Tensor | None, i: int) -> torch.Tensor | None:
+        """Layer i's (1, H, T, S) slice of an (L or 1, H, T, S) bias: its own, or the one all layers share."""
+        return None if bias is None else bias[i if bias.size(0) > 1 else 0][None]
+
     def encode(self, src: torch.Tensor, src_key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """(B, S, D) source embeddings → (B, S, D) memory. Mask: (B, S) bool, True = padding."""
         mask = padding_mask(src_key_padding_mask)
         rope = self._rope(src)
+        S = src.size(1)
+        bias = None if self.encoder_bias is None else self.encoder_bias(S, S)  # (L or 1, H, S, S)
         x = src
-        for layer in self.encoder_layers:
-            x = layer(x, mask, rope)
+        for i, layer in enumerate(self.encoder_layers):
+            x = layer(x, mask, rope, self._layer_bias(bias, i))
         return self.encoder_norm(x)
 
     def decode(
@@ -113,10 +125,14 @@ class Transformer(nn.Module):
         self_mask = None if is_causal else causal_mask(tgt.size(1), tgt_key_padding_mask, past, tgt.device)
         memory_mask = padding_mask(memory_key_padding_mask)
         rope = self._rope(tgt, past)  # the new queries/keys sit at positions past … past + T - 1
+        T = tgt.size(1)
+        # The new queries' rows of the bias, over every key so far: (L or 1, H, T, past + T).
+        bias = None if self.decoder_bias is None else self.decoder_bias(T, past + T, past)
         x, weights = tgt, []
         for i, layer in enumerate(self.decoder_layers):
             layer_cache = cache.layers[i] if cache is not None else None
-            x, w = layer(x, memory, self_mask, memory_mask, is_causal, layer_cache, need_weights, rope)
+            layer_bias = self._layer_bias(bias, i)
+            x, w = layer(x, memory, self_mask, memory_mask, is_causal, layer_cache, need_weights, rope, layer_bias)
             weights.append(w)
         x = self.decoder_norm(x)
         return (x, weights) if need_weights else x

@@ -16,7 +16,8 @@ from matplotlib.figure import Figure
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from models.checks import TRANSFORMER, TRANSFORMER_RELATIONS, at_least, check_hparams, fraction, one_of
-from models.mnist_net import HEADS, IMAGE_SIZE, TOKENIZERS, MnistNet
+from models.mnist_net import HEADS, IMAGE_SIZE, POSITIONALS_2D, RELATIVE_BIASES_2D, TOKENIZERS, MnistNet
+from models.positional import POSITIONALS
 
 from .figures import save_and_log_figure
 from .schedules import adamw_with_warmup
@@ -37,7 +38,7 @@ class MnistSequenceClassifier(L.LightningModule):
         dropout: float = 0.1,
         activation: Literal["relu", "gelu", "swiglu", "geglu"] = "gelu",
         norm_first: bool = True,
-        positional: Literal["learned", "sinusoidal", "rotary"] = "learned",
+        positional: Literal["learned", "sinusoidal", "rotary", "sincos2d", "none"] = "learned",
         norm: Literal["layernorm", "rmsnorm"] = "layernorm",
         qk_norm: bool = False,
         num_kv_heads: int | None = None,
@@ -45,6 +46,7 @@ class MnistSequenceClassifier(L.LightningModule):
         stem_layers: int = 2,  # its 3×3 convolutions (per stage if strided); see models/mnist_net.py
         strided_stem: bool = False,  # stride-2 stages bring each patch down to one token (patches only)
         stem_norm: bool = False,  # BatchNorm2d after each stem convolution (Xiao et al.'s stem; needs a stem)
+        relative_bias: Literal["2d"] | None = None,  # Swin's learned 2-D bias in every encoder layer
         lr: float = 1e-3,  # peak learning rate, reached after warm-up
         weight_decay: float = 0.05,  # on weight matrices only, not on biases and LayerNorms
         warmup_fraction: float = 0.05,  # of all training steps; then cosine decay to zero
@@ -68,6 +70,8 @@ class MnistSequenceClassifier(L.LightningModule):
                 "stem_channels": at_least(0),
                 "stem_layers": at_least(1),
                 "num_misclassified_shown": at_least(0),
+                "positional": one_of(POSITIONALS + POSITIONALS_2D),
+                "relative_bias": one_of(RELATIVE_BIASES_2D),
             },
             *TRANSFORMER_RELATIONS,
             lambda h: (
@@ -81,6 +85,11 @@ class MnistSequenceClassifier(L.LightningModule):
                 or "strided_stem needs stem_channels > 0, tokens='patches' and patch_size >= 2"
             ),
             lambda h: not h["stem_norm"] or h["stem_channels"] > 0 or "stem_norm needs a stem: stem_channels > 0",
+            lambda h: (
+                h["positional"] != "sincos2d"
+                or h["d_model"] % 4 == 0
+                or f"positional='sincos2d' needs d_model divisible by 4 (sin and cos for each axis), got {h['d_model']}"
+            ),
             lambda h: (
                 h["head"] != "decoder" or h["num_decoder_layers"] >= 1 or "head='decoder' needs num_decoder_layers of at least 1"
             ),
@@ -107,6 +116,7 @@ class MnistSequenceClassifier(L.LightningModule):
             stem_layers=stem_layers,
             strided_stem=strided_stem,
             stem_norm=stem_norm,
+            relative_bias=relative_bias,
         )
         # One metric object per stage: their running states must not mix.
         self.train_acc = MulticlassAccuracy(num_classes=10, average="micro")

@@ -21,6 +21,7 @@ from models import Seq2SeqNet
 from models.checks import TRANSFORMER, TRANSFORMER_RELATIONS, at_least, check_hparams, fraction, one_of
 from models.decoding import beam_search, greedy_decode
 from models.errors import HyperparameterError, InputError
+from models.relative import TEXT_RELATIVE_BIASES
 from training.loggers import log_text
 
 from .figures import attention_figure, save_and_log_figure
@@ -62,6 +63,7 @@ class Seq2SeqTransformer(L.LightningModule):
         tie_embeddings: bool = False,
         share_embeddings: bool = False,
         src_token_dropout: float = 0.0,  # word dropout on the source: a token's whole embedding, in training
+        relative_bias: str | None = None,  # "t5" or "alibi": a bias on self-attention's logits (models.relative)
         label_smoothing: float = 0.1,
         lr: float = 5e-4,
         weight_decay: float = 0.01,
@@ -87,6 +89,7 @@ class Seq2SeqTransformer(L.LightningModule):
                 **TRANSFORMER,
                 "max_len": at_least(3),
                 "src_token_dropout": fraction,
+                "relative_bias": one_of(TEXT_RELATIVE_BIASES),
                 "betas": fraction,
                 "warmup_steps": at_least(0),
                 "lr_schedule": one_of(get_args(Schedule)),
@@ -131,6 +134,7 @@ class Seq2SeqTransformer(L.LightningModule):
             qk_norm=qk_norm,
             num_kv_heads=num_kv_heads,
             src_token_dropout=src_token_dropout,
+            relative_bias=relative_bias,
         )
         n_classes = len(self.tgt_tokenizer)
         self.train_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=PAD)

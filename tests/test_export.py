@@ -159,7 +159,14 @@ def test_model_trained_on_real_data_translates_the_same(tmp_path):
 
 
 def test_options_ctranslate2_cannot_represent_are_refused(tmp_path):
-    for options, name in (({"positional": "rotary"}, "rotary"), ({"qk_norm": True}, "qk_norm")):
+    for options, name in (
+        ({"positional": "rotary"}, "rotary"),
+        ({"qk_norm": True}, "qk_norm"),
+        ({"positional": "none"}, "positional=none"),
+        ({"relative_bias": "t5"}, "relative_bias=t5"),
+        ({"positional": "none", "relative_bias": "alibi"}, "positional=none"),
+        ({"relative_bias": "alibi"}, "relative_bias=alibi"),
+    ):
         with pytest.raises(ExportError, match=name):
             export_ctranslate2(sharpened_model(**options), tmp_path / name)
         assert not (tmp_path / name).exists()

@@ -1,0 +1,44 @@
+"""MAE's fixed 2-D sin-cos positions for a grid of image tokens (He et al., 2022; the table of its
+`get_2d_sincos_pos_embed`), added to the embeddings like the 1-D sinusoid."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def sincos_1d(dim: int, pos: torch.Tensor) -> torch.Tensor:
+    """(M,) positions → (M, dim): sin(pos·ω_k) for k < dim/2, then cos(pos·ω_k), ω_k = 10000^(−2k/dim).
+    Sines and cosines in two halves, not interleaved as in models.positional's 1-D sinusoid: MAE's layout."""
+    omega = 1.0 / 10000 ** (torch.arange(dim // 2, dtype=torch.float64) / (dim / 2))  # (dim/2,)
+    angles = pos.double()[:, None] * omega[None, :]  # (M, dim/2)
+    return torch.cat([angles.sin(), angles.cos()], dim=1)
+
+
+def sincos_2d_table(dim: int, height: int, width: int, extra_tokens: int = 0) -> torch.Tensor:
+    """(extra + h·w, dim) table for tokens in reading order (row by row), with a zero row per extra token.
+
+    MAE's exact order: its grid is `np.meshgrid(grid_w, grid_h)`, whose first plane holds each token's
+    column, so the first dim/2 channels encode the column and the last dim/2 the row (its code names the
+    first half "emb_h"; on its square grids the two only swap)."""
+    if dim % 4:
+        raise ValueError(f"the 2-D sin-cos table needs a model width divisible by 4, got {dim}")
+    rows, cols = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")  # (h, w) each
+    table = torch.cat([sincos_1d(dim // 2, cols.flatten()), sincos_1d(dim // 2, rows.flatten())], dim=1)
+    return torch.cat([table.new_zeros(extra_tokens, dim), table]).float()  # (extra + N, D)
+
+
+class SinCos2dPositionalEncoding(nn.Module):
+    """Adds the fixed table to (B, N', D) tokens; a buffer (it follows .to(device)), not a parameter, and
+    not saved: it is derived from the grid."""
+
+    def __init__(self, d_model: int, height: int, width: int, extra_tokens: int = 0):
+        super().__init__()
+        self.register_buffer("pe", sincos_2d_table(d_model, height, width, extra_tokens), persistent=False)
+        self.grid = (height, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N', D)
+        return x + self.pe[: x.size(1)].to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"grid={self.grid[0]}x{self.grid[1]}, tokens={self.pe.size(0)}"

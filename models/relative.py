@@ -1,0 +1,153 @@
+"""Relative position biases: a per-head float added to the attention logits, depending on where a query
+and a key sit relative to each other rather than on where each one is.
+
+Every scheme is a module called once per forward pass, like the masks, with the number of queries, the
+number of keys and the queries' offset (a cached decoder's new queries sit at positions offset … offset
++ T - 1, its keys at 0 … offset + T - 1). It returns (L, H, T, S): L = 1 when every layer of the stack
+shares the bias, else one slice per layer. The core (models.transformer) hands layer i its slice and the
+attention (models.attention) adds it to the logits through SDPA's float mask (models.masks.with_bias):
+one mechanism for every scheme.
+
+  - `T5RelativeBias` (Raffel et al., 2020, §2.1): distances in logarithmic buckets, one learned scalar per
+    bucket and head, shared by the layers of a stack; bidirectional in the encoder, causal in the decoder.
+  - `ALiBi` (Press et al., 2022): −slope_h · |i − j| with fixed geometric slopes per head; no parameters.
+  - `SwinRelativeBias2d` (Liu et al., 2021, §3.2): a learned table of (2h − 1)(2w − 1) offsets × heads on an
+    h × w grid of image tokens, indexed by each pair's (Δrow, Δcol); one table per layer, as in Swin.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+TEXT_RELATIVE_BIASES = ("t5", "alibi")  # 1-D, for sequences (models.seq2seq); "2d" is for image grids
+
+
+def t5_bucket(
+    relative_position: torch.Tensor, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128
+) -> torch.Tensor:
+    """T5's bucket of each key position − query position (Mesh TensorFlow's `_relative_position_bucket`).
+
+    Bidirectional: half the buckets for keys after the query, half for keys before. Causal: keys after the
+    query all fall in bucket 0 (the mask hides them anyway). Within a half, distances below max_exact = half
+    of it get a bucket each; longer ones share buckets spaced logarithmically up to `max_distance`, beyond
+    which everything is in the last bucket. Computed in float64 so that no distance rounds to its neighbour's
+    bucket (the boundaries are exact powers for the default sizes)."""
+    n = -relative_position  # query − key: positive for keys in the past
+    bucket = torch.zeros_like(n)
+    if bidirectional:
+        num_buckets //= 2
+        bucket = bucket + (n < 0).long() * num_buckets  # keys in the future: the upper half
+        n = n.abs()
+    else:
+        n = n.clamp(min=0)
+    max_exact = num_buckets // 2
+    scaled = torch.log(n.double().clamp(min=1) / max_exact) / math.log(max_distance / max_exact)
+    large = (max_exact + (scaled * (num_buckets - max_exact)).long()).clamp(max=num_buckets - 1)
+    return bucket + torch.where(n < max_exact, n, large)
+
+
+class T5RelativeBias(nn.Module):
+    """T5's bucketed bias: one learned scalar per (bucket, head), shared by every layer of the stack (T5
+    computes it in the first layer and passes it on). T5 initialises it like its other weights; we start
+    at zero, so an untrained model attends as one without positions would."""
+
+    def __init__(self, nhead: int, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128):
+        super().__init__()
+        self.bidirectional, self.num_buckets, self.max_distance = bidirectional, num_buckets, max_distance
+        self.table = nn.Parameter(torch.zeros(num_buckets, nhead))  # (buckets, H); draws nothing from the RNG
+
+    def forward(self, tgt_len: int, src_len: int, offset: int = 0) -> torch.Tensor:  # → (1, H, T, S)
+        device = self.table.device
+        query = torch.arange(offset, offset + tgt_len, device=device)  # (T,)
+        key = torch.arange(src_len, device=device)  # (S,)
+        buckets = t5_bucket(key[None, :] - query[:, None], self.bidirectional, self.num_buckets, self.max_distance)
+        return self.table[buckets].permute(2, 0, 1)[None]  # (T, S, H) → (1, H, T, S)
+
+    def extra_repr(self) -> str:
+        return f"bidirectional={self.bidirectional}, num_buckets={self.num_buckets}, max_distance={self.max_distance}"
+
+
+def alibi_slopes(nhead: int) -> list[float]:
+    """The ALiBi paper's slopes: for n heads (a power of 2) the geometric sequence 2^(−8/n), 2^(−16/n), …,
+    2^(−8); otherwise those of the closest smaller power of 2, then every other slope of twice that many."""
+    if math.log2(nhead).is_integer():
+        start = 2 ** (-8 / nhead)
+        return [start ** (i + 1) for i in range(nhead)]
+    closest = 2 ** math.floor(math.log2(nhead))
+    return alibi_slopes(closest) + alibi_slopes(2 * closest)[0::2][: nhead - closest]
+
+
+class ALiBi(nn.Module):
+    """−slope_h · |i − j| for query i and key j: a linear penalty on distance, steeper for the first heads.
+    The paper's models are causal (i ≥ j); the encoder takes the same penalty in both directions. The
+    slopes are a buffer, derived from nhead, not saved in checkpoints."""
+
+    def __init__(self, nhead: int):
+        super().__init__()
+        self.register_buffer("slopes", torch.tensor(alibi_slopes(nhead)), persistent=False)  # (H,)
+
+    def forward(self, tgt_len: int, src_len: int, offset: int = 0) -> torch.Tensor:  # → (1, H, T, S)
+        device = self.slopes.device
+        query = torch.arange(offset, offset + tgt_len, device=device)  # (T,)
+        key = torch.arange(src_len, device=device)  # (S,)
+        distance = (key[None, :] - query[:, None]).abs().to(self.slopes.dtype)  # (T, S)
+        return (-self.slopes[:, None, None] * distance)[None]
+
+
+def swin_relative_index(height: int, width: int) -> torch.Tensor:
+    """(N, N) index into a (2h − 1)(2w − 1) table for the N = h·w tokens of an h × w grid in reading order:
+    (Δrow + h − 1)(2w − 1) + (Δcol + w − 1), as Swin's `relative_position_index`."""
+    rows, cols = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")  # (h, w) each
+    coords = torch.stack([rows.flatten(), cols.flatten()])  # (2, N)
+    delta = coords[:, :, None] - coords[:, None, :]  # (2, N, N): query's minus key's
+    return (delta[0] + height - 1) * (2 * width - 1) + (delta[1] + width - 1)
+
+
+class SwinRelativeBias2d(nn.Module):
+    """Swin's learned 2-D bias for the encoder over an h × w grid of tokens: a table of (2h − 1)(2w − 1)
+    offsets × heads for each layer (Swin gives every block its own; they cost L·(2h − 1)(2w − 1)·H scalars,
+    196 a layer on a 4 × 4 grid with 4 heads, and let each layer weigh distance its own way), initialised as
+    Swin's with a truncated normal of std 0.02.
+
+    `extra_tokens` (a class token) are placed before the grid; as in BEiT (Bao et al., 2022) three more
+    learned entries per head hold their biases: class token → image token, image token → class token, and
+    class token → class token."""
+
+    def __init__(self, nhead: int, height: int, width: int, num_layers: int = 1, extra_tokens: int = 0):
+        super().__init__()
+        if extra_tokens not in (0, 1):
+            raise ValueError(f"the 2-D relative bias takes at most one class token, got {extra_tokens}")
+        self.height, self.width, self.extra_tokens = height, width, extra_tokens
+        offsets = (2 * height - 1) * (2 * width - 1)
+        self.table = nn.Parameter(torch.empty(num_layers, offsets + 3 * extra_tokens, nhead))  # (L, R, H)
+        nn.init.trunc_normal_(self.table, std=0.02)
+        index = swin_relative_index(height, width)  # (N, N)
+        if extra_tokens:
+            n = height * width
+            index = torch.cat([torch.full((n, 1), offsets + 1), index], dim=1)  # image token → class token
+            index = torch.cat([torch.full((1, n + 1), offsets), index], dim=0)  # class token → image token
+            index[0, 0] = offsets + 2
+        self.register_buffer("index", index, persistent=False)  # (N', N'), derived from the grid
+
+    def forward(self, tgt_len: int, src_len: int, offset: int = 0) -> torch.Tensor:  # → (L, H, N', N')
+        n = self.index.size(0)
+        if (tgt_len, src_len, offset) != (n, n, 0):
+            raise ValueError(f"the 2-D relative bias is built for {n} tokens, got {tgt_len} queries and {src_len} keys")
+        return self.table[:, self.index].permute(0, 3, 1, 2)  # (L, N', N', H) → (L, H, N', N')
+
+    def extra_repr(self) -> str:
+        return f"grid={self.height}x{self.width}, extra_tokens={self.extra_tokens}"
+
+
+def relative_bias(kind: str | None, nhead: int, *, causal: bool) -> nn.Module | None:
+    """A 1-D scheme's module for an encoder (`causal=False`) or a decoder: "t5", "alibi", or None for none."""
+    if kind is None:
+        return None
+    if kind == "t5":
+        return T5RelativeBias(nhead, bidirectional=not causal)
+    if kind == "alibi":
+        return ALiBi(nhead)
+    raise ValueError(f"relative_bias must be one of {TEXT_RELATIVE_BIASES} or None, got {kind!r}")

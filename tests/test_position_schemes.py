@@ -1,0 +1,197 @@
+"""The position schemes beyond the 1-D ones: MAE's 2-D sin-cos table and Swin's 2-D relative bias for
+image tokens, T5's bucketed bias and ALiBi for text, and the additive bias in the core that carries every
+relative scheme. Each is held to an oracle written independently of it (MAE's numpy code, brute force over
+all pairs, T5's formula distance by distance, ALiBi's −slope·|i − j|) and to what a relative scheme
+promises: a sequence shifted inside a longer window gives the same outputs. The invariants that every
+variant keeps (padding, causality, cache, batch, bf16) are in tests/test_variants.py."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from models import MnistNet
+from models.attention import MultiHeadAttention
+from models.errors import HyperparameterError
+from models.masks import with_bias
+from models.positional2d import sincos_2d_table
+from models.relative import SwinRelativeBias2d, swin_relative_index
+from tasks import MnistSequenceClassifier, Seq2SeqTransformer
+from tests.helpers import quiet_trainer
+
+TINY = dict(d_model=32, nhead=4, num_encoder_layers=2, dim_feedforward=48, dropout=0.0)
+
+
+# ---------------------------------------------------------------------------------------------- MAE's table
+
+
+def mae_get_2d_sincos_pos_embed(embed_dim, grid_h_size, grid_w_size, cls_token=False):
+    """MAE's util/pos_embed.py (facebookresearch/mae), with its square grid_size split into h and w."""
+    grid_h = np.arange(grid_h_size, dtype=np.float32)
+    grid_w = np.arange(grid_w_size, dtype=np.float32)
+    grid = np.meshgrid(grid_w, grid_h)  # here w goes first
+    grid = np.stack(grid, axis=0)
+    grid = grid.reshape([2, 1, grid_h_size, grid_w_size])
+    pos_embed = mae_get_2d_sincos_pos_embed_from_grid(embed_dim, grid)
+    if cls_token:
+        pos_embed = np.concatenate([np.zeros([1, embed_dim]), pos_embed], axis=0)
+    return pos_embed
+
+
+def mae_get_2d_sincos_pos_embed_from_grid(embed_dim, grid):
+    assert embed_dim % 2 == 0
+    # use half of dimensions to encode grid_h
+    emb_h = mae_get_1d_sincos_pos_embed_from_grid(embed_dim // 2, grid[0])  # (H*W, D/2)
+    emb_w = mae_get_1d_sincos_pos_embed_from_grid(embed_dim // 2, grid[1])  # (H*W, D/2)
+    emb = np.concatenate([emb_h, emb_w], axis=1)  # (H*W, D)
+    return emb
+
+
+def mae_get_1d_sincos_pos_embed_from_grid(embed_dim, pos):
+    assert embed_dim % 2 == 0
+    omega = np.arange(embed_dim // 2, dtype=np.float64)
+    omega /= embed_dim / 2.0
+    omega = 1.0 / 10000**omega  # (D/2,)
+    pos = pos.reshape(-1)  # (M,)
+    out = np.einsum("m,d->md", pos, omega)  # (M, D/2), outer product
+    emb_sin = np.sin(out)  # (M, D/2)
+    emb_cos = np.cos(out)  # (M, D/2)
+    emb = np.concatenate([emb_sin, emb_cos], axis=1)  # (M, D)
+    return emb
+
+
+@pytest.mark.parametrize("dim, height, width", [(32, 4, 4), (128, 7, 7), (16, 28, 1), (64, 2, 5)])
+@pytest.mark.parametrize("cls_token", [False, True])
+def test_sincos2d_table_is_maes(dim, height, width, cls_token):
+    expected = torch.from_numpy(mae_get_2d_sincos_pos_embed(dim, height, width, cls_token)).float()
+    torch.testing.assert_close(sincos_2d_table(dim, height, width, int(cls_token)), expected, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("tokens, head, grid", [("patches", "cls", (4, 4)), ("rows", "mean", (28, 1))])
+def test_mnist_sincos2d_is_a_buffer_on_the_token_grid(tokens, head, grid):
+    net = MnistNet(tokens=tokens, head=head, positional="sincos2d", **TINY)
+    assert net.grid == grid and not any("pos" in name for name, _ in net.named_parameters())
+    assert "pos.pe" not in net.state_dict()  # derived from the grid, not saved
+    extra = int(head == "cls")
+    torch.testing.assert_close(net.pos.pe, sincos_2d_table(32, *grid, extra))
+    x = torch.randn(2, extra + grid[0] * grid[1], 32)
+    torch.testing.assert_close(net.pos(x), x + net.pos.pe)
+    if extra:
+        assert not net.pos.pe[0].any()  # the class token's row is zero
+
+
+# ---------------------------------------------------------------------------------------------- Swin's bias
+
+
+@pytest.mark.parametrize("height, width", [(4, 4), (28, 1), (2, 3), (1, 1)])
+def test_swin_index_is_the_brute_force_over_all_pairs(height, width):
+    index = swin_relative_index(height, width)
+    n = height * width
+    expected = torch.empty(n, n, dtype=torch.long)
+    for i in range(n):
+        for j in range(n):
+            (ri, ci), (rj, cj) = divmod(i, width), divmod(j, width)
+            expected[i, j] = (ri - rj + height - 1) * (2 * width - 1) + (ci - cj + width - 1)
+    assert torch.equal(index, expected)
+    assert int(index.max()) < (2 * height - 1) * (2 * width - 1)
+
+
+def test_swin_bias_reads_each_layers_table_and_the_class_token_entries():
+    bias_module = SwinRelativeBias2d(nhead=3, height=2, width=3, num_layers=2, extra_tokens=1)
+    offsets = 3 * 5
+    assert bias_module.table.shape == (2, offsets + 3, 3)
+    bias = bias_module(7, 7)  # (L, H, 1 + 6, 1 + 6)
+    assert bias.shape == (2, 3, 7, 7)
+    table = bias_module.table.detach()
+    for layer in range(2):
+        for i in range(7):
+            for j in range(7):
+                if i == 0 and j == 0:
+                    entry = offsets + 2
+                elif i == 0:
+                    entry = offsets  # class token → image token
+                elif j == 0:
+                    entry = offsets + 1  # image token → class token
+                else:
+                    (ri, ci), (rj, cj) = divmod(i - 1, 3), divmod(j - 1, 3)
+                    entry = (ri - rj + 1) * 5 + (ci - cj + 2)
+                torch.testing.assert_close(bias[layer, :, i, j], table[layer, entry])
+    with pytest.raises(ValueError, match="7 tokens"):
+        bias_module(6, 6)
+
+
+def test_mnist_relative_2d_gives_every_encoder_layer_its_own_table():
+    net = MnistNet(head="mean", relative_bias="2d", positional="none", **TINY)
+    assert net.pos is None and net.core.encoder_bias.table.shape == (2, 7 * 7, 4)
+    layers = []
+
+    def keep_bias(module, args, kwargs):
+        layers.append(kwargs["attn_bias"])
+
+    for layer in net.core.encoder_layers:
+        layer.self_attn.register_forward_pre_hook(keep_bias, with_kwargs=True)
+    net(torch.randn(2, 1, 28, 28))
+    table, index = net.core.encoder_bias.table, net.core.encoder_bias.index
+    for i, bias in enumerate(layers):
+        assert bias.shape == (1, 4, 16, 16)
+        torch.testing.assert_close(bias[0], table[i][index].permute(2, 0, 1))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(positional="sincos2d"),
+        dict(relative_bias="2d"),
+        dict(positional="none", relative_bias="2d"),
+        dict(positional="sincos2d", relative_bias="2d", head="cls"),
+        dict(positional="sincos2d", relative_bias="2d", tokens="rows", head="decoder"),
+    ],
+    ids=["sincos2d", "learned+relative-2d", "relative-2d", "both-cls", "both-rows-decoder"],
+)
+def test_each_image_scheme_trains_a_step(tmp_path, options):
+    torch.manual_seed(0)
+    model = MnistSequenceClassifier(**{**TINY, "head": "mean", **options}, lr=1e-2, warmup_fraction=0.0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    data = TensorDataset(torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,)))
+    trainer = quiet_trainer(tmp_path, max_steps=1, limit_val_batches=0)
+    trainer.fit(model, DataLoader(data, batch_size=8))
+    assert torch.isfinite(trainer.callback_metrics["train/loss"])
+    after = model.state_dict()
+    if options.get("relative_bias"):  # the bias table is learned: the step moved it
+        assert not torch.equal(after["net.core.encoder_bias.table"], before["net.core.encoder_bias.table"])
+    assert all(torch.isfinite(v).all() for v in after.values() if v.is_floating_point())
+
+
+def test_bad_scheme_settings_are_refused():
+    with pytest.raises(HyperparameterError, match="relative_bias='t5'"):
+        MnistSequenceClassifier(**TINY, relative_bias="t5")
+    with pytest.raises(HyperparameterError, match="divisible by 4"):
+        MnistSequenceClassifier(d_model=30, nhead=3, positional="sincos2d")
+    words = {"type": "word", "tokens": ["<pad>", "<bos>", "<eos>", "<unk>", "a"]}
+    for bad in (dict(relative_bias="2d"), dict(positional="sincos2d")):
+        with pytest.raises(HyperparameterError, match=f"{next(iter(bad))}="):
+            Seq2SeqTransformer(tokenizers={"src": words, "tgt": words}, **bad)
+
+
+# ---------------------------------------------------------------------------------------------- the core's bias
+
+
+def test_float_bias_is_added_to_the_logits_under_the_masks():
+    """SDPA with the folded float mask equals the explicit softmax(q·kᵀ/√d + bias) with masked keys dropped."""
+    attn = MultiHeadAttention(16, 2).eval()
+    x = torch.randn(2, 5, 16)
+    bias = torch.randn(1, 2, 5, 5)
+    pad = torch.tensor([[False] * 5, [False, False, False, True, True]])
+    allowed = ~pad[:, None, None, :]
+    out = attn(x, attn_mask=allowed, attn_bias=bias, is_causal=True)[0]
+    q, k, v = attn.qkv_proj(x).chunk(3, dim=-1)
+    q, k, v = (t.view(2, 5, 2, 8).transpose(1, 2) for t in (q, k, v))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(8) + bias
+    visible = allowed & torch.ones(5, 5, dtype=torch.bool).tril()
+    weights = scores.masked_fill(~visible, float("-inf")).softmax(-1)
+    expected = attn.out_proj((weights @ v).transpose(1, 2).reshape(2, 5, 16))
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(attn(x, attn_mask=allowed, attn_bias=bias, is_causal=True, need_weights=True)[0], out)
+    assert with_bias(bias, None, False, torch.bfloat16).dtype == torch.bfloat16
