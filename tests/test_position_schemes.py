@@ -12,14 +12,15 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from models import MnistNet
+from models import MnistNet, Transformer
 from models.attention import MultiHeadAttention
 from models.errors import HyperparameterError
 from models.masks import with_bias
 from models.positional2d import sincos_2d_table
-from models.relative import SwinRelativeBias2d, swin_relative_index
+from models.relative import ALiBi, SwinRelativeBias2d, T5RelativeBias, alibi_slopes, swin_relative_index, t5_bucket
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
 from tests.helpers import quiet_trainer
+from tests.test_variants import PAD, make_net, sources
 
 TINY = dict(d_model=32, nhead=4, num_encoder_layers=2, dim_feedforward=48, dropout=0.0)
 
@@ -195,3 +196,127 @@ def test_float_bias_is_added_to_the_logits_under_the_masks():
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(attn(x, attn_mask=allowed, attn_bias=bias, is_causal=True, need_weights=True)[0], out)
     assert with_bias(bias, None, False, torch.bfloat16).dtype == torch.bfloat16
+
+
+# ---------------------------------------------------------------------------------------------- T5's buckets
+
+
+def mesh_tf_bucket(relative_position: int, bidirectional: bool, num_buckets: int, max_distance: int) -> int:
+    """Mesh TensorFlow's `_relative_position_bucket` (used by T5), one distance at a time in plain Python."""
+    ret = 0
+    n = -relative_position
+    if bidirectional:
+        num_buckets //= 2
+        ret += int(n < 0) * num_buckets
+        n = abs(n)
+    else:
+        n = max(n, 0)
+    max_exact = num_buckets // 2
+    if n < max_exact:
+        return ret + n
+    val_if_large = max_exact + int(math.log(n / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact))
+    return ret + min(val_if_large, num_buckets - 1)
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("num_buckets, max_distance", [(32, 128), (64, 256), (16, 100)])
+def test_t5_buckets_follow_the_formula_on_every_distance_up_to_512(bidirectional, num_buckets, max_distance):
+    distances = torch.arange(-512, 513)
+    buckets = t5_bucket(distances, bidirectional, num_buckets, max_distance)
+    expected = [mesh_tf_bucket(d, bidirectional, num_buckets, max_distance) for d in distances.tolist()]
+    assert buckets.tolist() == expected
+    # Every bucket is reached within ±512, but the future half's distance 0 (which is the past half's).
+    assert set(expected) == set(range(num_buckets)) - ({num_buckets // 2} if bidirectional else set())
+
+
+def test_t5_bias_reads_its_table_by_bucket_at_the_queries_offset():
+    module = T5RelativeBias(nhead=3, bidirectional=False)
+    with torch.no_grad():
+        module.table.normal_()
+    bias = module(2, 9, offset=7)  # the last two queries of a 9-token prefix, as a cached decoder asks
+    assert bias.shape == (1, 3, 2, 9)
+    for i, query in enumerate((7, 8)):
+        for key in range(9):
+            bucket = mesh_tf_bucket(key - query, False, 32, 128)
+            torch.testing.assert_close(bias[0, :, i, key], module.table[bucket])
+
+
+# ---------------------------------------------------------------------------------------------- ALiBi
+
+
+@pytest.mark.parametrize(
+    "nhead, slopes",
+    [
+        (8, [2**-1, 2**-2, 2**-3, 2**-4, 2**-5, 2**-6, 2**-7, 2**-8]),  # the paper's example for 8 heads
+        (4, [2**-2, 2**-4, 2**-6, 2**-8]),
+        (2, [2**-4, 2**-8]),
+        (6, [2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3]),  # 4 heads' slopes, then every other of 8 heads'
+    ],
+)
+def test_alibi_is_minus_slope_times_distance_by_brute_force(nhead, slopes):
+    assert alibi_slopes(nhead) == pytest.approx(slopes, rel=1e-12)
+    module = ALiBi(nhead)
+    assert not list(module.parameters()) and not module.state_dict()  # fixed: nothing learned, nothing saved
+    for tgt_len, src_len, offset in ((6, 6, 0), (1, 9, 8), (3, 10, 7)):
+        bias = module(tgt_len, src_len, offset)
+        assert bias.shape == (1, nhead, tgt_len, src_len)
+        for h in range(nhead):
+            for i in range(tgt_len):
+                for j in range(src_len):
+                    assert bias[0, h, i, j].item() == pytest.approx(-slopes[h] * abs(offset + i - j), abs=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------- shifts
+
+
+@pytest.mark.parametrize("scheme", ["t5", "alibi"])
+def test_a_relative_bias_without_absolute_positions_ignores_a_shift_of_the_sequence(scheme):
+    """The same source and target placed after k masked positions of a longer window: every real position's
+    output is unchanged, in the encoder (bidirectional bias) and in the decoder (causal bias)."""
+    torch.manual_seed(0)
+    D, k_src, k_tgt = 32, 6, 3
+    core = Transformer(
+        D, 4, 2, 2, 48, dropout=0.0,
+        encoder_bias=make_bias(scheme, causal=False), decoder_bias=make_bias(scheme, causal=True),
+    ).eval()  # fmt: skip
+    src, tgt = torch.randn(2, 5, D), torch.randn(2, 4, D)
+    src_pad, tgt_pad = torch.zeros(2, 5, dtype=torch.bool), torch.zeros(2, 4, dtype=torch.bool)
+    src_pad[1, 3:] = True  # the second pair's source has 3 real tokens, right-padded
+
+    def shifted(x, pad, k):  # k junk positions before the sequence, masked as padding
+        junk = torch.randn(x.size(0), k, D)
+        return torch.cat([junk, x], 1), torch.cat([torch.ones(x.size(0), k, dtype=torch.bool), pad], 1)
+
+    memory = core.encode(src, src_pad)
+    memory_s = core.encode(*shifted(src, src_pad, k_src))
+    torch.testing.assert_close(memory_s[:, k_src:][~src_pad], memory[~src_pad], atol=1e-5, rtol=1e-5)
+    out = core.decode(tgt, memory, None, src_pad)
+    tgt_s, tgt_pad_s = shifted(tgt, tgt_pad, k_tgt)
+    out_s = core.decode(tgt_s, memory_s, tgt_pad_s, shifted(src, src_pad, k_src)[1])
+    torch.testing.assert_close(out_s[:, k_tgt:], out, atol=1e-5, rtol=1e-5)
+    # The bias matters: other values of it change the encoder's outputs.
+    with torch.no_grad():
+        values = core.encoder_bias.table if scheme == "t5" else core.encoder_bias.slopes
+        values.mul_(3)
+    assert not torch.allclose(core.encode(src, src_pad)[~src_pad], memory[~src_pad], atol=1e-3)
+
+
+def make_bias(scheme: str, causal: bool) -> torch.nn.Module:
+    if scheme == "alibi":
+        return ALiBi(4)
+    module = T5RelativeBias(4, bidirectional=not causal)
+    with torch.no_grad():
+        module.table.normal_()
+    return module
+
+
+@pytest.mark.parametrize("options", [dict(positional="none", relative_bias="t5"), dict(positional="none", relative_bias="alibi")])
+def test_left_padding_the_source_changes_nothing_with_relative_positions_only(options):
+    """Through the whole translation network: a source shifted right by padding (masked) translates the same;
+    with sinusoids added to the embeddings the same shift changes the logits (the test can fail)."""
+    src, tgt = sources((5, 3)), torch.randint(3, 24, (2, 4))
+    shifted = torch.cat([torch.full((2, 4), PAD), src], dim=1)
+    net = make_net(options)
+    torch.testing.assert_close(net(shifted, tgt), net(src, tgt), atol=1e-5, rtol=1e-5)
+    absolute = make_net({**options, "positional": "sinusoidal"})
+    assert not torch.allclose(absolute(shifted, tgt), absolute(src, tgt), atol=1e-3)
