@@ -6,7 +6,9 @@ positions in self-attention over the reading order, or none: `positional`). The 
 (rows: 28 × 1; 7×7 patches: 4 × 4), which two schemes read in 2-D: `positional="sincos2d"`, MAE's fixed
 2-D sin-cos table (models.positional2d), and `relative_bias="2d"`, Swin's learned bias on every encoder
 layer's logits for each pair's (Δrow, Δcol) (models.relative); a class token gets a zero row of the former
-and BEiT's three extra entries of the latter; the decoder head's queries get neither. An optional convolutional stem
+and BEiT's three extra entries of the latter; the decoder head's queries get neither. The 1-D relative
+biases of translation (`relative_bias="t5"` or `"alibi"`) read the reading order, as rotary positions do
+(the decoder head's queries included), so that every file of configs/variants/ applies here too. An optional convolutional stem
 (`stem_channels`, `stem_layers`: 3×3 convolutions at full resolution, Xiao et al. 2021, "Early
 convolutions help transformers see better") runs over the image first; a token is then its patch
 of the stem's feature maps instead of raw pixels. With `strided_stem` the stem itself brings each
@@ -30,14 +32,14 @@ from torch import nn
 
 from .positional import positional_encoding
 from .positional2d import SinCos2dPositionalEncoding
-from .relative import SwinRelativeBias2d
+from .relative import TEXT_RELATIVE_BIASES, SwinRelativeBias2d, relative_bias_1d
 from .transformer import Transformer
 
 IMAGE_SIZE = 28
 TOKENIZERS = ("rows", "patches")
 HEADS = ("decoder", "cls", "mean")
 POSITIONALS_2D = ("sincos2d",)  # beside models.positional's 1-D ones
-RELATIVE_BIASES_2D = ("2d",)
+RELATIVE_BIASES_2D = ("2d",)  # beside models.relative's 1-D ones
 
 
 class MnistNet(nn.Module):
@@ -64,7 +66,7 @@ class MnistNet(nn.Module):
         stem_layers: int = 2,  # 3×3 convolutions (each followed by GELU) in the stem, or in each strided stage
         strided_stem: bool = False,  # stride-2 stages that reduce a patch to one token (see above); patches only
         stem_norm: bool = False,  # BatchNorm2d after each stem convolution (needs a stem)
-        relative_bias: str | None = None,  # "2d": Swin's learned bias over the token grid, in every encoder layer
+        relative_bias: str | None = None,  # "2d": Swin's bias over the token grid; "t5", "alibi": 1-D (reading order)
     ):
         super().__init__()
         if tokens not in TOKENIZERS:
@@ -82,8 +84,10 @@ class MnistNet(nn.Module):
             )
         if stem_norm and not stem_channels:
             raise ValueError("stem_norm normalises the stem's convolutions: it needs stem_channels > 0")
-        if relative_bias not in (None, *RELATIVE_BIASES_2D):
-            raise ValueError(f"relative_bias must be one of {RELATIVE_BIASES_2D} or None, got {relative_bias!r}")
+        if relative_bias not in (None, *RELATIVE_BIASES_2D, *TEXT_RELATIVE_BIASES):
+            raise ValueError(
+                f"relative_bias must be one of {RELATIVE_BIASES_2D + TEXT_RELATIVE_BIASES} or None, got {relative_bias!r}"
+            )
         if head == "decoder" and (num_decoder_layers < 1 or num_queries < 1):
             raise ValueError("the decoder head needs num_decoder_layers >= 1 and num_queries >= 1")
         # A row is a 1×28 patch, so both layouts share one tokenizer.
@@ -136,7 +140,10 @@ class MnistNet(nn.Module):
             encoder_bias=(
                 SwinRelativeBias2d(nhead, *self.grid, num_layers=num_encoder_layers, extra_tokens=extra)
                 if relative_bias == "2d"
-                else None
+                else relative_bias_1d(relative_bias, nhead, causal=False)
+            ),
+            decoder_bias=(
+                relative_bias_1d(relative_bias, nhead, causal=True) if relative_bias != "2d" and head == "decoder" else None
             ),
         )
         if head == "decoder":

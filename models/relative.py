@@ -142,7 +142,7 @@ class SwinRelativeBias2d(nn.Module):
         return f"grid={self.height}x{self.width}, extra_tokens={self.extra_tokens}"
 
 
-def relative_bias(kind: str | None, nhead: int, *, causal: bool) -> nn.Module | None:
+def relative_bias_1d(kind: str | None, nhead: int, *, causal: bool) -> nn.Module | None:
     """A 1-D scheme's module for an encoder (`causal=False`) or a decoder: "t5", "alibi", or None for none."""
     if kind is None:
         return None

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .positional import positional_encoding
-from .relative import relative_bias as relative_bias_module
+from .relative import relative_bias_1d
 from .transformer import DecoderCache, Transformer
 
 
@@ -69,8 +69,8 @@ class Seq2SeqNet(nn.Module):
             qk_norm=qk_norm,
             num_kv_heads=num_kv_heads,
             rotary=positional == "rotary",
-            encoder_bias=relative_bias_module(relative_bias, nhead, causal=False),
-            decoder_bias=relative_bias_module(relative_bias, nhead, causal=True),
+            encoder_bias=relative_bias_1d(relative_bias, nhead, causal=False),
+            decoder_bias=relative_bias_1d(relative_bias, nhead, causal=True),
         )
         self.generator = nn.Linear(d_model, tgt_vocab_size, bias=False)
         for emb in dict.fromkeys((self.src_embed, self.tgt_embed)):  # once each, in order, when shared

@@ -18,6 +18,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 from models.checks import TRANSFORMER, TRANSFORMER_RELATIONS, at_least, check_hparams, fraction, one_of
 from models.mnist_net import HEADS, IMAGE_SIZE, POSITIONALS_2D, RELATIVE_BIASES_2D, TOKENIZERS, MnistNet
 from models.positional import POSITIONALS
+from models.relative import TEXT_RELATIVE_BIASES
 
 from .figures import save_and_log_figure
 from .schedules import adamw_with_warmup
@@ -46,7 +47,7 @@ class MnistSequenceClassifier(L.LightningModule):
         stem_layers: int = 2,  # its 3×3 convolutions (per stage if strided); see models/mnist_net.py
         strided_stem: bool = False,  # stride-2 stages bring each patch down to one token (patches only)
         stem_norm: bool = False,  # BatchNorm2d after each stem convolution (Xiao et al.'s stem; needs a stem)
-        relative_bias: Literal["2d"] | None = None,  # Swin's learned 2-D bias in every encoder layer
+        relative_bias: Literal["2d", "t5", "alibi"] | None = None,  # Swin's 2-D bias; or a 1-D one, reading order
         lr: float = 1e-3,  # peak learning rate, reached after warm-up
         weight_decay: float = 0.05,  # on weight matrices only, not on biases and LayerNorms
         warmup_fraction: float = 0.05,  # of all training steps; then cosine decay to zero
@@ -71,7 +72,7 @@ class MnistSequenceClassifier(L.LightningModule):
                 "stem_layers": at_least(1),
                 "num_misclassified_shown": at_least(0),
                 "positional": one_of(POSITIONALS + POSITIONALS_2D),
-                "relative_bias": one_of(RELATIVE_BIASES_2D),
+                "relative_bias": one_of(RELATIVE_BIASES_2D + TEXT_RELATIVE_BIASES),
             },
             *TRANSFORMER_RELATIONS,
             lambda h: (

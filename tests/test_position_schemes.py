@@ -165,9 +165,23 @@ def test_each_image_scheme_trains_a_step(tmp_path, options):
     assert all(torch.isfinite(v).all() for v in after.values() if v.is_floating_point())
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("head", ["decoder", "cls"])
+def test_image_schemes_stay_finite_in_half_precision(dtype, head):
+    """The whole net cast (bias tables and sin-cos buffer included), and fp32 weights under CPU bf16 autocast."""
+    torch.manual_seed(0)
+    options = dict(positional="sincos2d", relative_bias="2d", head=head, **TINY)
+    images = torch.randn(3, 1, 28, 28)
+    net = MnistNet(**options).eval()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.isfinite(net(images)).all()
+    logits = net.to(dtype)(images.to(dtype))
+    assert logits.dtype == dtype and torch.isfinite(logits).all()
+
+
 def test_bad_scheme_settings_are_refused():
-    with pytest.raises(HyperparameterError, match="relative_bias='t5'"):
-        MnistSequenceClassifier(**TINY, relative_bias="t5")
+    with pytest.raises(HyperparameterError, match="relative_bias='swin'"):
+        MnistSequenceClassifier(**TINY, relative_bias="swin")
     with pytest.raises(HyperparameterError, match="divisible by 4"):
         MnistSequenceClassifier(d_model=30, nhead=3, positional="sincos2d")
     words = {"type": "word", "tokens": ["<pad>", "<bos>", "<eos>", "<unk>", "a"]}

@@ -208,9 +208,11 @@ def test_translation_checkpoint_round_trip(tmp_path, options):
         dict(positional="none", relative_bias="2d"),
         dict(positional="sincos2d", relative_bias="2d", stem_channels=4, stem_layers=1, strided_stem=True),
         dict(tokens="rows", positional="sincos2d", relative_bias="2d", num_kv_heads=2),
+        dict(positional="none", relative_bias="alibi"),
+        dict(relative_bias="t5", num_queries=3),
     ],
     ids=["baseline", "llama", "sinusoidal-mqa", "conv-stem", "strided-stem", "strided-stem-norm"]
-    + ["sincos2d", "relative-2d", "sincos2d-relative-2d-strided", "rows-sincos2d-relative-2d-gqa"],
+    + ["sincos2d", "relative-2d", "sincos2d-relative-2d-strided", "rows-sincos2d-relative-2d-gqa", "alibi", "t5"],
 )
 @pytest.mark.parametrize("head", ["decoder", "mean", "cls"])
 def test_mnist_variants_round_trip_and_ignore_the_batch(tmp_path, options, head):
