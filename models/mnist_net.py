@@ -6,7 +6,8 @@ positions in self-attention over the reading order, or none: `positional`). The 
 (rows: 28 × 1; 7×7 patches: 4 × 4), which two schemes read in 2-D: `positional="sincos2d"`, MAE's fixed
 2-D sin-cos table (models.positional2d), and `relative_bias="2d"`, Swin's learned bias on every encoder
 layer's logits for each pair's (Δrow, Δcol) (models.relative); a class token gets a zero row of the former
-and BEiT's three extra entries of the latter; the decoder head's queries get neither. The 1-D relative
+and BEiT's three extra entries of the latter; the decoder head's queries get neither. `positional="rotary2d"`
+(axial RoPE, models.positional2d) rotates the encoder's queries and keys by row and column instead. The 1-D relative
 biases of translation (`relative_bias="t5"` or `"alibi"`) read the reading order, as rotary positions do
 (the decoder head's queries included), so that every file of configs/variants/ applies here too. An optional convolutional stem
 (`stem_channels`, `stem_layers`: 3×3 convolutions at full resolution, Xiao et al. 2021, "Early
@@ -31,14 +32,14 @@ import torch
 from torch import nn
 
 from .positional import positional_encoding
-from .positional2d import SinCos2dPositionalEncoding
+from .positional2d import AxialRotaryEmbedding, SinCos2dPositionalEncoding
 from .relative import TEXT_RELATIVE_BIASES, SwinRelativeBias2d, relative_bias_1d
 from .transformer import Transformer
 
 IMAGE_SIZE = 28
 TOKENIZERS = ("rows", "patches")
 HEADS = ("decoder", "cls", "mean")
-POSITIONALS_2D = ("sincos2d",)  # beside models.positional's 1-D ones
+POSITIONALS_2D = ("sincos2d", "rotary2d")  # beside models.positional's 1-D ones
 RELATIVE_BIASES_2D = ("2d",)  # beside models.relative's 1-D ones
 
 
@@ -58,7 +59,7 @@ class MnistNet(nn.Module):
         activation: str = "gelu",
         norm_first: bool = True,  # pre-norm trains small models from scratch more reliably
         num_classes: int = 10,
-        positional: str = "learned",  # "learned", "sinusoidal", "rotary" (1-D, reading order), "sincos2d" or "none"
+        positional: str = "learned",  # "learned", "sinusoidal", "rotary" (1-D, reading order), "sincos2d", "rotary2d", "none"
         norm: str = "layernorm",  # the core's options: see models.transformer.Transformer
         qk_norm: bool = False,
         num_kv_heads: int | None = None,
@@ -121,6 +122,8 @@ class MnistNet(nn.Module):
         extra = 1 if head == "cls" else 0
         if positional == "sincos2d":
             self.pos = SinCos2dPositionalEncoding(d_model, *self.grid, extra_tokens=extra)
+        elif positional == "rotary2d":  # in the encoder's attention; nothing added
+            self.pos = None
         else:
             self.pos = positional_encoding(positional, d_model, self.num_tokens + extra)  # None for rotary, none
         self.dropout = nn.Dropout(dropout)
@@ -144,6 +147,9 @@ class MnistNet(nn.Module):
             ),
             decoder_bias=(
                 relative_bias_1d(relative_bias, nhead, causal=True) if relative_bias != "2d" and head == "decoder" else None
+            ),
+            encoder_rotary=(
+                AxialRotaryEmbedding(d_model // nhead, *self.grid, extra_tokens=extra) if positional == "rotary2d" else None
             ),
         )
         if head == "decoder":

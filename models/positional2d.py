@@ -42,3 +42,36 @@ class SinCos2dPositionalEncoding(nn.Module):
 
     def extra_repr(self) -> str:
         return f"grid={self.grid[0]}x{self.grid[1]}, tokens={self.pe.size(0)}"
+
+
+class AxialRotaryEmbedding(nn.Module):
+    """2-D rotary positions (axial RoPE) for the queries and keys of the encoder's self-attention: the
+    rotate-half layout of models.positional.RotaryEmbedding, with the first half of each head's Dh/2
+    frequency pairs turned by the token's row and the second half by its column, each axis with the
+    frequencies of a Dh/2-dimensional RoPE. A query–key score then depends on (Δrow, Δcol) only. Extra
+    tokens before the grid (a class token) are not rotated. `forward` has RotaryEmbedding's signature;
+    it returns the tables of every token, so the grid's token count is the only length it takes."""
+
+    def __init__(self, head_dim: int, height: int, width: int, extra_tokens: int = 0, base: float = 10000.0):
+        super().__init__()
+        if head_dim % 4:
+            raise ValueError(f"2-D rotary positions need a head dimension divisible by 4, got {head_dim}")
+        self.head_dim, self.grid, self.extra_tokens, self.base = head_dim, (height, width), extra_tokens, base
+
+    def forward(self, length: int, offset: int = 0, device=None, dtype=torch.float32):
+        height, width = self.grid
+        if (length, offset) != (self.extra_tokens + height * width, 0):
+            raise ValueError(f"2-D rotary positions are built for {self.extra_tokens + height * width} tokens, got {length}")
+        dtype = torch.promote_types(dtype, torch.float32)
+        quarter = self.head_dim // 4
+        inv_freq = self.base ** -(torch.arange(quarter, device=device, dtype=dtype) / quarter)  # (Dh/4,)
+        rows, cols = torch.meshgrid(
+            torch.arange(height, device=device, dtype=dtype), torch.arange(width, device=device, dtype=dtype), indexing="ij"
+        )  # (h, w) each
+        angles = torch.cat([rows.reshape(-1, 1) * inv_freq, cols.reshape(-1, 1) * inv_freq], dim=1)  # (N, Dh/2)
+        angles = torch.cat([angles.new_zeros(self.extra_tokens, self.head_dim // 2), angles])  # (N', Dh/2)
+        angles = torch.cat([angles, angles], dim=-1)  # (N', Dh): dims i and i + Dh/2 share an angle
+        return angles.cos(), angles.sin()
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, grid={self.grid[0]}x{self.grid[1]}, extra_tokens={self.extra_tokens}"

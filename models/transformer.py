@@ -72,6 +72,7 @@ class Transformer(nn.Module):
         rotary: bool = False,  # rotary positions in self-attention (the embeddings then carry none)
         encoder_bias: nn.Module | None = None,  # a relative position bias of self-attention (models.relative)
         decoder_bias: nn.Module | None = None,  # the decoder's, over the new queries and every cached key
+        encoder_rotary: nn.Module | None = None,  # the encoder's own rotary tables (MnistNet's 2-D ones)
     ):
         super().__init__()
         layer_args = (d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, norm_first, bias)
@@ -82,6 +83,7 @@ class Transformer(nn.Module):
         self.decoder_norm = make_norm(norm, d_model, layer_norm_eps, bias)
         # One table of (cos, sin) per forward pass, shared by every layer (as the masks are).
         self.rotary = RotaryEmbedding(d_model // nhead) if rotary else None
+        self.encoder_rotary = encoder_rotary
         # Called once per forward pass too: (L or 1, H, T, S), layer i takes slice i (or the shared one).
         self.encoder_bias, self.decoder_bias = encoder_bias, decoder_bias
         self.d_model, self.nhead = d_model, nhead
@@ -98,8 +100,11 @@ class Transformer(nn.Module):
     def encode(self, src: torch.Tensor, src_key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """(B, S, D) source embeddings → (B, S, D) memory. Mask: (B, S) bool, True = padding."""
         mask = padding_mask(src_key_padding_mask)
-        rope = self._rope(src)
         S = src.size(1)
+        if self.encoder_rotary is not None:
+            rope = self.encoder_rotary(S, 0, src.device, src.dtype)
+        else:
+            rope = self._rope(src)
         bias = None if self.encoder_bias is None else self.encoder_bias(S, S)  # (L or 1, H, S, S)
         x = src
         for i, layer in enumerate(self.encoder_layers):

@@ -39,7 +39,7 @@ class MnistSequenceClassifier(L.LightningModule):
         dropout: float = 0.1,
         activation: Literal["relu", "gelu", "swiglu", "geglu"] = "gelu",
         norm_first: bool = True,
-        positional: Literal["learned", "sinusoidal", "rotary", "sincos2d", "none"] = "learned",
+        positional: Literal["learned", "sinusoidal", "rotary", "sincos2d", "rotary2d", "none"] = "learned",
         norm: Literal["layernorm", "rmsnorm"] = "layernorm",
         qk_norm: bool = False,
         num_kv_heads: int | None = None,
@@ -86,6 +86,12 @@ class MnistSequenceClassifier(L.LightningModule):
                 or "strided_stem needs stem_channels > 0, tokens='patches' and patch_size >= 2"
             ),
             lambda h: not h["stem_norm"] or h["stem_channels"] > 0 or "stem_norm needs a stem: stem_channels > 0",
+            lambda h: (
+                h["positional"] != "rotary2d"
+                or h["d_model"] % h["nhead"] != 0
+                or (h["d_model"] // h["nhead"]) % 4 == 0
+                or f"positional='rotary2d' needs a head dimension divisible by 4, d_model/nhead={h['d_model'] // h['nhead']}"
+            ),
             lambda h: (
                 h["positional"] != "sincos2d"
                 or h["d_model"] % 4 == 0

@@ -16,7 +16,8 @@ from models import MnistNet, Transformer
 from models.attention import MultiHeadAttention
 from models.errors import HyperparameterError
 from models.masks import with_bias
-from models.positional2d import sincos_2d_table
+from models.positional import apply_rotary
+from models.positional2d import AxialRotaryEmbedding, sincos_2d_table
 from models.relative import ALiBi, SwinRelativeBias2d, T5RelativeBias, alibi_slopes, swin_relative_index, t5_bucket
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
 from tests.helpers import quiet_trainer
@@ -81,6 +82,51 @@ def test_mnist_sincos2d_is_a_buffer_on_the_token_grid(tokens, head, grid):
     torch.testing.assert_close(net.pos(x), x + net.pos.pe)
     if extra:
         assert not net.pos.pe[0].any()  # the class token's row is zero
+
+
+# ---------------------------------------------------------------------------------------------- 2-D rotary
+
+
+def test_axial_rotary_turns_each_pair_by_its_row_or_column_by_brute_force():
+    head_dim, height, width = 8, 3, 4
+    rope = AxialRotaryEmbedding(head_dim, height, width, extra_tokens=1)
+    x = torch.randn(1, 2, 1 + height * width, head_dim, dtype=torch.float64)  # (B, H, N', Dh)
+    out = apply_rotary(x, rope(1 + height * width, dtype=torch.float64))
+    expected = x.clone()  # the class token (index 0) is not turned
+    half, quarter = head_dim // 2, head_dim // 4
+    for token in range(height * width):
+        row, col = divmod(token, width)
+        for i in range(half):  # dims i and i + Dh/2 form a pair; the first Dh/4 pairs follow the row
+            theta = (row if i < quarter else col) * 10000 ** -((i % quarter) / quarter)
+            a, b = x[..., 1 + token, i], x[..., 1 + token, i + half]
+            expected[..., 1 + token, i] = a * math.cos(theta) - b * math.sin(theta)
+            expected[..., 1 + token, i + half] = b * math.cos(theta) + a * math.sin(theta)
+    torch.testing.assert_close(out, expected)
+
+
+def test_axial_rotary_scores_depend_on_the_row_and_column_offsets_only():
+    height, width = 3, 4
+    rope = AxialRotaryEmbedding(16, height, width)
+    n = height * width
+    q = apply_rotary(torch.randn(16).expand(1, 1, n, 16), rope(n))[0, 0]  # one query vector at every token
+    k = apply_rotary(torch.randn(16).expand(1, 1, n, 16), rope(n))[0, 0]
+    scores = {}
+    for i in range(n):
+        for j in range(n):
+            delta = (i // width - j // width, i % width - j % width)
+            scores.setdefault(delta, []).append(float(q[i] @ k[j]))
+    for values in scores.values():
+        assert values == pytest.approx([values[0]] * len(values), abs=1e-5)
+    firsts = [values[0] for values in scores.values()]
+    assert len({round(v, 4) for v in firsts}) == len(firsts)  # and each offset scores differently
+
+
+def test_mnist_rotary2d_rotates_the_encoder_only():
+    net = MnistNet(positional="rotary2d", head="decoder", **TINY)
+    assert net.pos is None and net.core.rotary is None and net.core.encoder_rotary.grid == (4, 4)
+    assert torch.isfinite(net(torch.randn(2, 1, 28, 28))).all()
+    with pytest.raises(HyperparameterError, match="divisible by 4"):
+        MnistSequenceClassifier(d_model=24, nhead=4, positional="rotary2d")
 
 
 # ---------------------------------------------------------------------------------------------- Swin's bias
@@ -148,8 +194,9 @@ def test_mnist_relative_2d_gives_every_encoder_layer_its_own_table():
         dict(positional="none", relative_bias="2d"),
         dict(positional="sincos2d", relative_bias="2d", head="cls"),
         dict(positional="sincos2d", relative_bias="2d", tokens="rows", head="decoder"),
+        dict(positional="rotary2d", head="cls"),
     ],
-    ids=["sincos2d", "learned+relative-2d", "relative-2d", "both-cls", "both-rows-decoder"],
+    ids=["sincos2d", "learned+relative-2d", "relative-2d", "both-cls", "both-rows-decoder", "rotary2d-cls"],
 )
 def test_each_image_scheme_trains_a_step(tmp_path, options):
     torch.manual_seed(0)
@@ -167,10 +214,11 @@ def test_each_image_scheme_trains_a_step(tmp_path, options):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("head", ["decoder", "cls"])
-def test_image_schemes_stay_finite_in_half_precision(dtype, head):
+@pytest.mark.parametrize("positional", ["sincos2d", "rotary2d"])
+def test_image_schemes_stay_finite_in_half_precision(dtype, head, positional):
     """The whole net cast (bias tables and sin-cos buffer included), and fp32 weights under CPU bf16 autocast."""
     torch.manual_seed(0)
-    options = dict(positional="sincos2d", relative_bias="2d", head=head, **TINY)
+    options = dict(positional=positional, relative_bias="2d", head=head, **TINY)
     images = torch.randn(3, 1, 28, 28)
     net = MnistNet(**options).eval()
     with torch.autocast("cpu", dtype=torch.bfloat16):

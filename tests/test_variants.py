@@ -210,9 +210,11 @@ def test_translation_checkpoint_round_trip(tmp_path, options):
         dict(tokens="rows", positional="sincos2d", relative_bias="2d", num_kv_heads=2),
         dict(positional="none", relative_bias="alibi"),
         dict(relative_bias="t5", num_queries=3),
+        dict(positional="rotary2d", relative_bias="2d", num_kv_heads=1),
     ],
     ids=["baseline", "llama", "sinusoidal-mqa", "conv-stem", "strided-stem", "strided-stem-norm"]
-    + ["sincos2d", "relative-2d", "sincos2d-relative-2d-strided", "rows-sincos2d-relative-2d-gqa", "alibi", "t5"],
+    + ["sincos2d", "relative-2d", "sincos2d-relative-2d-strided", "rows-sincos2d-relative-2d-gqa", "alibi", "t5"]
+    + ["rotary2d-relative-2d-mqa"],
 )
 @pytest.mark.parametrize("head", ["decoder", "mean", "cls"])
 def test_mnist_variants_round_trip_and_ignore_the_batch(tmp_path, options, head):
