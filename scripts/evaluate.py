@@ -9,6 +9,8 @@ The metrics are wired exactly as during training (tasks/metrics.py): cased BLEU 
 tokenizer (zh for Chinese references), then the same BLEU lowercased, labelled as such, because many
 papers and tutorials report that one. A checkpoint of a run with `--ema_decay` holds the averaged
 weights and the training weights: the averaged ones are scored unless `--weights training`.
+Several --ckpt decode as an ensemble; the decoding tools' flags (--sampling, --no-repeat-ngram-size,
+--min-len, --ban-unk, ...) are scripts/translate.py's.
 Files of different lengths, a missing file or a bad checkpoint: one line on stderr, exit status 2; a
 full disk or an unwritable --hyp-out (tried before translating; the file is written whole or not at
 all): one line naming it, exit status 1.
@@ -26,7 +28,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
 from datamodules.corpus_readers import read_aligned  # noqa: E402
-from deploy.engines import add_engine_arguments, check_engine_arguments, load_translator  # noqa: E402
+from deploy.engines import (  # noqa: E402
+    add_decoding_arguments,
+    add_engine_arguments,
+    check_decoding_arguments,
+    check_engine_arguments,
+    decoding_options,
+    load_ensemble,
+    load_translator,
+)
 from models.errors import DataNotFoundError, InputError  # noqa: E402
 from training.faults import atomic_output, exit_on_user_error, writing_to  # noqa: E402
 from training.loading import add_weights_argument  # noqa: E402
@@ -49,8 +59,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="SacreBLEU tokenizer (default: zh for Chinese references, else 13a)",
     )
     add_weights_argument(parser, "score")
+    add_decoding_arguments(parser)
     args = parser.parse_args(argv)
     check_engine_arguments(parser, args)
+    check_decoding_arguments(args)
     if args.beam_size < 1 or args.batch_size < 1:
         parser.error("--beam-size and --batch-size must be at least 1")
     return args
@@ -75,7 +87,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     # only once complete: an unwritable place or a full disk costs no decoding and leaves no half file.
     with atomic_output(args.hyp_out) if args.hyp_out else contextlib.nullcontext() as hyp_tmp:
         model = load_translator(args)
+        ensemble = load_ensemble(args, model)
         kwargs = {} if args.length_penalty is None or args.beam_size == 1 else {"length_penalty": args.length_penalty}
+        kwargs.update(decoding_options(args), **({"ensemble": ensemble} if ensemble else {}))
         start = time.time()
         hyps = model.translate_many(
             [s for s, _ in pairs], beam_size=args.beam_size, batch_size=args.batch_size, max_len=args.max_len, **kwargs
@@ -87,6 +101,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     scores = corpus_scores(hyps, refs, tokenize=args.tokenize)
     lowercased = corpus_scores(hyps, refs, tokenize=args.tokenize, lowercase=True)
     decoding = "greedy" if args.beam_size == 1 else f"beam {args.beam_size}"
+    decoding = "sampling" if args.sampling else decoding
+    decoding += f", ensemble of {len(ensemble) + 1}" if ensemble else ""
     engine = f"ctranslate2 ({args.compute_type})" if args.engine == "ctranslate2" else f"torch, {args.weights} weights"
     with writing_to("standard output"):
         print(f"sentences: {len(pairs)}  decoding: {decoding}  engine: {engine}  time: {seconds:.1f}s")

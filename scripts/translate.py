@@ -13,8 +13,23 @@ With sentences as arguments, prints one translation per argument (an empty argum
 With none, reads standard input line by line and prints one line per input line, in order, in
 chunks of --batch-size lines so that output streams while input is still coming; an empty input
 line gives an empty output line, which keeps the output aligned with the input.
-A missing or unreadable checkpoint, an empty argument, or standard input that does not decode in the
-locale's encoding (the line and byte offset are named) is one line on stderr and exit status 2; a
+
+Decoding tools (docs/guide.md, "Decoding"): `--nbest N` writes N lines per input, best first, as
+`INDEX<TAB>SCORE<TAB>TRANSLATION` (INDEX: the input's, from 0; SCORE: the sum of the token
+log-probabilities, <eos> included, divided by the length penalty lp = ((5 + n) / 6) ** alpha of
+beam search, alpha = 0 for greedy search and sampling); `--print-scores` adds the raw sum and each
+token's log-prob, `--print-alignment [LAYER]` each target token's source token (`i-j`, subword
+positions from 0) by the cross-attention of that decoder layer (default: the last). Either flag
+alone writes this format with one line per input. `--score-reference REF` scores REF's lines as the
+translations of the inputs instead (same SCORE; `--nbest`'s flags set alpha). `--prefix-file FILE`
+forces each output to start with FILE's line. Several `--ckpt` decode as an ensemble; `--sampling`
+samples; `--no-repeat-ngram-size`, `--min-len` and `--ban-unk` constrain the outputs. With
+`--score-reference` or `--prefix-file` all input is read before anything is written.
+
+A missing or unreadable checkpoint, an empty argument, standard input that does not decode in the
+locale's encoding (the line and byte offset are named), `--nbest` larger than the beam, a top-p
+outside (0, 1], an ensemble of different vocabularies, or a REF or prefix file whose line count is
+not the input's is one line on stderr and exit status 2, with nothing written; a
 standard output that cannot be written (a full device) one line and status 1; a reader that stops
 early (`| head -1`) a quiet exit, status 141, as `cat` has.
 """
@@ -29,9 +44,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
-from datamodules.corpus_readers import LineDecodeError, decode_lines  # noqa: E402
-from deploy.engines import add_engine_arguments, check_engine_arguments, load_translator  # noqa: E402
-from models.errors import InputError  # noqa: E402
+from datamodules.corpus_readers import LineDecodeError, decode_lines, iter_lines  # noqa: E402
+from deploy.engines import (  # noqa: E402
+    add_decoding_arguments,
+    add_engine_arguments,
+    check_decoding_arguments,
+    check_engine_arguments,
+    decoding_options,
+    load_ensemble,
+    load_translator,
+)
+from models.errors import DataNotFoundError, InputError  # noqa: E402
 from training.faults import exit_on_user_error, writing_to  # noqa: E402
 
 
@@ -46,9 +69,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--max-len", type=int, default=None, help="most output tokens (default: max_len_a x source length + max_len_b)"
     )
     parser.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default: 32)")
+    add_decoding_arguments(parser)
+    parser.add_argument("--nbest", type=int, default=None, help="write the N best (or N samples) per input, with scores")
+    parser.add_argument("--print-scores", action="store_true", help="add the raw log-prob sum and each token's log-prob")
+    parser.add_argument(
+        "--print-alignment", type=int, nargs="?", const=-1, default=None, metavar="LAYER", help="add i-j alignments"
+    )
+    parser.add_argument("--score-reference", metavar="REF", help="score REF's lines as translations of the inputs")
+    parser.add_argument("--prefix-file", metavar="FILE", help="outputs start with FILE's lines, one per input")
     parser.add_argument("sentences", nargs="*", help="sentences to translate (default: standard input, one a line)")
     args = parser.parse_args(argv)
     check_engine_arguments(parser, args)
+    check_decoding_arguments(args)
+    if args.nbest is not None and args.nbest < 1:
+        raise InputError(f"--nbest must be at least 1, got {args.nbest}")
+    if args.nbest is not None and not args.sampling and args.nbest > args.beam_size:
+        raise InputError(f"--nbest {args.nbest} is larger than --beam-size {args.beam_size}: a beam holds at most that many")
+    if args.engine == "ctranslate2" and args.print_alignment is not None:
+        raise InputError("CTranslate2 has no alignments (--print-alignment): use --engine torch")
+    if args.score_reference and (args.nbest or args.sampling or args.prefix_file):
+        raise InputError("--score-reference scores given translations: it takes no --nbest, --sampling or --prefix-file")
     if args.beam_size < 1:
         parser.error("--beam-size must be at least 1")
     if args.batch_size < 1:
@@ -89,16 +129,62 @@ def stdin_lines(stream=None) -> Iterator[str]:
         ) from None
 
 
-def translate_chunk(model, lines: list[str], args: argparse.Namespace) -> list[str]:
-    """Translations of `lines`, "" for blank ones (kept in place so output lines match input lines)."""
+def tabbed(args: argparse.Namespace) -> bool:
+    """Whether the output is `INDEX<TAB>SCORE<TAB>TRANSLATION` lines rather than plain translations."""
+    return bool(args.nbest or args.print_scores or args.print_alignment is not None or args.score_reference)
+
+
+def format_hypothesis(index: int, hyp, args: argparse.Namespace) -> str:
+    """INDEX, SCORE, TRANSLATION, then the raw sum and each token's log-prob (--print-scores), then
+    the alignment (--print-alignment), tab-separated."""
+    cols = [str(index), f"{hyp.score:.6f}", hyp.text]
+    if args.print_scores:
+        cols += [f"{hyp.log_prob:.6f}", " ".join(f"{x:.6f}" for x in hyp.token_log_probs)]
+    if args.print_alignment is not None:
+        cols.append(" ".join(f"{i}-{j}" for i, j in hyp.alignment or []))
+    return "\t".join(cols)
+
+
+def translate_chunk(
+    model, lines: list[str], args: argparse.Namespace, start: int = 0, ensemble=(), refs=None, prefixes=None
+) -> list[str]:
+    """The output lines of `lines`, the inputs `start`, `start + 1`, ...: one translation per line, or
+    with `tabbed(args)` N lines per input (N = --nbest, else 1). A blank input gives a blank line, or
+    N lines `INDEX<TAB><TAB>`, so that every output stays with its input."""
     kwargs = {} if args.length_penalty is None or args.beam_size == 1 else {"length_penalty": args.length_penalty}
+    kwargs.update(decoding_options(args))
+    if ensemble:
+        kwargs["ensemble"] = ensemble
+    n = args.nbest or 1
     todo = [i for i, line in enumerate(lines) if line.strip()]
-    out = [""] * len(lines)
-    if todo:
-        hyps = model.translate([lines[i].strip() for i in todo], beam_size=args.beam_size, max_len=args.max_len, **kwargs)
-        for i, hyp in zip(todo, hyps):
-            out[i] = hyp
-    return out
+    out = [[f"{start + i}\t\t"] * n if tabbed(args) else [""] for i in range(len(lines))]
+    if not todo:
+        return [line for lines_of_one in out for line in lines_of_one]
+    sources = [lines[i].strip() for i in todo]
+    if refs is not None:
+        alpha = model.score_alpha(args.beam_size, args.length_penalty, args.sampling)
+        hyps = [[h] for h in model.score(sources, [refs[i] for i in todo], alpha, **({"ensemble": ensemble} if ensemble else {}))]
+    else:
+        if prefixes is not None:
+            kwargs["prefixes"] = [prefixes[i] for i in todo]
+        if args.print_alignment is not None:
+            kwargs["alignment_layer"] = args.print_alignment
+        hyps = model.translate(
+            sources, beam_size=args.beam_size, max_len=args.max_len, nbest=n if tabbed(args) else None, **kwargs
+        )
+    for i, row in zip(todo, hyps):
+        out[i] = [format_hypothesis(start + i, h, args) for h in row] if tabbed(args) else [row]
+    return [line for lines_of_one in out for line in lines_of_one]
+
+
+def read_line_file(path: str, flag: str, count: int) -> list[str]:
+    """The lines of a --score-reference or --prefix-file file, which must be `count`, one per input."""
+    if not Path(path).is_file():
+        raise DataNotFoundError(f"{flag} file not found: {path}")
+    lines = list(iter_lines(Path(path)))
+    if len(lines) != count:
+        raise InputError(f"{flag} {path} has {len(lines)} lines for {count} inputs: give one line per input")
+    return lines
 
 
 @exit_on_user_error
@@ -108,15 +194,34 @@ def main(argv: list[str] | None = None) -> None:
         if not sentence.strip():
             raise InputError(f"argument {i} is an empty sentence: there is nothing to translate")
     model = load_translator(args)
+    ensemble = load_ensemble(args, model)
     if args.sentences:
         source: Iterable[str] = args.sentences
     else:
         source = stdin_lines()
+    refs = prefixes = None
+    if args.score_reference or args.prefix_file:  # line counts are checked before anything is written
+        source = list(source)
+        if args.score_reference:
+            refs = read_line_file(args.score_reference, "--score-reference", len(source))
+        if args.prefix_file:
+            prefixes = read_line_file(args.prefix_file, "--prefix-file", len(source))
+    start = 0
     for chunk in chunks(source, args.batch_size):
-        hyps = translate_chunk(model, chunk, args)
+        end = start + len(chunk)
+        lines = translate_chunk(
+            model,
+            chunk,
+            args,
+            start,
+            ensemble,
+            refs[start:end] if refs is not None else None,
+            prefixes[start:end] if prefixes is not None else None,
+        )
+        start = end
         with writing_to("standard output"):  # a full device: one line naming it; a closed pipe: a quiet exit
-            for hyp in hyps:
-                print(hyp)
+            for line in lines:
+                print(line)
             sys.stdout.flush()
 
 

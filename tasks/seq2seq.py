@@ -16,10 +16,10 @@ from torchmetrics.classification import MulticlassAccuracy
 import datamodules
 from datamodules.batching import Seq2SeqBatch, frame_source, map_in_length_batches, pad_sequences
 from datamodules.tokenizers import tokenizer_from_dict
-from datamodules.vocab import BOS, EOS, PAD
+from datamodules.vocab import BOS, EOS, PAD, UNK
 from models import Seq2SeqNet
 from models.checks import TRANSFORMER, TRANSFORMER_RELATIONS, at_least, check_hparams, fraction, one_of
-from models.decoding import beam_search, greedy_decode
+from models.decoding import Constraints, Hypothesis, align, beam_search, beam_search_nbest, greedy_decode, sample, score_targets
 from models.errors import HyperparameterError, InputError
 from models.relative import TEXT_RELATIVE_BIASES
 from training.loggers import log_text
@@ -333,15 +333,34 @@ class Seq2SeqTransformer(L.LightningModule):
 
     @torch.no_grad()
     def translate(
-        self, sentences: list[str], beam_size: int = 1, max_len: int | None = None, use_cache: bool = True, **beam_kwargs
-    ) -> list[str]:
+        self,
+        sentences: list[str],
+        beam_size: int = 1,
+        max_len: int | None = None,
+        use_cache: bool = True,
+        nbest: int | None = None,
+        length_penalty: float | None = None,
+        **tools,
+    ) -> list[str] | list[list[Hypothesis]]:
         """Translate a batch of sentences. `max_len` caps the output tokens (default:
         max_len_a × longest source + max_len_b, within the model's positions). With `beam_size` > 1,
-        beam search with the module's `length_penalty` unless `beam_kwargs` gives one."""
+        beam search with the module's `length_penalty` unless one is given.
+
+        With `nbest`, returns for each sentence its `nbest` best `models.decoding.Hypothesis` (text,
+        tokens, each token's log-prob, score), best first; else the best one's text. `tools` are the
+        decoding tools of `decode_hypotheses` (ensemble, sampling, constraints, prefixes, alignments)."""
         if isinstance(sentences, str):
             sentences = [sentences]
         if not sentences:
             return []
+        if nbest is None and not tools:  # plain greedy or beam search (the tools' path gives the same outputs)
+            out = self._decode_best(sentences, beam_size, max_len, use_cache, length_penalty)
+            return [self.tgt_tokenizer.decode(row.tolist()) for row in out]
+        hyps = self.decode_hypotheses(sentences, beam_size, max_len, use_cache, nbest or 1, length_penalty, **tools)
+        return [h[0].text for h in hyps] if nbest is None else hyps
+
+    def _decode_best(self, sentences, beam_size, max_len, use_cache, length_penalty) -> torch.Tensor:
+        """(B, L) ids of each sentence's best output: greedy search, or beam search."""
         was_training = self.training
         self.eval()
         try:
@@ -349,10 +368,135 @@ class Seq2SeqTransformer(L.LightningModule):
             limit = max_len if max_len is not None else self._default_max_len(src)
             limit = min(limit, self.net.max_len - 1)
             if beam_size == 1:
-                out = greedy_decode(self.net, src, BOS, EOS, limit, use_cache=use_cache)
-            else:
-                beam_kwargs.setdefault("length_penalty", self.hparams.length_penalty)
-                out = beam_search(self.net, src, BOS, EOS, limit, beam_size=beam_size, use_cache=use_cache, **beam_kwargs)
+                return greedy_decode(self.net, src, BOS, EOS, limit, use_cache=use_cache)
+            alpha = self.hparams.length_penalty if length_penalty is None else length_penalty
+            return beam_search(self.net, src, BOS, EOS, limit, beam_size=beam_size, length_penalty=alpha, use_cache=use_cache)
         finally:
             self.train(was_training)
-        return [self.tgt_tokenizer.decode(row.tolist()) for row in out]
+
+    def score_alpha(self, beam_size: int = 1, length_penalty: float | None = None, sampling: bool = False) -> float:
+        """The length penalty alpha that scores rank by: the given or the module's one for beam search,
+        0 for greedy search and sampling (which rank by the plain sum of log-probs)."""
+        if beam_size == 1 or sampling:
+            return 0.0
+        return self.hparams.length_penalty if length_penalty is None else length_penalty
+
+    def _ensemble_nets(self, ensemble) -> list:
+        """This module's network and those of `ensemble` (other `Seq2SeqTransformer`s), in eval mode."""
+        check_same_vocabularies([self, *ensemble])
+        for member in ensemble:
+            member.eval()
+        return [self.net, *(m.net for m in ensemble)]
+
+    @torch.no_grad()
+    def decode_hypotheses(
+        self,
+        sentences: list[str],
+        beam_size: int = 1,
+        max_len: int | None = None,
+        use_cache: bool = True,
+        nbest: int = 1,
+        length_penalty: float | None = None,
+        ensemble: list[Seq2SeqTransformer] = (),
+        sampling: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        min_len: int = 0,
+        no_repeat_ngram_size: int = 0,
+        ban_unk: bool = False,
+        prefixes: list[str] | None = None,
+        alignment_layer: int | None = None,
+    ) -> list[list[Hypothesis]]:
+        """The `nbest` best hypotheses of each sentence, best first, by beam search (greedy when
+        `beam_size` is 1), or `nbest` samples with `sampling` (`temperature`, `top_k`, `top_p`,
+        a `seed`). `ensemble`: more models whose log-probs are averaged with this one's
+        (models.decoding.StepScorer); `min_len`, `no_repeat_ngram_size`, `ban_unk` and `prefixes`
+        (one target prefix per sentence, "" for none) constrain the outputs; `alignment_layer`
+        adds each hypothesis's alignment from that decoder layer's cross-attention."""
+        if not sampling and nbest > beam_size:
+            raise InputError(f"nbest={nbest} is larger than beam_size={beam_size}: a beam holds at most beam_size hypotheses")
+        if not 0 < top_p <= 1:
+            raise InputError(f"top_p must be in (0, 1], got {top_p}")
+        if temperature <= 0:
+            raise InputError(f"temperature must be > 0, got {temperature}")
+        if prefixes is not None and len(prefixes) != len(sentences):
+            raise InputError(f"{len(prefixes)} prefixes for {len(sentences)} sentences: give one per sentence")
+        nets = self._ensemble_nets(ensemble)
+        was_training = self.training
+        self.eval()
+        try:
+            src = self.encode_sources(sentences)
+            limit = max_len if max_len is not None else self._default_max_len(src)
+            limit = min(limit, min(net.max_len for net in nets) - 1)
+            # Sampling never draws <pad> or <bos>, which are no text (a search never picks them from a trained model).
+            banned = (UNK,) * ban_unk + (PAD, BOS) * sampling
+            constraints = Constraints(min_len, no_repeat_ngram_size, banned, self._prefix_ids(prefixes))
+            alpha = self.score_alpha(beam_size, length_penalty, sampling)
+            if sampling:
+                generator = None if seed is None else torch.Generator(src.device).manual_seed(seed)
+                hyps = sample(
+                    nets, src, BOS, EOS, limit, nbest, temperature, top_k, top_p, generator, alpha, use_cache, constraints
+                )
+            else:
+                hyps = beam_search_nbest(nets, src, BOS, EOS, limit, beam_size, nbest, alpha, use_cache, constraints)
+            if alignment_layer is not None:
+                flat = [(b, h) for b, row in enumerate(hyps) for h in row]
+                rows = torch.tensor([b for b, _ in flat], device=src.device)
+                for (_, h), pairs in zip(flat, align(nets, src[rows], [h.tokens for _, h in flat], BOS, EOS, alignment_layer)):
+                    h.alignment = pairs
+        finally:
+            self.train(was_training)
+        for row in hyps:
+            for h in row:
+                h.text = self.tgt_tokenizer.decode(h.tokens)
+        return hyps
+
+    def _prefix_ids(self, prefixes: list[str] | None) -> torch.Tensor | None:
+        """(B, P) target ids each output must start with, -1 after a sentence's own prefix; None when there are none."""
+        if prefixes is None:
+            return None
+        ids = [self.tgt_tokenizer.encode(p) if p and p.strip() else [] for p in prefixes]
+        if not any(ids):
+            return None
+        return pad_sequences(ids, -1).to(self.device)
+
+    @torch.no_grad()
+    def score(
+        self, sentences: list[str], references: list[str], length_penalty: float = 0.0, ensemble: list[Seq2SeqTransformer] = ()
+    ) -> list[Hypothesis]:
+        """Each (sentence, reference) pair's `Hypothesis` by teacher forcing: the reference's tokens
+        and `<eos>`, each one's log-prob, and the score a search with this `length_penalty` would
+        rank it by (`score_alpha` gives the one of a decoding setting)."""
+        if len(references) != len(sentences):
+            raise InputError(f"{len(references)} references for {len(sentences)} sentences: give one per sentence")
+        if not sentences:
+            return []
+        nets = self._ensemble_nets(ensemble)
+        targets = [self.tgt_tokenizer.encode(r) for r in references]
+        limit = min(net.max_len for net in nets)
+        for i, t in enumerate(targets):
+            if len(t) + 1 > limit - 1:
+                raise InputError(f"reference {i} has {len(t)} tokens: more than the model's max_len={limit} allows")
+        was_training = self.training
+        self.eval()
+        try:
+            hyps = score_targets(nets, self.encode_sources(sentences), targets, BOS, EOS, length_penalty)
+        finally:
+            self.train(was_training)
+        for h in hyps:
+            h.text = self.tgt_tokenizer.decode(h.tokens)
+        return hyps
+
+
+def check_same_vocabularies(models: list[Seq2SeqTransformer]) -> None:
+    """An ensemble's models must read and write the same ids: the same source and target tokenizers."""
+    first = models[0]
+    for i, other in enumerate(models[1:], 1):
+        for side in ("src", "tgt"):
+            if getattr(other, f"{side}_tokenizer").to_dict() != getattr(first, f"{side}_tokenizer").to_dict():
+                raise InputError(
+                    f"the ensemble's model {i + 1} has another {'source' if side == 'src' else 'target'} vocabulary "
+                    "than model 1: an ensemble needs models trained on the same vocabularies"
+                )

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import lightning as L
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"  # the offline copies of the real data sets
@@ -63,3 +64,12 @@ def fit(root: Path, *extra: str, env: dict | None = None, timeout: int = 900) ->
         timeout=timeout,
         env=env,
     )
+
+
+def save_checkpoint(model: L.LightningModule, path: Path) -> Path:
+    """What Lightning's weights-only checkpoint holds, written without a Trainer."""
+    torch.save(
+        {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams), "pytorch-lightning_version": L.__version__},
+        path,
+    )
+    return path
