@@ -36,11 +36,14 @@ import torch
 from datamodules.batching import frame_source, map_in_length_batches
 from datamodules.tokenizers import SubwordTokenizer, tokenizer_from_dict
 from datamodules.vocab import SPECIAL_TOKENS
+from models.decoding import Hypothesis, length_penalty_factor
 from models.errors import InputError
 from models.positional import SinusoidalPositionalEncoding
 from training.faults import atomic_output
 
 TOKENIZERS_FILE = "tokenizers.json"  # our tokenizers and decoding defaults, beside CTranslate2's model.bin
+# Decoding tools CTranslate2 lacks (alignments: its attention is not our layer's head average), by their flags.
+UNSUPPORTED = {"alignment_layer": "alignments (--print-alignment)", "ensemble": "ensembles (several --ckpt)"}
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 
@@ -259,10 +262,10 @@ class CTranslate2Translator:
         self.src_vocab = vocabulary(self.src_tokenizer)
         self.tgt_index = {tok: i for i, tok in enumerate(vocabulary(self.tgt_tokenizer))}
         threads = threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+        self._options = dict(device=device, compute_type=compute_type, inter_threads=1, intra_threads=threads)
+        self._model_dir, self._seed = model_dir, None
         try:
-            self.translator = ctranslate2.Translator(
-                str(model_dir), device=device, compute_type=compute_type, inter_threads=1, intra_threads=threads
-            )
+            self.translator = ctranslate2.Translator(str(model_dir), **self._options)
         except RuntimeError as err:  # a truncated or damaged model.bin ("... has an invalid payload size"), a bad device
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ExportError(f"{model_dir}: CTranslate2 cannot load it on {device} ({first})") from None
@@ -276,29 +279,134 @@ class CTranslate2Translator:
         self, sources: list[list[str]], beam_size: int = 1, max_len: int | None = None, length_penalty: float | None = None
     ) -> list[list[int]]:
         """Token lists (each ending in `<eos>`) → output ids, `<eos>` included when generated."""
+        results = self._translate_batch(sources, beam_size, max_len, length_penalty)
+        return [[self.tgt_index[tok] for tok in r.hypotheses[0]] for r in results]
+
+    def _max_len(self, sources: list[list[str]], max_len: int | None) -> int:
         if max_len is None:
             longest = max(len(s) for s in sources)
             max_len = int(self.meta["max_len_a"] * longest + self.meta["max_len_b"])
-        max_len = min(max_len, self.meta["max_len"] - 1)
+        return min(max_len, self.meta["max_len"] - 1)
+
+    def _translate_batch(self, sources, beam_size, max_len, length_penalty, **options):
         alpha = self.meta["length_penalty"] if length_penalty is None else length_penalty
-        results = self.translator.translate_batch(
+        return self.translator.translate_batch(
             sources,
             beam_size=beam_size,
             length_penalty=alpha if beam_size > 1 else 0.0,
-            max_decoding_length=max_len,
+            max_decoding_length=self._max_len(sources, max_len),
             return_end_token=True,
             max_input_length=0,
+            **options,
         )
-        return [[self.tgt_index[tok] for tok in r.hypotheses[0]] for r in results]
 
     def translate_many(self, sentences: list[str], beam_size: int = 1, batch_size: int = 64, **kwargs) -> list[str]:
         """`translate` over many sentences in batches of similar length (as `Seq2SeqTransformer.translate_many`)."""
         return map_in_length_batches(lambda batch: self.translate(batch, beam_size=beam_size, **kwargs), sentences, batch_size)
 
-    def translate(self, sentences: list[str], beam_size: int = 1, max_len: int | None = None, **kwargs) -> list[str]:
+    def translate(
+        self,
+        sentences: list[str],
+        beam_size: int = 1,
+        max_len: int | None = None,
+        nbest: int | None = None,
+        length_penalty: float | None = None,
+        **tools,
+    ):
+        """As `Seq2SeqTransformer.translate`: the best output's text, or with `nbest` each sentence's
+        `nbest` `Hypothesis`es, best first, their scores ours (`score` of their tokens: CTranslate2's
+        teacher-forced log-probs, our length penalty). The decoding tools go through CTranslate2's
+        own options (`decode_options`); those it lacks are refused."""
         if isinstance(sentences, str):
             sentences = [sentences]
         if not sentences:
             return []
-        ids = self.translate_ids([self.source_tokens(s) for s in sentences], beam_size, max_len, **kwargs)
-        return [self.tgt_tokenizer.decode(row) for row in ids]
+        if nbest is None and not tools:
+            ids = self.translate_ids([self.source_tokens(s) for s in sentences], beam_size, max_len, length_penalty)
+            return [self.tgt_tokenizer.decode(row) for row in ids]
+        n = nbest or 1
+        sampling = tools.get("sampling", False)
+        if not sampling and n > beam_size:
+            raise InputError(f"nbest={n} is larger than beam_size={beam_size}: a beam holds at most beam_size hypotheses")
+        options = self.decode_options(n, **tools)
+        sources = [self.source_tokens(s) for s in sentences]
+        prefixes = tools.get("prefixes")
+        if prefixes is not None:
+            vocab = vocabulary(self.tgt_tokenizer)
+            options["target_prefix"] = [[vocab[i] for i in self.tgt_tokenizer.encode(p)] if p.strip() else None for p in prefixes]
+        results = self._translate_batch(sources, 1 if sampling else beam_size, max_len, length_penalty, **options)
+        alpha = 0.0 if sampling or beam_size == 1 else (self.meta["length_penalty"] if length_penalty is None else length_penalty)
+        outputs = [[[self.tgt_index[tok] for tok in hyp] for hyp in r.hypotheses] for r in results]
+        flat = [(b, ids) for b, row in enumerate(outputs) for ids in row]
+        scored = self._score_ids([sources[b] for b, _ in flat], [ids for _, ids in flat], alpha)
+        hyps: list[list[Hypothesis]] = [[] for _ in sentences]
+        for (b, _), h in zip(flat, scored):
+            hyps[b].append(h)
+        hyps = [sorted(row, key=lambda h: -h.score) for row in hyps]
+        return [row[0].text for row in hyps] if nbest is None else hyps
+
+    def decode_options(
+        self,
+        nbest: int = 1,
+        sampling: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        min_len: int = 0,
+        no_repeat_ngram_size: int = 0,
+        ban_unk: bool = False,
+        prefixes: list[str] | None = None,
+        **unsupported,
+    ) -> dict:
+        """CTranslate2's `translate_batch` options for our decoding tools; an `InputError` for a tool it lacks."""
+        if unsupported:
+            names = ", ".join(UNSUPPORTED.get(name, name) for name in sorted(unsupported))
+            raise InputError(f"CTranslate2 has no {names}: use --engine torch")
+        if not 0 < top_p <= 1:
+            raise InputError(f"top_p must be in (0, 1], got {top_p}")
+        if temperature <= 0:
+            raise InputError(f"temperature must be > 0, got {temperature}")
+        options = dict(num_hypotheses=nbest, no_repeat_ngram_size=no_repeat_ngram_size, disable_unk=ban_unk)
+        if min_len:
+            options["min_decoding_length"] = min_len  # tokens before the end token, as ours
+        if sampling:
+            if seed is not None and seed != self._seed:
+                # CTranslate2's generators live in the translator's worker threads and take the seed
+                # when those start: a new seed needs a new translator. The same seed goes on drawing.
+                _ctranslate2().set_random_seed(seed)
+                self.translator = _ctranslate2().Translator(str(self._model_dir), **self._options)
+                self._seed = seed
+            options.update(sampling_topk=top_k, sampling_topp=top_p, sampling_temperature=temperature)
+        return options
+
+    def _score_ids(self, sources: list[list[str]], outputs: list[list[int]], alpha: float) -> list[Hypothesis]:
+        """Our `Hypothesis` of each output (`<eos>` last where it finished): CTranslate2's teacher-forced
+        log-prob of each of its tokens and the score sum / lp(len) with `alpha`, as our search's."""
+        vocab = vocabulary(self.tgt_tokenizer)
+        eos = self.tgt_index[SPECIAL_TOKENS[2]]
+        targets = [[vocab[i] for i in ids if i != eos] for ids in outputs]
+        results = self.translator.score_batch(sources, targets, max_input_length=0)  # <eos> is always scored last
+        hyps = []
+        for ids, target, r in zip(outputs, targets, results):
+            tokens = [self.tgt_index[t] for t in target] + [eos] * (eos in ids)
+            log_probs = list(r.log_probs)[: len(tokens)]  # an unfinished output's <eos> is not part of it
+            score = sum(log_probs) / length_penalty_factor(len(tokens), alpha)
+            hyps.append(Hypothesis(tokens, log_probs, score, text=self.tgt_tokenizer.decode(tokens)))
+        return hyps
+
+    def score_alpha(self, beam_size: int = 1, length_penalty: float | None = None, sampling: bool = False) -> float:
+        """As `Seq2SeqTransformer.score_alpha`."""
+        if beam_size == 1 or sampling:
+            return 0.0
+        return self.meta["length_penalty"] if length_penalty is None else length_penalty
+
+    def score(self, sentences: list[str], references: list[str], length_penalty: float = 0.0, **unsupported) -> list[Hypothesis]:
+        """As `Seq2SeqTransformer.score`, by CTranslate2's `score_batch`."""
+        if unsupported:
+            raise InputError("CTranslate2 runs one model: an ensemble needs --engine torch")
+        if len(references) != len(sentences):
+            raise InputError(f"{len(references)} references for {len(sentences)} sentences: give one per sentence")
+        sources = [self.source_tokens(s) for s in sentences]
+        eos = self.tgt_index[SPECIAL_TOKENS[2]]
+        return self._score_ids(sources, [[*self.tgt_tokenizer.encode(r), eos] for r in references], length_penalty)

@@ -18,8 +18,8 @@ Decoding tools (docs/guide.md, "Decoding"): `--nbest N` writes N lines per input
 `INDEX<TAB>SCORE<TAB>TRANSLATION` (INDEX: the input's, from 0; SCORE: the sum of the token
 log-probabilities, <eos> included, divided by the length penalty lp = ((5 + n) / 6) ** alpha of
 beam search, alpha = 0 for greedy search and sampling); `--print-scores` adds the raw sum and each
-token's log-prob, `--print-alignment [LAYER]` each target token's source token (`i-j`, subword
-positions from 0) by the cross-attention of that decoder layer (default: the last). Either flag
+token's log-prob, `--print-alignment` each target token's source token (`i-j`, subword
+positions from 0) by the cross-attention of decoder layer `--alignment-layer` (default: the last). Either flag
 alone writes this format with one line per input. `--score-reference REF` scores REF's lines as the
 translations of the inputs instead (same SCORE; `--nbest`'s flags set alpha). `--prefix-file FILE`
 forces each output to start with FILE's line. Several `--ckpt` decode as an ensemble; `--sampling`
@@ -72,8 +72,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_decoding_arguments(parser)
     parser.add_argument("--nbest", type=int, default=None, help="write the N best (or N samples) per input, with scores")
     parser.add_argument("--print-scores", action="store_true", help="add the raw log-prob sum and each token's log-prob")
+    parser.add_argument("--print-alignment", action="store_true", help="add each target token's source token, as i-j pairs")
     parser.add_argument(
-        "--print-alignment", type=int, nargs="?", const=-1, default=None, metavar="LAYER", help="add i-j alignments"
+        "--alignment-layer", type=int, default=-1, help="the decoder layer of --print-alignment (default: the last)"
     )
     parser.add_argument("--score-reference", metavar="REF", help="score REF's lines as translations of the inputs")
     parser.add_argument("--prefix-file", metavar="FILE", help="outputs start with FILE's lines, one per input")
@@ -85,7 +86,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise InputError(f"--nbest must be at least 1, got {args.nbest}")
     if args.nbest is not None and not args.sampling and args.nbest > args.beam_size:
         raise InputError(f"--nbest {args.nbest} is larger than --beam-size {args.beam_size}: a beam holds at most that many")
-    if args.engine == "ctranslate2" and args.print_alignment is not None:
+    if args.engine == "ctranslate2" and args.print_alignment:
         raise InputError("CTranslate2 has no alignments (--print-alignment): use --engine torch")
     if args.score_reference and (args.nbest or args.sampling or args.prefix_file):
         raise InputError("--score-reference scores given translations: it takes no --nbest, --sampling or --prefix-file")
@@ -131,7 +132,7 @@ def stdin_lines(stream=None) -> Iterator[str]:
 
 def tabbed(args: argparse.Namespace) -> bool:
     """Whether the output is `INDEX<TAB>SCORE<TAB>TRANSLATION` lines rather than plain translations."""
-    return bool(args.nbest or args.print_scores or args.print_alignment is not None or args.score_reference)
+    return bool(args.nbest or args.print_scores or args.print_alignment or args.score_reference)
 
 
 def format_hypothesis(index: int, hyp, args: argparse.Namespace) -> str:
@@ -140,7 +141,7 @@ def format_hypothesis(index: int, hyp, args: argparse.Namespace) -> str:
     cols = [str(index), f"{hyp.score:.6f}", hyp.text]
     if args.print_scores:
         cols += [f"{hyp.log_prob:.6f}", " ".join(f"{x:.6f}" for x in hyp.token_log_probs)]
-    if args.print_alignment is not None:
+    if args.print_alignment:
         cols.append(" ".join(f"{i}-{j}" for i, j in hyp.alignment or []))
     return "\t".join(cols)
 
@@ -163,12 +164,15 @@ def translate_chunk(
     sources = [lines[i].strip() for i in todo]
     if refs is not None:
         alpha = model.score_alpha(args.beam_size, args.length_penalty, args.sampling)
-        hyps = [[h] for h in model.score(sources, [refs[i] for i in todo], alpha, **({"ensemble": ensemble} if ensemble else {}))]
+        extra = {"ensemble": ensemble} if ensemble else {}
+        if args.print_alignment:
+            extra["alignment_layer"] = args.alignment_layer
+        hyps = [[h] for h in model.score(sources, [refs[i] for i in todo], alpha, **extra)]
     else:
         if prefixes is not None:
             kwargs["prefixes"] = [prefixes[i] for i in todo]
-        if args.print_alignment is not None:
-            kwargs["alignment_layer"] = args.print_alignment
+        if args.print_alignment:
+            kwargs["alignment_layer"] = args.alignment_layer
         hyps = model.translate(
             sources, beam_size=args.beam_size, max_len=args.max_len, nbest=n if tabbed(args) else None, **kwargs
         )

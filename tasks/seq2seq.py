@@ -464,11 +464,17 @@ class Seq2SeqTransformer(L.LightningModule):
 
     @torch.no_grad()
     def score(
-        self, sentences: list[str], references: list[str], length_penalty: float = 0.0, ensemble: list[Seq2SeqTransformer] = ()
+        self,
+        sentences: list[str],
+        references: list[str],
+        length_penalty: float = 0.0,
+        ensemble: list[Seq2SeqTransformer] = (),
+        alignment_layer: int | None = None,
     ) -> list[Hypothesis]:
         """Each (sentence, reference) pair's `Hypothesis` by teacher forcing: the reference's tokens
         and `<eos>`, each one's log-prob, and the score a search with this `length_penalty` would
-        rank it by (`score_alpha` gives the one of a decoding setting)."""
+        rank it by (`score_alpha` gives the one of a decoding setting); with `alignment_layer`, the
+        reference's alignment to its source (forced alignment)."""
         if len(references) != len(sentences):
             raise InputError(f"{len(references)} references for {len(sentences)} sentences: give one per sentence")
         if not sentences:
@@ -482,7 +488,11 @@ class Seq2SeqTransformer(L.LightningModule):
         was_training = self.training
         self.eval()
         try:
-            hyps = score_targets(nets, self.encode_sources(sentences), targets, BOS, EOS, length_penalty)
+            src = self.encode_sources(sentences)
+            hyps = score_targets(nets, src, targets, BOS, EOS, length_penalty)
+            if alignment_layer is not None:
+                for h, pairs in zip(hyps, align(nets, src, [h.tokens for h in hyps], BOS, EOS, alignment_layer)):
+                    h.alignment = pairs
         finally:
             self.train(was_training)
         for h in hyps:

@@ -99,3 +99,12 @@ def test_peers(tmp_path, capsys):
         assert [r["name"].split()[0] for r in rows] == ["ours", "HF", "CTranslate2", "CTranslate2"]
         assert all(r["sentences_per_s"] > 0 for r in rows)
     assert data["train"]["results"][0]["peer_over_ours"]["median"] == pytest.approx(1.0)
+
+
+def test_decoding_tools(tmp_path, capsys):
+    stdout, data = run_benchmark("decoding_tools", tmp_path, capsys)
+    assert "4-best of beam 4" in stdout and "ensemble of 2" in stdout
+    assert [r["mode"] for r in data["results"]] == ["beam 4", "4-best of beam 4", "ensemble of 2, beam 4"]
+    for r in data["results"]:
+        assert r["sentences_per_s"] > 0 and r["time_vs_beam"]["median"] > 0
+    assert data["results"][0]["time_vs_beam"]["median"] == 1.0

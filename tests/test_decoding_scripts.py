@@ -167,9 +167,9 @@ def test_an_ensemble_of_two_copies_is_the_model_and_of_two_models_their_average(
     assert both.splitlines() == strong.translate(SOURCES, beam_size=2, ensemble=[weak])
 
 
-def test_alignments_pair_every_target_token_with_a_source_token(toys, capsys):
+def test_alignments_pair_every_target_token_with_a_source_token(toys, capsys, tmp_path):
     (strong, ckpt), _ = toys
-    code, out, err = run_script(capsys, "translate", "--ckpt", ckpt, "--print-alignment", "0", *SOURCES)
+    code, out, err = run_script(capsys, "translate", "--ckpt", ckpt, "--print-alignment", "--alignment-layer", "0", *SOURCES)
     assert code == 0, err
     for r in parse(out):
         pairs = [tuple(map(int, p.split("-"))) for p in r[3].split()]
@@ -179,6 +179,23 @@ def test_alignments_pair_every_target_token_with_a_source_token(toys, capsys):
         # The oracle: the argmax of the module's own attention map (greedy output, layer 0, heads averaged).
         weights, _, _ = strong.attention_weights(SOURCES[int(r[0])], layer=0)
         assert [i for i, _ in pairs] == weights[: len(pairs), :-1].argmax(-1).tolist()
+    # Forced alignment: scoring the outputs as references aligns them the same way.
+    ref = tmp_path / "ref.txt"
+    ref.write_text("".join(r[2] + "\n" for r in parse(out)), encoding="utf-8")
+    code, forced, err = run_script(
+        capsys,
+        "translate",
+        "--ckpt",
+        ckpt,
+        "--print-alignment",
+        "--alignment-layer",
+        "0",
+        "--score-reference",
+        str(ref),
+        *SOURCES,
+    )
+    assert code == 0, err
+    assert [r[3] for r in parse(forced)] == [r[3] for r in parse(out)]
 
 
 def test_evaluate_takes_an_ensemble_and_the_constraints(toys, capsys, tmp_path):

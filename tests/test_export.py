@@ -15,10 +15,11 @@ from datamodules.batching import frame_target, pad_sequences
 from datamodules.toy import TOY_PAIRS
 from datamodules.vocab import Vocab
 from tasks import Seq2SeqTransformer
-from tests.helpers import SHARED_DATA, TOY_MODEL, quiet_trainer, script
+from tests.helpers import SHARED_DATA, TOY_MODEL, quiet_trainer, save_checkpoint, script
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="pip install -e '.[deploy]'")
 from deploy.ctranslate2 import CTranslate2Translator, ExportError, export_ctranslate2, vocabulary  # noqa: E402
+from models.errors import InputError  # noqa: E402
 
 WORDS = Vocab([f"w{i}" for i in range(60)], "word").to_dict()
 SRC = ["w1 w2 w3 w4 w5", "w7 w8", "w9 w10 w11 w12 w13 w14 w15 w16", "w30"]
@@ -43,15 +44,6 @@ def sharpened_model(**options) -> Seq2SeqTransformer:
         for p in model.parameters():
             p.mul_(3) if p.dim() >= 2 else p.add_(0.3 * torch.randn_like(p))
     return model
-
-
-def save_checkpoint(model, path):
-    """What Lightning's weights-only checkpoint holds, written without a Trainer."""
-    torch.save(
-        {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams), "pytorch-lightning_version": L.__version__},
-        path,
-    )
-    return path
 
 
 def our_log_probs(model, sources, targets) -> torch.Tensor:
@@ -207,3 +199,77 @@ def test_export_and_translate_scripts(tmp_path, trained_toy):
     ):
         bad = script(*args)
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and bad.stderr.startswith("error:"), (args, bad.stderr)
+
+
+# ------------------------------------------------------------------------------------ decoding tools
+
+
+def test_decoding_tools_through_ctranslate2_match_ours(tmp_path, trained_toy):
+    """n-best lists, scores, prefixes, constraints and sampling through CTranslate2's own options give
+    what our decoding gives (alpha 0, where both searches stop alike); the scores are ours. The
+    sharpened random model's outputs run to the length limit, the toy translator's end."""
+    model = sharpened_model()
+    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"))
+    toy = CTranslate2Translator(export_ctranslate2(trained_toy, tmp_path / "toy"))
+
+    def same(ours, theirs):
+        assert [[h.text for h in row] for row in theirs] == [[h.text for h in row] for row in ours]
+        for a, b in zip(sum(theirs, []), sum(ours, [])):
+            assert a.tokens == b.tokens and a.score == pytest.approx(b.score, abs=1e-4)
+
+    toy_sources = [s for s, _ in TOY_PAIRS] + ["我 是", "学 生 我"]
+    cases = [
+        (model, translator, SRC, [{"prefixes": ["w3 w4", "", "w5", "w40"]}, {"no_repeat_ngram_size": 1}, {"ban_unk": True}]),
+        (
+            trained_toy,
+            toy,
+            toy_sources,
+            [{"prefixes": ["I like", "", "I am a", "a", ""]}, {"no_repeat_ngram_size": 1}, {"min_len": 6}],
+        ),
+    ]
+    for ours, theirs, sources, tool_sets in cases:
+        for tools in ({}, *tool_sets):
+            same(ours.translate(sources, beam_size=1, nbest=1, **tools), theirs.translate(sources, beam_size=1, nbest=1, **tools))
+        # n-best: the searches keep different candidates past the first (CTranslate2 lets <eos> in
+        # from beyond the top K), so the lists share their best; every score is ours.
+        mine = ours.translate(sources, beam_size=4, nbest=3, length_penalty=0.0)
+        lists = theirs.translate(sources, beam_size=4, nbest=3, length_penalty=0.0)
+        same([row[:1] for row in mine], [row[:1] for row in lists])
+        for source, row in zip(sources, lists):
+            assert len(row) == 3 and [h.score for h in row] == sorted((h.score for h in row), reverse=True)
+            finished = [h for h in row if h.tokens[-1] == 2]
+            for h, scored in zip(finished, ours.score([source] * len(finished), [h.text for h in finished], 0.0)):
+                assert h.score == pytest.approx(scored.score, abs=1e-4)
+    assert all(len(t.split()) >= 6 for t in toy.translate(toy_sources, min_len=6))  # the constraint is active
+    scored = translator.score(SRC, TGT, 0.5)
+    for a, b in zip(scored, model.score(SRC, TGT, 0.5)):
+        assert a.tokens == b.tokens and a.score == pytest.approx(b.score, abs=1e-4)
+    greedy = model.translate(SRC, beam_size=1)
+    assert translator.translate(SRC, sampling=True, top_k=1, seed=0) == greedy
+    samples = translator.translate(SRC, nbest=3, sampling=True, temperature=2.0, seed=1)
+    again = CTranslate2Translator(tmp_path / "ct2").translate(SRC, nbest=3, sampling=True, temperature=2.0, seed=1)
+    assert [[h.tokens for h in row] for row in again] == [[h.tokens for h in row] for row in samples]  # seeded
+    assert len({h.text for row in samples for h in row}) > 4
+    with pytest.raises(InputError, match="alignments"):
+        translator.translate(SRC, alignment_layer=-1)
+    with pytest.raises(InputError, match="larger than beam_size"):
+        translator.translate(SRC, beam_size=2, nbest=3)
+
+
+def test_translate_script_nbest_format_is_the_same_on_ctranslate2(tmp_path, trained_toy, capsys):
+    from tests.test_decoding_scripts import parse, run_script
+
+    ckpt = str(save_checkpoint(trained_toy, tmp_path / "toy.ckpt"))
+    out = str(export_ctranslate2(trained_toy, tmp_path / "ct2"))
+    sources = [s for s, _ in TOY_PAIRS]
+    argv = ["--beam-size", "2", "--nbest", "2", "--length-penalty", "0", "--print-scores", *sources]
+    code, ours, err = run_script(capsys, "translate", "--ckpt", ckpt, *argv)
+    assert code == 0, err
+    code, theirs, err = run_script(capsys, "translate", "--engine", "ctranslate2", "--model", out, *argv)
+    assert code == 0, err
+    assert [r[:1] + r[2:3] for r in parse(theirs)] == [r[:1] + r[2:3] for r in parse(ours)]
+    for a, b in zip(parse(theirs), parse(ours)):
+        assert float(a[1]) == pytest.approx(float(b[1]), abs=1e-4) and len(a) == len(b) == 5
+    for extra, message in ((["--print-alignment"], "alignments"), (["--ckpt", ckpt, ckpt], "one model")):
+        code, text, err = run_script(capsys, "translate", "--engine", "ctranslate2", "--model", out, *extra, *sources)
+        assert code == 2 and text == "" and message in err and len(err.strip().splitlines()) == 1, err
