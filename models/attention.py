@@ -111,7 +111,13 @@ class MultiHeadAttention(nn.Module):
             # New keys are normalised and rotated at their own positions before they are cached,
             # so a cached key never changes and beam reordering only moves rows.
             k, v = self._keys(k, rope), self._heads(v, self.num_kv_heads)  # (B, Hkv, T, Dh)
-            if kv_cache is not None:
+            if kv_cache is not None and "slot" in kv_cache:
+                # A preallocated cache (models.static_cache): written in place at position `slot`, then read whole;
+                # the caller's mask hides the positions not written yet.
+                kv_cache["k"].index_copy_(2, kv_cache["slot"], k)
+                kv_cache["v"].index_copy_(2, kv_cache["slot"], v)
+                k, v = kv_cache["k"], kv_cache["v"]  # (B, Hkv, L, Dh)
+            elif kv_cache is not None:
                 if "k" in kv_cache:
                     k = torch.cat([kv_cache["k"], k], dim=2)  # (B, Hkv, past + T, Dh)
                     v = torch.cat([kv_cache["v"], v], dim=2)

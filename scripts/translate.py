@@ -3,6 +3,7 @@
     python scripts/translate.py --ckpt runs/multi30k/.../epoch012-step2899.ckpt "Ein Hund rennt."
     python scripts/translate.py --ckpt CKPT --beam-size 1 < sentences.txt > translations.txt
     python scripts/translate.py --engine ctranslate2 --model OUT_DIR "Ein Hund rennt."   # scripts/export.py's
+    python scripts/translate.py --ckpt CKPT --device cuda --static-cache compile < sentences.txt   # captured decoding
 
 With `--engine ctranslate2` the model is a directory written by scripts/export.py, run by
 CTranslate2 (`--compute-type int8` runs float32 weights in int8). Greedy outputs are ours; its beam
@@ -78,6 +79,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--score-reference", metavar="REF", help="score REF's lines as translations of the inputs")
     parser.add_argument("--prefix-file", metavar="FILE", help="outputs start with FILE's lines, one per input")
+    parser.add_argument(
+        "--static-cache",
+        choices=["eager", "compile", "cuda-graph"],
+        default=None,
+        help="decode with the preallocated key/value cache (models/static_cache.py): eager, compiled by torch.compile "
+        "(CUDA graphs on a GPU), or captured in CUDA graphs directly (GPU only); the same outputs (default: off)",
+    )
     parser.add_argument("sentences", nargs="*", help="sentences to translate (default: standard input, one a line)")
     args = parser.parse_args(argv)
     check_engine_arguments(parser, args)
@@ -96,6 +104,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--batch-size must be at least 1")
     if args.max_len is not None and args.max_len < 1:
         parser.error("--max-len must be at least 1")
+    if args.static_cache and args.engine != "torch":
+        parser.error("--static-cache decodes this project's model: it needs --engine torch")
+    if args.static_cache == "cuda-graph" and not args.device.startswith("cuda"):
+        parser.error("--static-cache cuda-graph needs --device cuda")
+    tools = args.nbest or args.print_alignment or args.score_reference or args.prefix_file or decoding_options(args)
+    if args.static_cache and (tools or len(args.ckpt or []) > 1):
+        parser.error("--static-cache decodes the plain greedy or beam search of one model: not with --nbest, an ensemble "
+                     "or the decoding tools")  # fmt: skip
     return args
 
 
@@ -153,6 +169,8 @@ def translate_chunk(
     with `tabbed(args)` N lines per input (N = --nbest, else 1). A blank input gives a blank line, or
     N lines `INDEX<TAB><TAB>`, so that every output stays with its input."""
     kwargs = {} if args.length_penalty is None or args.beam_size == 1 else {"length_penalty": args.length_penalty}
+    if args.static_cache:
+        kwargs["static_cache"] = args.static_cache
     kwargs.update(decoding_options(args))
     if ensemble:
         kwargs["ensemble"] = ensemble

@@ -22,6 +22,7 @@ from models.checks import TRANSFORMER, TRANSFORMER_RELATIONS, at_least, check_hp
 from models.decoding import Constraints, Hypothesis, align, beam_search, beam_search_nbest, greedy_decode, sample, score_targets
 from models.errors import HyperparameterError, InputError
 from models.relative import TEXT_RELATIVE_BIASES
+from models.static_cache import StaticDecoder
 from training.loggers import log_text
 
 from .figures import attention_figure, save_and_log_figure
@@ -340,6 +341,7 @@ class Seq2SeqTransformer(L.LightningModule):
         use_cache: bool = True,
         nbest: int | None = None,
         length_penalty: float | None = None,
+        static_cache: str | None = None,
         **tools,
     ) -> list[str] | list[list[Hypothesis]]:
         """Translate a batch of sentences. `max_len` caps the output tokens (default:
@@ -348,18 +350,26 @@ class Seq2SeqTransformer(L.LightningModule):
 
         With `nbest`, returns for each sentence its `nbest` best `models.decoding.Hypothesis` (text,
         tokens, each token's log-prob, score), best first; else the best one's text. `tools` are the
-        decoding tools of `decode_hypotheses` (ensemble, sampling, constraints, prefixes, alignments)."""
+        decoding tools of `decode_hypotheses` (ensemble, sampling, constraints, prefixes, alignments).
+
+        `static_cache` ("eager", "compile" or "cuda-graph"): plain greedy or beam search with the preallocated
+        cache and captured step of models.static_cache (the same outputs; the decoder and its compiled steps
+        are kept for later calls); not with `nbest` or the tools."""
         if isinstance(sentences, str):
             sentences = [sentences]
+        if static_cache is not None and not use_cache:
+            raise ValueError("static_cache is a key/value cache: it cannot be used with use_cache=False")
         if not sentences:
             return []
         if nbest is None and not tools:  # plain greedy or beam search (the tools' path gives the same outputs)
-            out = self._decode_best(sentences, beam_size, max_len, use_cache, length_penalty)
+            out = self._decode_best(sentences, beam_size, max_len, use_cache, length_penalty, static_cache)
             return [self.tgt_tokenizer.decode(row.tolist()) for row in out]
+        if static_cache is not None:
+            raise InputError("static_cache decodes the plain greedy or beam search: not with nbest or the decoding tools")
         hyps = self.decode_hypotheses(sentences, beam_size, max_len, use_cache, nbest or 1, length_penalty, **tools)
         return [h[0].text for h in hyps] if nbest is None else hyps
 
-    def _decode_best(self, sentences, beam_size, max_len, use_cache, length_penalty) -> torch.Tensor:
+    def _decode_best(self, sentences, beam_size, max_len, use_cache, length_penalty, static_cache=None) -> torch.Tensor:
         """(B, L) ids of each sentence's best output: greedy search, or beam search."""
         was_training = self.training
         self.eval()
@@ -367,12 +377,25 @@ class Seq2SeqTransformer(L.LightningModule):
             src = self.encode_sources(sentences)
             limit = max_len if max_len is not None else self._default_max_len(src)
             limit = min(limit, self.net.max_len - 1)
+            alpha = self.hparams.length_penalty if length_penalty is None else length_penalty
+            if static_cache is not None:
+                decoder = self._static_decoder(static_cache)
+                if beam_size == 1:
+                    return decoder.greedy(src, BOS, EOS, limit)
+                return decoder.beam(src, BOS, EOS, limit, beam_size=beam_size, length_penalty=alpha)
             if beam_size == 1:
                 return greedy_decode(self.net, src, BOS, EOS, limit, use_cache=use_cache)
-            alpha = self.hparams.length_penalty if length_penalty is None else length_penalty
             return beam_search(self.net, src, BOS, EOS, limit, beam_size=beam_size, length_penalty=alpha, use_cache=use_cache)
         finally:
             self.train(was_training)
+
+    def _static_decoder(self, mode: str) -> StaticDecoder:
+        """One `StaticDecoder` per mode and device, kept so that its buffers and compiled steps serve later calls."""
+        decoders = self.__dict__.setdefault("_static_decoders", {})  # not a submodule: nothing new in the state dict
+        key = (mode, self.device)
+        if key not in decoders:
+            decoders[key] = StaticDecoder(self.net, mode)
+        return decoders[key]
 
     def score_alpha(self, beam_size: int = 1, length_penalty: float | None = None, sampling: bool = False) -> float:
         """The length penalty alpha that scores rank by: the given or the module's one for beam search,

@@ -132,3 +132,18 @@ def test_mnist_with_a_stem_trains_on_a_gpu_in_bf16_and_loads_on_a_cpu(tmp_path):
     with torch.no_grad():
         on_gpu = model.to(CUDA).eval()(images.to(CUDA)).cpu()
         torch.testing.assert_close(on_cpu(images), on_gpu, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["eager", "cuda-graph", "compile"])
+def test_static_cache_on_cuda_equals_the_growing_cache(mode):
+    """models.static_cache's captured steps (CUDA graphs replayed; torch.compile in mode reduce-overhead) give the
+    growing cache's tokens, greedy and beam, over two batch shapes and a reused decoder."""
+    from models.static_cache import StaticDecoder
+
+    net = small_net(num_kv_heads=2).to(CUDA).eval()
+    decoder = StaticDecoder(net, mode=mode, length_multiple=16)
+    for src in (padded_source_ids().to(CUDA), padded_source_ids()[:2, :5].to(CUDA)):
+        for _ in range(2):  # the second run replays what the first captured
+            assert torch.equal(decoder.greedy(src, 1, 2, 25), greedy_decode(net, src, 1, 2, 25))
+            kwargs = dict(beam_size=4, length_penalty=1.0)
+            assert torch.equal(decoder.beam(src, 1, 2, 20, **kwargs), beam_search(net, src, 1, 2, 20, **kwargs))

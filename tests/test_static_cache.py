@@ -1,0 +1,187 @@
+"""The static key/value cache (models.static_cache) against today's growing cache: the same tokens from greedy
+and beam search, over batches, lengths and attention options, eager and compiled."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from models import Seq2SeqNet
+from models.decoding import beam_search, greedy_decode
+from models.static_cache import StaticDecoder
+
+PAD, BOS, EOS = 0, 1, 2
+OPTIONS = [
+    {},
+    {"num_kv_heads": 2},
+    {"positional": "rotary", "qk_norm": True},
+    {"positional": "learned", "norm_first": True, "norm": "rmsnorm"},
+]
+
+
+def make_net(options: dict, dtype=torch.float32, eos_bias: float = 0.2, seed: int = 0) -> Seq2SeqNet:
+    """An untrained 20 → 12-token net; `eos_bias` on the `<eos>` logit makes some sentences finish early
+    and others run to the end (a generator with a bias: both decoders read `net.generator`)."""
+    torch.manual_seed(seed)
+    net = Seq2SeqNet(20, 12, d_model=32, nhead=4, num_encoder_layers=1, num_decoder_layers=2, dim_feedforward=64,
+                     dropout=0.0, max_len=40, pad_id=PAD, **options)  # fmt: skip
+    generator = nn.Linear(32, 12)
+    with torch.no_grad():
+        generator.weight.copy_(net.generator.weight)
+        generator.bias.zero_()
+        generator.bias[EOS] = eos_bias
+    net.generator = generator
+    return net.to(dtype).eval()
+
+
+def sources(lengths, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    src = torch.full((len(lengths), max(lengths)), PAD)
+    for i, n in enumerate(lengths):
+        src[i, :n] = torch.randint(3, 20, (n,), generator=g)
+    return src
+
+
+BATCHES = [(7,), (7, 3, 5, 1, 6), (4, 4, 9)]
+
+
+@pytest.mark.parametrize("options", OPTIONS)
+@pytest.mark.parametrize("lengths", BATCHES)
+@pytest.mark.parametrize("max_len", [1, 6, 30])
+def test_greedy_equals_growing_cache(options, lengths, max_len):
+    net, src = make_net(options), sources(lengths)
+    expected = greedy_decode(net, src, BOS, EOS, max_len)
+    got = StaticDecoder(net, length_multiple=8).greedy(src, BOS, EOS, max_len)
+    assert torch.equal(got, expected)
+
+
+def test_comparisons_cover_finished_and_unfinished_rows():
+    greedy = greedy_decode(make_net({}), sources(BATCHES[1]), BOS, EOS, 30)
+    beam = beam_search(make_net({}, torch.float64, eos_bias=-0.2), sources(BATCHES[1]), BOS, EOS, 20, beam_size=4)
+    for out, steps in ((greedy, 30), (beam, 20)):
+        finished = out.eq(EOS).any(dim=1)
+        assert finished.any() and not finished.all()  # both kinds of row, and many steps
+        assert out.size(1) == steps + 1
+
+
+@pytest.mark.parametrize("options", OPTIONS)
+@pytest.mark.parametrize("beam_size", [2, 4])
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0])
+def test_beam_equals_growing_cache(options, beam_size, length_penalty):
+    # float64, as tests/test_beam_search.py: no near-tie between candidates can flip a choice.
+    net = make_net(options, torch.float64, eos_bias=-0.2)
+    decoder = StaticDecoder(net, length_multiple=8)
+    for lengths, max_len in ((BATCHES[1], 20), (BATCHES[2], 5), ((3,), 12)):
+        src = sources(lengths, seed=max_len)
+        kwargs = dict(beam_size=beam_size, length_penalty=length_penalty)
+        expected = beam_search(net, src, BOS, EOS, max_len, **kwargs)
+        assert torch.equal(decoder.beam(src, BOS, EOS, max_len, **kwargs), expected)
+
+
+def test_one_decoder_serves_many_shapes_and_reuses_its_buffers():
+    net = make_net({"num_kv_heads": 1})
+    decoder = StaticDecoder(net, length_multiple=16)
+    for lengths, max_len in ((BATCHES[1], 10), (BATCHES[0], 25), (BATCHES[1], 12), (BATCHES[2], 3)):
+        src = sources(lengths, seed=max_len)
+        assert torch.equal(decoder.greedy(src, BOS, EOS, max_len), greedy_decode(net, src, BOS, EOS, max_len))
+    # (5, 7, 16) twice (10 and 12 steps round up to one buffer length), (1, 7, 32), (3, 9, 16).
+    assert sorted(decoder._states) == [(1, 7, 32), (3, 9, 16), (5, 7, 16)]
+
+
+def test_buffers_are_sized_for_the_steps_and_the_positions():
+    net = make_net({})
+    decoder = StaticDecoder(net, length_multiple=32)
+    decoder.greedy(sources((5,)), BOS, EOS, 100)  # 100 steps asked: capped at the net's 39 positions
+    ((_, _, length),) = decoder._states
+    assert length == net.max_len
+    cache = decoder.new_cache()
+    memory, src_pad = decoder.encode(sources((5,)))
+    for _ in range(net.max_len):
+        decoder.decode(torch.full((1, 1), BOS), memory, src_pad, cache)
+    with pytest.raises(ValueError, match="holds 40 positions"):
+        decoder.decode(torch.full((1, 1), BOS), memory, src_pad, cache)
+    assert cache.nbytes("self") == 2 * 2 * 4 * 40 * 8 * 4  # layers × (k, v) × heads × positions × head_dim × fp32
+
+
+def test_compiled_step_equals_eager_and_compiles_once_per_shape():
+    # aot_eager: Dynamo's capture and the functionalisation of the in-place cache writes, in seconds, without
+    # a C++ toolchain; the inductor is what benchmarks/static_decode.py measures.
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    net = make_net({"positional": "rotary"})
+    decoder = StaticDecoder(net, mode="compile", length_multiple=32, backend="aot_eager")
+    src = sources(BATCHES[1])
+    assert torch.equal(decoder.greedy(src, BOS, EOS, 20), greedy_decode(net, src, BOS, EOS, 20))
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs >= 1
+    for seed in (1, 2):  # new sources of the same shape, other lengths within the buffer: no new graph
+        other = sources(BATCHES[1], seed=seed)
+        assert torch.equal(decoder.greedy(other, BOS, EOS, 25), greedy_decode(net, other, BOS, EOS, 25))
+    assert counters["stats"]["unique_graphs"] == graphs
+    expected = beam_search(net, src, BOS, EOS, 20, beam_size=3)
+    assert torch.equal(decoder.beam(src, BOS, EOS, 20, beam_size=3), expected)
+
+
+def test_bad_modes_are_refused():
+    net = make_net({})
+    with pytest.raises(ValueError, match="mode must be one of"):
+        StaticDecoder(net, mode="fast")
+    with pytest.raises(ValueError, match="needs the network on a CUDA device"):
+        StaticDecoder(net, mode="cuda-graph")
+    with pytest.raises(ValueError, match="length_multiple"):
+        StaticDecoder(net, length_multiple=0)
+
+
+# ------------------------------------------------------------------------------- translate() and the script
+
+
+@pytest.fixture(scope="module")
+def toy_checkpoint(tmp_path_factory):
+    """A toy translator after one step of the recipe's model, saved as scripts/fit.py saves."""
+    from datamodules import ToyTranslationDataModule
+    from tasks import Seq2SeqTransformer
+    from tests.helpers import TOY_MODEL, quiet_trainer
+
+    torch.manual_seed(0)
+    dm = ToyTranslationDataModule()
+    model = Seq2SeqTransformer(tokenizers=dm.tokenizers, **TOY_MODEL)
+    trainer = quiet_trainer(max_steps=1, limit_val_batches=0)
+    trainer.fit(model, train_dataloaders=dm.train_dataloader())
+    path = tmp_path_factory.mktemp("static") / "toy.ckpt"
+    trainer.save_checkpoint(path)
+    return path
+
+
+SENTENCES = ["我 是 学 生", "我 喜 欢 学 习", "我 是"]
+
+
+def test_translate_with_the_static_cache_equals_the_growing_one():
+    from datamodules import ToyTranslationDataModule
+    from tasks import Seq2SeqTransformer
+    from tests.helpers import TOY_MODEL
+
+    torch.manual_seed(1)  # an untrained model that decodes long with this seed
+    model = Seq2SeqTransformer(tokenizers=ToyTranslationDataModule().tokenizers, **TOY_MODEL).eval()
+    for beam_size in (1, 3):
+        expected = model.translate(SENTENCES, beam_size=beam_size, max_len=12)
+        assert model.translate(SENTENCES, beam_size=beam_size, max_len=12, static_cache="eager") == expected
+    assert any(len(t.split()) > 3 for t in expected)  # untrained: long outputs, many steps compared
+    with pytest.raises(ValueError, match="use_cache=False"):
+        model.translate(SENTENCES, use_cache=False, static_cache="eager")
+
+
+def test_translate_script_flag(toy_checkpoint, capsys):
+    from tests.test_translation import _script
+
+    translate = _script("translate")
+    args = ["--ckpt", str(toy_checkpoint), "--max-len", "10", *SENTENCES]
+    translate.main(args)
+    plain = capsys.readouterr().out
+    translate.main([*args, "--static-cache", "eager"])
+    assert capsys.readouterr().out == plain and len(plain.splitlines()) == len(SENTENCES)
+    with pytest.raises(SystemExit) as refused:
+        translate.main([*args, "--static-cache", "cuda-graph"])
+    out = capsys.readouterr()
+    assert refused.value.code == 2 and "needs --device cuda" in out.err and not out.out
