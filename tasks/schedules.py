@@ -8,6 +8,8 @@ from typing import Literal
 
 import torch
 
+from models.errors import HyperparameterError
+
 Schedule = Literal["inverse_sqrt", "cosine", "constant"]
 
 
@@ -43,16 +45,28 @@ def adamw_with_warmup(
     warmup_steps: int,
     total_steps: int | None = None,
     betas: tuple[float, float] = (0.9, 0.999),
+    fused: bool = False,
 ) -> dict:
     """AdamW with decay on weight matrices (and embeddings, learned tokens and positions) but not on
     1-D parameters (biases, norm gains), stepped per batch by `warmup_lr_lambda`: what
-    `configure_optimizers` returns for both tasks."""
+    `configure_optimizers` returns for both tasks. `fused`: torch's fused AdamW kernel (one launch for every
+    parameter's update); refused with a `HyperparameterError` where torch has none for the parameters' device."""
     params = [p for p in module.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    optimizer = torch.optim.AdamW(groups, lr=lr, betas=tuple(betas))
+    if fused:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+        unsupported = sorted({p.device.type for p in params} - set(_get_fused_kernels_supported_devices()))
+        if unsupported:
+            raise HyperparameterError(f"fused_adamw=True: torch has no fused AdamW on {', '.join(unsupported)}; leave it off")
+    try:
+        # fused=None, not False, when off: torch then picks its default (foreach) implementation as before.
+        optimizer = torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), fused=True if fused else None)
+    except (RuntimeError, ValueError) as err:
+        raise HyperparameterError(f"fused_adamw=True: torch has no fused AdamW here ({err}); leave it off") from None
     # A plain function: LambdaLR stores None for it, so the checkpoint stays tensors-and-plain-data.
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_lr_lambda(schedule, warmup_steps, total_steps))
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

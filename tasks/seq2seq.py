@@ -25,6 +25,7 @@ from models.relative import TEXT_RELATIVE_BIASES
 from models.static_cache import StaticDecoder
 from training.loggers import log_text
 
+from .fast_paths import bucket_batch, compile_net, mark_bucketed
 from .figures import attention_figure, save_and_log_figure
 from .metrics import TokenMean, corpus_scores
 from .schedules import Schedule, adamw_with_warmup
@@ -81,6 +82,9 @@ class Seq2SeqTransformer(L.LightningModule):
         max_len_b: int = 10,
         eval_batch_size: int = 64,
         compile: bool = False,
+        compile_backend: str = "inductor",
+        pad_to_multiple: int = 1,  # length bucketing: batch lengths padded up to a multiple (tasks.fast_paths)
+        fused_adamw: bool = False,  # one fused kernel for AdamW's update (tasks.fast_paths)
     ):
         super().__init__()
         check_hparams(
@@ -100,6 +104,7 @@ class Seq2SeqTransformer(L.LightningModule):
                 "max_len_a": at_least(0),
                 "max_len_b": at_least(0),
                 "eval_batch_size": at_least(1),
+                "pad_to_multiple": at_least(1),
             },
             *TRANSFORMER_RELATIONS,
         )
@@ -146,8 +151,8 @@ class Seq2SeqTransformer(L.LightningModule):
         # SacreBLEU signature of the last score of each stage ("val", "test"), for summaries.
         self.bleu_signatures: dict[str, str] = {}
         if compile:
-            # nn.Module.compile compiles in place: parameter names (and checkpoints) stay unchanged.
-            self.net.compile(dynamic=True)
+            # Compiled in place: parameter names (and checkpoints) stay unchanged. Bucketed lengths: one graph per bucket.
+            compile_net(self.net, max_len, pad_to_multiple, compile_backend)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         return self.net(src, tgt_in)  # (B, T, V)
@@ -155,7 +160,10 @@ class Seq2SeqTransformer(L.LightningModule):
     def _step(self, batch: Seq2SeqBatch, stage: str, accuracy: MulticlassAccuracy) -> torch.Tensor:
         """The summed loss of the batch's target tokens (see `on_before_optimizer_step` for its normalisation)."""
         src, tgt = batch
+        src, tgt = bucket_batch(src, tgt, self.hparams.pad_to_multiple, PAD)  # unchanged when pad_to_multiple is 1
         tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # teacher forcing: predict token t+1 from ≤ t
+        if self.hparams.compile and self.hparams.pad_to_multiple > 1:
+            mark_bucketed(src, tgt_in, tgt_out)
         logits, labels = self.net(src, tgt_in, tgt_out)  # (N, V), (N,): the padded positions left out
         loss_sum = F.cross_entropy(logits, labels, label_smoothing=self.hparams.label_smoothing, reduction="sum")
         accuracy(logits, labels)
@@ -301,7 +309,7 @@ class Seq2SeqTransformer(L.LightningModule):
     def configure_optimizers(self):
         hp = self.hparams
         total = self.trainer.estimated_stepping_batches if hp.lr_schedule == "cosine" else None
-        return adamw_with_warmup(self, hp.lr, hp.weight_decay, hp.lr_schedule, hp.warmup_steps, total, hp.betas)
+        return adamw_with_warmup(self, hp.lr, hp.weight_decay, hp.lr_schedule, hp.warmup_steps, total, hp.betas, hp.fused_adamw)
 
     # ----------------------------------------------------------------------------------------
     # Inference

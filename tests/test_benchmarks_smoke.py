@@ -108,3 +108,11 @@ def test_decoding_tools(tmp_path, capsys):
     for r in data["results"]:
         assert r["sentences_per_s"] > 0 and r["time_vs_beam"]["median"] > 0
     assert data["results"][0]["time_vs_beam"]["median"] == 1.0
+
+
+def test_static_decode(tmp_path, capsys):
+    stdout, data = run_benchmark("static_decode", tmp_path, capsys)
+    assert "growing cache (today)" in stdout and "static cache, eager" in stdout and "torch.compile" in stdout
+    searches = {(r["search"], r["name"]) for r in data["results"]}
+    assert len(searches) == 6  # greedy and beam × growing, static eager, static compiled
+    assert all(r["same_output"] and r["sentences_per_s"] > 0 for r in data["results"])
