@@ -114,8 +114,8 @@ class MultiHeadAttention(nn.Module):
             if kv_cache is not None and "slot" in kv_cache:
                 # A preallocated cache (models.static_cache): written in place at position `slot`, then read whole;
                 # the caller's mask hides the positions not written yet.
-                kv_cache["k"].index_copy_(2, kv_cache["slot"], k)
-                kv_cache["v"].index_copy_(2, kv_cache["slot"], v)
+                kv_cache["k"].index_copy_(2, kv_cache["slot"], k.to(kv_cache["k"].dtype))  # autocast: its dtype
+                kv_cache["v"].index_copy_(2, kv_cache["slot"], v.to(kv_cache["v"].dtype))
                 k, v = kv_cache["k"], kv_cache["v"]  # (B, Hkv, L, Dh)
             elif kv_cache is not None:
                 if "k" in kv_cache:

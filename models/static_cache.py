@@ -166,10 +166,12 @@ class StaticDecoder:
     def _bind(self, memory: torch.Tensor, src_pad: torch.Tensor) -> _StepState:
         """The buffers for memory's rows and length (allocated on first use), with its cross keys/values."""
         N, S, _ = memory.shape
-        L = self._buffer_len
-        st = self._states.get((N, S, L))
+        L, device = self._buffer_len, memory.device.type
+        # Under autocast the projections give keys/values in the autocast dtype: the buffers hold that dtype.
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else memory.dtype
+        st = self._states.get((N, S, L, dtype))
         if st is None:
-            st = self._states[(N, S, L)] = self._allocate(memory, L)
+            st = self._states[(N, S, L, dtype)] = self._allocate(N, S, L, memory.device, dtype)
         with torch.no_grad():
             for layer, (k, v) in zip(self.net.core.decoder_layers, st.cross_kv):
                 new_k, new_v = layer.cross_attn.project_kv(memory)  # (N, Hkv, S, Dh)
@@ -178,9 +180,7 @@ class StaticDecoder:
             st.memory_mask.copy_(padding_mask(src_pad))
         return st
 
-    def _allocate(self, memory: torch.Tensor, L: int) -> _StepState:
-        N, S, _ = memory.shape
-        device, dtype = memory.device, memory.dtype
+    def _allocate(self, N: int, S: int, L: int, device: torch.device, dtype: torch.dtype) -> _StepState:
         layers = self.net.core.decoder_layers
         attn = layers[0].self_attn
         shape = (N, attn.num_kv_heads, L, attn.head_dim)
@@ -235,10 +235,15 @@ class StaticDecoder:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side), torch.no_grad():
-            for _ in range(2):
+            for _ in range(3):
                 self._eager_step(*args)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph), torch.no_grad():
+        # Autocast's cache of cast weights must stay off while capturing: the graph would keep reading casts freed
+        # when the outer autocast exits (torch.cuda.graphs' advice).
+        autocast = torch.autocast(
+            "cuda", torch.get_autocast_dtype("cuda"), torch.is_autocast_enabled("cuda"), cache_enabled=False
+        )
+        with torch.cuda.graph(graph), torch.no_grad(), autocast:
             st.logits = self._eager_step(*args)
         st.graph = graph

@@ -79,6 +79,16 @@ def test_beam_equals_growing_cache(options, beam_size, length_penalty):
         assert torch.equal(decoder.beam(src, BOS, EOS, max_len, **kwargs), expected)
 
 
+@pytest.mark.parametrize("options", OPTIONS)
+def test_under_bf16_autocast_equals_growing_cache_with_bf16_buffers(options):
+    net, src = make_net(options), sources(BATCHES[1])
+    decoder = StaticDecoder(net, length_multiple=8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(decoder.greedy(src, BOS, EOS, 20), greedy_decode(net, src, BOS, EOS, 20))
+        assert torch.equal(decoder.beam(src, BOS, EOS, 12, beam_size=3), beam_search(net, src, BOS, EOS, 12, beam_size=3))
+    assert {key[3] for key in decoder._states} == {torch.bfloat16}  # the buffers hold what the projections give
+
+
 def test_one_decoder_serves_many_shapes_and_reuses_its_buffers():
     net = make_net({"num_kv_heads": 1})
     decoder = StaticDecoder(net, length_multiple=16)
@@ -86,14 +96,14 @@ def test_one_decoder_serves_many_shapes_and_reuses_its_buffers():
         src = sources(lengths, seed=max_len)
         assert torch.equal(decoder.greedy(src, BOS, EOS, max_len), greedy_decode(net, src, BOS, EOS, max_len))
     # (5, 7, 16) twice (10 and 12 steps round up to one buffer length), (1, 7, 32), (3, 9, 16).
-    assert sorted(decoder._states) == [(1, 7, 32), (3, 9, 16), (5, 7, 16)]
+    assert sorted(k[:3] for k in decoder._states) == [(1, 7, 32), (3, 9, 16), (5, 7, 16)]
 
 
 def test_buffers_are_sized_for_the_steps_and_the_positions():
     net = make_net({})
     decoder = StaticDecoder(net, length_multiple=32)
     decoder.greedy(sources((5,)), BOS, EOS, 100)  # 100 steps asked: capped at the net's 39 positions
-    ((_, _, length),) = decoder._states
+    ((_, _, length, _),) = decoder._states
     assert length == net.max_len
     cache = decoder.new_cache()
     memory, src_pad = decoder.encode(sources((5,)))
