@@ -17,6 +17,14 @@ interleaved (order rotating each repeat) and each ratio is peer time / our time 
     python benchmarks/peers.py --size small                # d256, 4 heads, 3+3, ff 1024
     python benchmarks/peers.py --size base --repeats 5     # d512, 8 heads, 6+6, ff 2048
     python benchmarks/peers.py --tiny                      # seconds; what CI runs
+    python benchmarks/peers.py --device cuda --dtype bf16 --size big --task train   # MFU on a GPU
+    python benchmarks/peers.py --device cuda --dtype bf16 --size base --decode-batches 1 64 --static-cache cuda-graph
+
+On a GPU (`--device cuda`) with `--dtype bf16` every PyTorch contender runs under bf16 autocast and
+CTranslate2 in bfloat16 (and int8 weights with bfloat16 activations). MFU = 6 · N · tokens/s / peak, N the
+model's parameters counted once (tied tables once), tokens the source plus target tokens of the batch that
+are not padding; the peak is the GPU's dense bf16 rate (H100 SXM: 989 TFLOPS, NVIDIA H100 Tensor Core GPU
+datasheet; H100 PCIe 756) or --peak-tflops.
 Needs the optional peers: pip install -e ".[bench]".
 """
 
@@ -30,7 +38,17 @@ import tempfile
 
 import torch
 import torch.nn.functional as F
-from _common import environment, padded_ids, peak_cpu_bytes, print_table, ratio_summary, summary, timed, write_json
+from _common import (
+    device_or_exit,
+    environment,
+    padded_ids,
+    peak_cpu_bytes,
+    print_table,
+    ratio_summary,
+    summary,
+    timed,
+    write_json,
+)
 from torch import nn
 
 from datamodules.vocab import Vocab
@@ -40,7 +58,10 @@ from models.positional import SinusoidalPositionalEncoding
 SIZES = {
     "small": dict(d_model=256, nhead=4, layers=3, ff=1024),
     "base": dict(d_model=512, nhead=8, layers=6, ff=2048),
+    "big": dict(d_model=1024, nhead=16, layers=6, ff=4096),
 }
+# Dense bf16 tensor-core peaks (TFLOPS, without sparsity) from NVIDIA's datasheets, matched on the device name.
+PEAK_BF16_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.4, "H200": 989.4, "A100": 312.0}
 TINY = dict(d_model=32, nhead=4, layers=1, ff=64, vocab=60, batch=2, src_len=6, tgt_len=6, out_len=4, repeats=2, warmup=1)
 PAD, BOS, EOS = 0, 1, 2
 EOS_NEVER = -1  # an id argmax never returns: our searches then run exactly out_len steps
@@ -66,6 +87,12 @@ def parse_args(argv=None):
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--task", default="both", choices=["train", "decode", "both"])
     p.add_argument("--compile", action="store_true", help="add a row: ours under torch.compile (training)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="bf16: autocast (CTranslate2: bfloat16)")
+    p.add_argument("--decode-batches", type=int, nargs="+", default=None, help="decoding batch sizes (default: --batch)")
+    p.add_argument("--static-cache", default=None, choices=["eager", "compile", "cuda-graph"],
+                   help="add a decoding row: ours with models/static_cache.py in this mode")  # fmt: skip
+    p.add_argument("--peak-tflops", type=float, default=None, help="the device's peak for MFU (default: from the GPU name)")
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
@@ -77,7 +104,37 @@ def parse_args(argv=None):
     if args.tiny:
         for k, v in TINY.items():
             setattr(args, k, v)
+    if args.decode_batches is None:
+        args.decode_batches = [args.batch]
     return args
+
+
+def autocast(args):
+    return torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
+
+
+def peak_tflops(args) -> float | None:
+    if args.peak_tflops or args.device != "cuda":
+        return args.peak_tflops
+    name = torch.cuda.get_device_name()
+    return next((tflops for key, tflops in PEAK_BF16_TFLOPS.items() if key in name), None)
+
+
+def peak_bytes(fn, device: str) -> int:
+    """Peak bytes allocated during one call of `fn` above what was live before it (the CUDA allocator's
+    count on a GPU, the profiler's on a CPU)."""
+    if device != "cuda":
+        return peak_cpu_bytes(fn)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
+def parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())  # a tied table is one parameter: counted once
 
 
 # ------------------------------------------------------------------------------------------
@@ -176,6 +233,7 @@ class TrainContender:
 
     def __init__(self, name, model, logits_fn, args, batch, packed: bool = False):
         self.name, self.model, self.logits_fn, self.packed = name, model, logits_fn, packed
+        self.args, self.params = args, parameters(model)
         self.src, self.tgt = batch
         self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         self.smoothing = args.label_smoothing
@@ -186,20 +244,21 @@ class TrainContender:
     def step(self):
         self.opt.zero_grad(set_to_none=True)
         tgt_in, tgt_out = self.tgt[:, :-1], self.tgt[:, 1:]
-        if self.packed:
-            logits, labels = self.logits_fn(self.src, tgt_in, tgt_out)  # (N, V), (N,)
-        else:
-            logits, labels = self.logits_fn(self.src, tgt_in).flatten(0, 1), tgt_out.flatten()  # (B*T, V)
-        loss = F.cross_entropy(logits, labels, ignore_index=PAD, label_smoothing=self.smoothing)
+        with autocast(self.args):
+            if self.packed:
+                logits, labels = self.logits_fn(self.src, tgt_in, tgt_out)  # (N, V), (N,)
+            else:
+                logits, labels = self.logits_fn(self.src, tgt_in).flatten(0, 1), tgt_out.flatten()  # (B*T, V)
+            loss = F.cross_entropy(logits.float(), labels, ignore_index=PAD, label_smoothing=self.smoothing)
         loss.backward()
         self.opt.step()
         return loss
 
 
 def train_contenders(args, ours, batch):
-    torch_model = TorchTransformerSeq2Seq(args)
-    hf = marian(args)
-    xt = x_transformer(args)
+    torch_model = TorchTransformerSeq2Seq(args).to(args.device)
+    hf = marian(args).to(args.device)
+    xt = x_transformer(args).to(args.device)
     contenders = [
         TrainContender("ours", ours.net, ours.net, args, batch, packed=True),
         TrainContender("torch.nn.Transformer", torch_model, torch_model, args, batch),
@@ -237,30 +296,35 @@ def interleaved(contenders, run_one, args):
     for r in range(args.repeats):
         order = [contenders[(r + i) % n] for i in range(n)]
         for c in order if r % 2 == 0 else order[::-1]:
-            c.times.append(timed(lambda c=c: run_one(c), "cpu"))
+            c.times.append(timed(lambda c=c: run_one(c), args.device))
         print(f"repeat {r + 1}/{args.repeats}", file=sys.stderr, flush=True)
 
 
-def rows_against_ours(contenders, units: float, unit_name: str) -> tuple[list[list], list[dict]]:
+def rows_against_ours(contenders, units: float, unit_name: str, peak: float | None = None) -> tuple[list[list], list[dict]]:
+    """Table rows and results; with `peak` (FLOP/s), each training contender's MFU = 6 · N · tokens/s / peak."""
     ours = contenders[0]
     rows, results = [], []
     for c in contenders:
         s = summary(c.times)
         ratio = ratio_summary(c.times, ours.times)  # peer time / our time: > 1 means ours is faster
         mem = "n/a" if c.peak_bytes is None else f"{c.peak_bytes / 2**20:.1f}"
+        rate = units / s["median_s"]
         rows.append(
             [
                 c.name,
                 f"{s['median_s'] * 1e3:.1f}",
                 f"{s['min_s'] * 1e3:.1f}–{s['max_s'] * 1e3:.1f}",
-                f"{units / s['median_s']:,.1f}",
+                f"{rate:,.1f}",
                 "1 (reference)" if c is ours else f"{ratio['median']:.2f} ({ratio['min']:.2f}–{ratio['max']:.2f})",
                 mem,
             ]
         )
-        results.append(
-            {"name": c.name, "time": s, unit_name: units / s["median_s"], "peer_over_ours": ratio, "peak_bytes": c.peak_bytes}
-        )
+        result = {"name": c.name, "time": s, unit_name: rate, "peer_over_ours": ratio, "peak_bytes": c.peak_bytes}
+        if hasattr(c, "params"):
+            result["parameters"] = c.params
+            result["mfu"] = 6 * c.params * rate / peak if peak else None
+            rows[-1].append(f"{result['mfu']:.1%}" if peak else "n/a")
+        results.append(result)
     return rows, results
 
 
@@ -275,18 +339,22 @@ def run_train(args, ours, src, tgt) -> dict:
         print(f"torch.compile: first step {start:.1f} s (compilation included)", file=sys.stderr)
     interleaved(contenders, lambda c: c.step(), args)
     for c in contenders:
-        c.peak_bytes = peak_cpu_bytes(c.step)
+        c.peak_bytes = peak_bytes(c.step, args.device)
     tokens = int(src.ne(PAD).sum() + tgt[:, 1:].ne(PAD).sum())
-    rows, results = rows_against_ours(contenders, tokens, "tokens_per_s")
+    peak = peak_tflops(args)
+    rows, results = rows_against_ours(contenders, tokens, "tokens_per_s", peak * 1e12 if peak else None)
     title = (
-        f"Training step, CPU fp32: {model_size(args)}, dropout {args.dropout}, batch {args.batch}, "
+        f"Training step, {args.device} {args.dtype}: {model_size(args)}, dropout {args.dropout}, batch {args.batch}, "
         f"src/tgt {args.src_len}/{args.tgt_len} "
         f"tokens ({args.pad_frac:.0%} padding), label smoothing {args.label_smoothing}, AdamW; {args.repeats} interleaved "
         f"repeats, torch {torch.__version__}, {torch.get_num_threads()} threads"
     )
+    if peak:
+        title += f"; MFU = 6 · parameters · tokens/s / {peak:g} TFLOPS (dense bf16 peak)"
     headers = ["model", "step ms (median)", "step ms (min–max)", "tokens/s", "peer time / ours (median, min–max)", "peak MiB"]
+    headers.append("MFU")
     table = print_table(headers, rows, title)
-    return {"table": table, "results": results, "tokens_per_step": tokens}
+    return {"table": table, "results": results, "tokens_per_step": tokens, "peak_tflops": peak}
 
 
 class DecodeContender:
@@ -302,23 +370,35 @@ def decode_contenders(args, ours, src, ct2_dir: str):
     import ctranslate2
 
     from deploy.ctranslate2 import vocabulary
+    from models.static_cache import StaticDecoder
 
     net = ours.net.eval()
-    hf = marian(args).eval()
+    hf = marian(args).to(args.device).eval()
     words = vocabulary(ours.src_tokenizer)
     tokens = [[words[i] for i in row if i != PAD] for row in src.tolist()]  # each ends with <eos>, as ours
     n, threads = args.out_len, torch.get_num_threads()
+    if args.device == "cpu":
+        kinds = ("float32", "int8")
+    else:
+        kinds = ("bfloat16", "int8_bfloat16") if args.dtype == "bf16" else ("float32", "int8_float32")
     ct2 = {
-        ct: ctranslate2.Translator(ct2_dir, compute_type=ct, inter_threads=1, intra_threads=threads) for ct in ("float32", "int8")
+        ct: ctranslate2.Translator(ct2_dir, device=args.device, compute_type=ct, inter_threads=1, intra_threads=threads)
+        for ct in kinds
     }
+    static = StaticDecoder(net, args.static_cache) if args.static_cache else None
 
-    def run_ours(beam):
-        if beam == 1:
-            return greedy_decode(net, src, BOS, EOS_NEVER, n)
-        return beam_search(net, src, BOS, EOS_NEVER, n, beam_size=beam, length_penalty=1.0)
+    def run_ours(beam, decoder=None):
+        with autocast(args):
+            if decoder is not None:
+                if beam == 1:
+                    return decoder.greedy(src, BOS, EOS_NEVER, n)
+                return decoder.beam(src, BOS, EOS_NEVER, n, beam_size=beam, length_penalty=1.0)
+            if beam == 1:
+                return greedy_decode(net, src, BOS, EOS_NEVER, n)
+            return beam_search(net, src, BOS, EOS_NEVER, n, beam_size=beam, length_penalty=1.0)
 
     def run_hf(beam):
-        with torch.no_grad():
+        with torch.no_grad(), autocast(args):
             return hf.generate(
                 input_ids=src, attention_mask=src.ne(PAD), max_new_tokens=n, min_new_tokens=n, num_beams=beam,
                 do_sample=False, length_penalty=1.0,
@@ -329,52 +409,72 @@ def decode_contenders(args, ours, src, ct2_dir: str):
             tokens, beam_size=beam, max_decoding_length=n, min_decoding_length=n, length_penalty=1.0 if beam > 1 else 0.0
         )  # fmt: skip
 
-    return {
-        "ours": run_ours,
-        "HF Marian generate": run_hf,
-        "CTranslate2 float32 (our weights)": run_ct2("float32"),
-        "CTranslate2 int8 (our weights)": run_ct2("int8"),
-    }
+    decoders = {"ours": run_ours}
+    if static is not None:
+        decoders[f"ours, static cache ({args.static_cache})"] = functools.partial(run_ours, decoder=static)
+    decoders["HF Marian generate"] = run_hf
+    decoders |= {f"CTranslate2 {kind} (our weights)": run_ct2(kind) for kind in kinds}
+    return decoders
 
 
-def run_decode(args, ours, src) -> dict:
+def run_decode(args, ours, sources: dict[int, torch.Tensor]) -> dict:
+    """Greedy and beam 4 at every batch size of `sources` ({batch: (batch, S) ids}); results per beam, each row
+    with its batch."""
     from deploy.ctranslate2 import export_ctranslate2
 
     tables, results = [], {}
     with tempfile.TemporaryDirectory() as tmp:
-        decoders = decode_contenders(args, ours, src, str(export_ctranslate2(ours.eval(), f"{tmp}/ct2")))
-        for beam in (1, 4):
-            contenders = [DecodeContender(name, functools.partial(fn, beam)) for name, fn in decoders.items()]
-            with torch.inference_mode():
-                interleaved(contenders, lambda c: c.fn(), args)
-                for c in contenders[:2]:  # CTranslate2 allocates outside torch: not seen by its profiler
-                    c.peak_bytes = peak_cpu_bytes(c.fn)
-            rows, res = rows_against_ours(contenders, args.batch, "sentences_per_s")
-            title = (
-                f"{'Greedy decoding' if beam == 1 else f'Beam search ({beam} beams)'}, CPU: {model_size(args)}, "
-                f"batch {args.batch}, "
-                f"{args.src_len}-token sources ({args.pad_frac:.0%} padding), exactly {args.out_len} output tokens; "
-                f"{args.repeats} interleaved repeats, {torch.get_num_threads()} threads"
-            )
-            headers = ["decoder", "ms (median)", "ms (min–max)", "sentences/s", "peer time / ours (median, min–max)", "peak MiB"]
-            tables.append(print_table(headers, rows, title))
-            results[f"beam{beam}"] = res
+        ct2_dir = str(export_ctranslate2(ours.cpu().eval(), f"{tmp}/ct2"))
+        ours.to(args.device)
+        for batch, src in sources.items():
+            decoders = decode_contenders(args, ours, src, ct2_dir)
+            for beam in (1, 4):
+                tables.append(decode_table(args, decoders, beam, batch, results))
     return {"tables": tables, "results": results}
 
 
+def decode_table(args, decoders: dict, beam: int, batch: int, results: dict) -> str:
+    contenders = [DecodeContender(name, functools.partial(fn, beam)) for name, fn in decoders.items()]
+    with torch.inference_mode():
+        interleaved(contenders, lambda c: c.fn(), args)
+        for c in contenders:  # CTranslate2 allocates outside torch: not seen by its profiler
+            if not c.name.startswith("CTranslate2"):
+                c.peak_bytes = peak_bytes(c.fn, args.device)
+    rows, res = rows_against_ours(contenders, batch, "sentences_per_s")
+    for r in res:
+        r["batch"] = batch
+    title = (
+        f"{'Greedy decoding' if beam == 1 else f'Beam search ({beam} beams)'}, {args.device} {args.dtype}: "
+        f"{model_size(args)}, batch {batch}, "
+        f"{args.src_len}-token sources ({args.pad_frac:.0%} padding), exactly {args.out_len} output tokens; "
+        f"{args.repeats} interleaved repeats, {torch.get_num_threads()} threads"
+    )
+    headers = ["decoder", "ms (median)", "ms (min–max)", "sentences/s", "peer time / ours (median, min–max)", "peak MiB"]
+    results.setdefault(f"beam{beam}", []).extend(res)
+    return print_table(headers, rows, title)
+
+
+def sources(args, batch: int, g: torch.Generator) -> torch.Tensor:
+    src = padded_ids(batch, args.src_len, args.vocab, args.pad_frac, PAD, g)
+    src[torch.arange(batch), src.ne(PAD).sum(1) - 1] = EOS  # sources end with <eos>, as ours are framed
+    return src.to(args.device)
+
+
 def run(args) -> dict:
+    device_or_exit(args.device)
     torch.manual_seed(args.seed)
-    ours = our_module(args)
+    ours = our_module(args).to(args.device)
     g = torch.Generator().manual_seed(args.seed)
-    src = padded_ids(args.batch, args.src_len, args.vocab, args.pad_frac, PAD, g)
-    src[torch.arange(args.batch), src.ne(PAD).sum(1) - 1] = EOS  # sources end with <eos>, as ours are framed
+    src = sources(args, args.batch, g)
     tgt = padded_ids(args.batch, args.tgt_len + 1, args.vocab, args.pad_frac, PAD, g)
     tgt[:, 0] = BOS
-    payload = {"benchmark": "peers", "config": vars(args), "environment": environment("cpu")}
+    tgt = tgt.to(args.device)
+    payload = {"benchmark": "peers", "config": vars(args), "environment": environment(args.device)}
     if args.task in ("train", "both"):
         payload["train"] = run_train(args, ours, src, tgt)
     if args.task in ("decode", "both"):
-        payload["decode"] = run_decode(args, ours, src)
+        batches = {b: src if b == args.batch else sources(args, b, g) for b in args.decode_batches}
+        payload["decode"] = run_decode(args, ours, batches)
     print("\nWhat differs from ours:")
     for name, text in DIFFERENCES.items():
         print(f"  - {name}: {text}")
