@@ -223,9 +223,15 @@ class StaticDecoder:
         if added is not None:
             x = x + added
         self_mask = (positions <= slot).view(1, 1, 1, -1)  # (1, 1, 1, L): the positions written so far
-        for layer, (k, v), (ck, cv) in zip(net.core.decoder_layers, self_kv, cross_kv):
+        core, bias = net.core, None
+        if core.decoder_bias is not None:
+            # Row `slot` of the bias of all L positions: a relative bias depends on key − query only, so these are
+            # the numbers the growing cache computes at its offset (the keys after `slot` are masked).
+            L = positions.numel()
+            bias = core.decoder_bias(L, L, 0).index_select(2, slot)  # (layers or 1, H, 1, L)
+        for i, (layer, (k, v), (ck, cv)) in enumerate(zip(core.decoder_layers, self_kv, cross_kv)):
             cache = {"self": {"k": k, "v": v, "slot": slot}, "cross": {"k": ck, "v": cv}}
-            x, _ = layer(x, None, self_mask, memory_mask, False, cache, False, rope)
+            x, _ = layer(x, None, self_mask, memory_mask, False, cache, False, rope, core._layer_bias(bias, i))
         return net.generator(net.core.decoder_norm(x))  # (N, 1, V)
 
     def _capture(self, st: _StepState) -> None:
