@@ -200,3 +200,7 @@ def test_translate_script_flag(toy_checkpoint, capsys):
         translate.main([*args, "--static-cache", "cuda-graph"])
     out = capsys.readouterr()
     assert refused.value.code == 2 and "needs --device cuda" in out.err and not out.out
+    with pytest.raises(SystemExit) as refused:
+        translate.main([*args, "--static-cache", "eager", "--nbest", "2", "--beam-size", "2"])
+    out = capsys.readouterr()
+    assert refused.value.code == 2 and "not with --nbest" in out.err and not out.out
