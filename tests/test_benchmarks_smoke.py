@@ -129,10 +129,27 @@ def test_peers_ratio_is_the_peers_time_over_ours_in_the_same_repeat():
     assert rows[0][4] == "1 (reference)" and rows[1][4] == "1.00 (0.50–3.00)" and rows[1][5] == "1.0"
 
 
-def test_decoding_tools(tmp_path, capsys):
+def test_decoding_tools(tmp_path, capsys, monkeypatch):
+    # A decode "takes" 10 ms per decoder call it makes: every search runs the 4 output steps (<eos> is never
+    # chosen), and an ensemble of 2 runs both networks' decoders at each, so its time is twice beam search's.
+    from models import Seq2SeqNet
+
+    decoding_tools, calls, decode = importlib.import_module("decoding_tools"), [0], Seq2SeqNet.decode
+
+    def counted(self, *args, **kwargs):
+        calls[0] += 1
+        return decode(self, *args, **kwargs)
+
+    def timed(fn, device):
+        before = calls[0]
+        fn()
+        return 0.01 * (calls[0] - before)
+
+    monkeypatch.setattr(Seq2SeqNet, "decode", counted)
+    monkeypatch.setattr(decoding_tools, "timed", timed)
     stdout, data = run_benchmark("decoding_tools", tmp_path, capsys)
     assert "4-best of beam 4" in stdout and "ensemble of 2" in stdout
     assert [r["mode"] for r in data["results"]] == ["beam 4", "4-best of beam 4", "ensemble of 2, beam 4"]
-    for r in data["results"]:
-        assert r["sentences_per_s"] > 0 and r["time_vs_beam"]["median"] > 0
-    assert data["results"][0]["time_vs_beam"]["median"] == 1.0
+    for r, steps, ratio in zip(data["results"], (4, 4, 8), (1.0, 1.0, 2.0)):
+        assert r["time"]["median_s"] == pytest.approx(0.01 * steps) and r["time_vs_beam"]["median"] == pytest.approx(ratio)
+        assert r["sentences_per_s"] == pytest.approx(data["config"]["batch"] / (0.01 * steps))
