@@ -16,6 +16,7 @@ import struct
 from pathlib import Path
 
 import pytest
+import torch
 
 from datamodules import MNISTDataModule, ParallelCorpusDataModule, ToyTranslationDataModule
 from datamodules.corpus_readers import read_aligned, read_tatoeba
@@ -327,8 +328,13 @@ def test_hyperparameters_that_are_not_numbers_are_named():
 
 
 def test_good_settings_still_build(tmp_path):
-    MnistSequenceClassifier(tokens="rows", patch_size=5, head="mean", num_decoder_layers=0)  # patch_size unused
-    Seq2SeqTransformer(tokenizers=ToyTranslationDataModule().tokenizers, d_model=32, nhead=4, bleu_val_sentences=None)
+    """Settings at the edge of what the checks allow are accepted, and mean what they say."""
+    rows = MnistSequenceClassifier(tokens="rows", patch_size=5, head="mean", num_decoder_layers=0)  # patch_size unused
+    assert rows(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    toy = Seq2SeqTransformer(tokenizers=ToyTranslationDataModule().tokenizers, d_model=32, nhead=4, bleu_val_sentences=None)
+    assert toy.net.d_model == 32 and toy.hparams.bleu_val_sentences is None  # None: BLEU on the whole validation split
     ParallelCorpusDataModule(str(tmp_path), val_fraction=0, test_fraction=0, max_tokens=128, max_len=128)
-    MNISTDataModule(val_size=0.5)
-    MNISTDataModule(val_size=1)
+    train, val = MNISTDataModule(val_size=0.5)._split(60)  # a float is a fraction of the training images
+    assert (len(train), len(val)) == (30, 30)
+    train, val = MNISTDataModule(val_size=1)._split(60)  # an int is a number of images: 1 is one image, not all
+    assert (len(train), len(val)) == (59, 1) and not set(train) & set(val)

@@ -173,11 +173,18 @@ def test_token_budget_sampler_respects_budget_and_covers_every_example_once() ->
 def test_token_budget_sampler_shards_equally_across_ranks() -> None:
     lengths = [random.Random(i).randint(1, 30) for i in range(301)]
     for shuffle in (True, False):
+        whole = [b.tolist() for b in TokenBudgetBatchSampler(lengths, 64, shuffle, seed=1)]  # one process
         shards = [list(TokenBudgetBatchSampler(lengths, 64, shuffle, seed=1, num_replicas=3, rank=r)) for r in range(3)]
-        assert len({len(s) for s in shards}) == 1
-        seen = {i for s in shards for b in s for i in b}
-        if not shuffle:  # evaluation must see everything
-            assert seen == set(range(len(lengths)))
+        n = len(shards[0])
+        assert len({len(s) for s in shards}) == 1 and len(whole) % 3 != 0  # a remainder to drop or repeat
+        # Rank r takes every 3rd of the one process's batches, from the r-th on.
+        dealt = [shards[i % 3][i // 3].tolist() for i in range(3 * n)]
+        seen = [i for b in dealt for i in b]
+        if shuffle:  # training: the remainder (fewer than 3 batches) waits for another epoch, nothing is repeated
+            assert dealt == whole[: 3 * n] and len(whole) - 3 < 3 * n and len(set(seen)) == len(seen)
+        else:  # evaluation must see everything: the first batches are repeated to fill the last round
+            assert dealt == [whole[i % len(whole)] for i in range(3 * n)] and 3 * n - 3 < len(whole)
+            assert set(seen) == set(range(len(lengths)))
 
 
 def test_token_budget_sampler_rejects_an_example_over_budget() -> None:
@@ -339,4 +346,4 @@ def test_real_multi30k_loads() -> None:
     assert [len(dm.train_pairs()), len(dm.val_pairs()), len(dm.test_pairs())] == [29_000, 1_014, 1_000]
     assert dm.test_pairs()[0][1].endswith(".")
     dm.setup("fit")
-    assert len(dm.train_dataloader()) > 0
+    assert sum(len(b) for b in dm.train_dataloader().batch_sampler) == 29_000  # every pair in one epoch's batches

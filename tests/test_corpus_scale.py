@@ -178,24 +178,42 @@ def test_fit_on_a_cache_changed_in_place_is_one_line(tmp_path) -> None:
     assert len(errors) == 1 and str(path) in errors[0] and "damaged" in errors[0], result.stderr[-3000:]
 
 
-def test_prepare_killed_at_random_moments_never_leaves_a_cache_that_is_used(tmp_path) -> None:
+def kill_when(cmd: list[str], ready, timeout: float = 300) -> int:
+    """Start `cmd`, and SIGKILL it as soon as `ready(pid)` holds; its pid. Fails unless it was killed
+    then, still running: a process that ended first (or never got there) interrupted nothing."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    try:
+        while not ready(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, f"{cmd[1]} ended with {proc.returncode} before the moment to kill it"
+    return proc.pid
+
+
+def test_prepare_killed_while_training_or_encoding_never_leaves_a_cache_that_is_used(tmp_path) -> None:
     data = aligned_corpus(tmp_path / "d", n=20_000)
     cmd = [*_prepare_args(data)]
     reference = module(data, cache_dir=str(tmp_path / "reference"))
     reference.setup("fit")
     expected = batches_of(reference, "val")
-    for delay in (0.5, 2.0, 3.5):
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(delay)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    cache = data / ".cache"
+    # Killed while its tokenizers are trained, then (the next run) while it writes the token ids.
+    training = kill_when(cmd, lambda pid: any(cache.glob(f".tokenizers-*.tmp-{pid}")))
+    assert any(cache.glob(f".tokenizers-*.tmp-{training}")) and folders(cache, "tokenizers") == []
+    encoding = kill_when(cmd, lambda pid: any(cache.glob(f".ids-*.tmp-{pid}")))
+    assert not any(cache.glob(f".tokenizers-*.tmp-{training}"))  # the dead run's leftover was cleared
+    assert any(cache.glob(f".ids-*.tmp-{encoding}")) and folders(cache, "ids") == []  # nothing half-built named
     done = script("prepare", *cmd[2:])
     assert done.returncode == 0, done.stderr
     assert "token ids:" in done.stdout
     dm = module(data)
     dm.setup("fit")
     assert batches_of(dm, "val") == expected and len(dm._datasets["train"]) == len(reference._datasets["train"])
-    assert not [p for p in (data / ".cache").iterdir() if ".tmp-" in p.name]
+    assert not [p for p in cache.iterdir() if ".tmp-" in p.name]
 
 
 def _prepare_args(data: Path) -> list[str]:
@@ -386,7 +404,19 @@ def test_wmt14_recipe_runs_a_few_steps_on_a_local_slice(tmp_path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(next((tmp_path / "run").rglob("summary.json")).read_text())
-    assert summary["steps"] == 4 and summary["test"]["test/bleu"] >= 0 and summary["parameters"] > 40_000_000
+    assert summary["steps"] == 4 and summary["parameters"] > 40_000_000
+    # Oracle: the best checkpoint's own beam-4 translations of the test split, scored by SacreBLEU.
+    from tasks import Seq2SeqTransformer
+    from tasks.metrics import corpus_scores
+    from training.loading import load_checkpoint
+
+    model = load_checkpoint(Seq2SeqTransformer, summary["best_checkpoint"])
+    assert (model.hparams.eval_beam_size, model.hparams.length_penalty) == (4, 0.6)
+    pairs = [(f"{e} {i}", f"{g} {i}") for i, (g, e) in enumerate(zip(GERMAN * 2, ENGLISH * 2))]  # en → de
+    expected = corpus_scores(model.translate_many([s for s, _ in pairs], beam_size=4), [r for _, r in pairs])
+    assert summary["test"]["test/bleu"] == pytest.approx(expected["bleu"], abs=1e-4)
+    assert summary["test"]["test/chrf"] == pytest.approx(expected["chrf"], abs=1e-4)
+    assert summary["test_bleu_signature"] == expected["bleu_signature"]
 
 
 # ---------------------------------------------------------------------------------------------- the sampler at scale

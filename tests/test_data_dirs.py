@@ -31,3 +31,10 @@ def test_recipes_keep_their_data_inside_the_project(config):
     if data_dir is not None:
         assert _inside_project(data_dir) and data_dir.startswith("data/"), f"{config.name}: {data_dir}"
     assert "../shared" not in "".join(line for line in config.read_text().splitlines() if not line.lstrip().startswith("#"))
+
+
+def test_the_recipes_the_readme_lists_are_the_ones_there():
+    """The test above runs once per file in configs/: a recipe deleted (or all of them) would go unnoticed."""
+    line = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("configs/ "))
+    listed = {name.strip() for name in line.split(":", 1)[1].split(",")}  # "one YAML per recipe: toy_translation, …"
+    assert {c.stem for c in CONFIGS} == listed

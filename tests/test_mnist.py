@@ -375,8 +375,13 @@ def test_test_end_saves_and_logs_confusion_matrix_and_misclassified_digits(tmp_p
     logger = ImageLogger(tmp_path)
     model = MnistSequenceClassifier(**TINY, num_misclassified_shown=5)
     trainer = quiet_trainer(tmp_path, logger=logger)
-    (metrics,) = trainer.test(model, DataLoader(random_digits(40), batch_size=16), verbose=False)
-    assert 0.0 <= metrics["test/acc"] <= 1.0
+    digits = random_digits(40)
+    (metrics,) = trainer.test(model, DataLoader(digits, batch_size=16), verbose=False)
+    images, labels = digits.tensors
+    with torch.no_grad():
+        right = model.eval()(images).argmax(-1).eq(labels).sum().item()
+    assert 0 < right < 40  # an untrained model: some right, some wrong (drawn in test_misclassified.png)
+    assert metrics["test/acc"] == pytest.approx(right / 40)  # over all 40 digits, not a mean of the 3 batches' means
     out = Path(trainer.log_dir)
     assert (out / "test_confusion_matrix.png").stat().st_size > 1000
     assert (out / "test_misclassified.png").stat().st_size > 1000

@@ -2,6 +2,7 @@
 scripts/fit.py's own CLI and instantiates a model and data module that carry the swept values.
 No network: the command is built with wandb's own helpers, as the agent builds it."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,12 @@ def test_every_agent_command_parses_and_instantiates(path, tmp_path, monkeypatch
             else:
                 assert hparams[f"data.{name.removeprefix('data.init_args.')}"] == value, name
         assert cli.trainer.logger._wandb_init["group"] == recipe  # the recipe's group, not the variant's
+
+
+def test_the_sweep_files_the_readme_names_are_there():
+    """The tests above run once per file in configs/sweeps/: with the folder gone they would be skipped, not fail."""
+    named = set(re.findall(r"configs/sweeps/(\w+)\.yaml", (ROOT / "README.md").read_text()))
+    assert named and named <= {p.stem for p in SWEEPS}
 
 
 def test_runs_to_check_cover_every_value():

@@ -64,7 +64,8 @@ def test_checkpoint_is_plain_data(trained_toy):
 
 def test_unknown_characters_translate_without_error(trained_toy):
     model = Seq2SeqTransformer.load_from_checkpoint(trained_toy[1])
-    assert isinstance(model.translate(["我 是 猫"])[0], str)
+    assert model.src_tokenizer.encode("我 是 猫")[-1] == model.src_tokenizer.encode("我 是 狗")[-1] == UNK
+    assert model.translate(["我 是 猫"]) == model.translate(["我 是 狗"])  # the same <unk>: the same translation
     with pytest.raises(ValueError, match="empty"):
         model.translate(["  "])
 

@@ -174,6 +174,7 @@ def test_evaluate_script(tmp_path, trained):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     hyps = hyp_file.read_text(encoding="utf-8").splitlines()
+    assert hyps == trained[1].translate([s for s, _ in TOY_PAIRS], beam_size=2)  # the checkpoint's own translations
     expected = corpus_scores(hyps, [t for _, t in TOY_PAIRS])
     assert f"SacreBLEU: {expected['bleu']:.2f}  ({expected['bleu_signature']})" in result.stdout
     assert f"chrF: {expected['chrf']:.2f}  ({expected['chrf_signature']})" in result.stdout
