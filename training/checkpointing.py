@@ -3,7 +3,8 @@
 
 - `BestAndLastCheckpoint`: Lightning's `ModelCheckpoint`, with `last.ckpt` kept up to date every epoch,
   ties between scores going to the later checkpoint, metrics not logged every epoch waited for, a
-  diverged `last.ckpt` rolled back, and the stops at a step (a signal, a time limit, `max_steps`).
+  diverged `last.ckpt` rolled back, the stops at a step (a time limit, `max_steps`), and `write_last`
+  for the stop on a signal (training/signals.py).
 - `AtomicCheckpointIO`: a checkpoint is written to a temporary file and renamed over the old one,
   so an interrupted save never leaves a truncated `last.ckpt` in place of a good one; a failed write
   (full disk, read-only folder) is one `OutputError` naming the checkpoint.
@@ -13,7 +14,6 @@
 from __future__ import annotations
 
 import os
-import signal
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,7 +24,6 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from models.files import remove_stale_temporaries, temporary_name
 
-from . import signals
 from .faults import OutputError, atomic_torch_save, write_fault
 
 
@@ -48,9 +47,8 @@ class BestAndLastCheckpoint(ModelCheckpoint):
     equal scores is the checkpoint that has trained and averaged least.
 
     It also owns what happens to its files when training stops early:
-    - SIGTERM or SIGINT (`training/signals.py`): at the end of the step the signal arrived in (after
-      the epoch's end and its validation, when the step ends an epoch), `last.ckpt` is written if it
-      was not at that step, and `signals.Stopped` is raised.
+    - SIGTERM or SIGINT: `training/signals.py` decides where the run stops and has `write_last` write
+      `last.ckpt` there.
     - A loss that is not finite (`FiniteLossCheck`): the weights of a checkpoint show their loss only
       at the next step, so the previous `last.ckpt` is kept (a hard link, `.last.ckpt.prev-<pid>`)
       until the next one is written; when the loss of the weights in `last.ckpt` is NaN or infinite,
@@ -107,7 +105,6 @@ class BestAndLastCheckpoint(ModelCheckpoint):
         super().on_train_epoch_end(trainer, pl_module)
         if self._should_save_on_train_epoch_end(trainer):
             self._save_last_if_missed(trainer)
-        self._stop_if_signalled(trainer)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._note_if_logged(trainer)
@@ -142,7 +139,6 @@ class BestAndLastCheckpoint(ModelCheckpoint):
         # A step followed by validation (the epoch's last, or val_check_interval's) stops after it: a
         # run resumed from a checkpoint written here would skip that validation (Lightning's rule).
         if not validation_or_epoch_end_follows(trainer):
-            self._stop_if_signalled(trainer)
             self._end_if_training_ends_here(trainer)
 
     def _save_topk_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict[str, torch.Tensor]) -> None:
@@ -198,17 +194,12 @@ class BestAndLastCheckpoint(ModelCheckpoint):
         self._previous_last = None
         self.last_model_path, self.last_step = (path, step) if path and os.path.isfile(path) else ("", None)
 
-    def _stop_if_signalled(self, trainer: L.Trainer) -> None:
-        """At the end of a step: after SIGTERM or SIGINT, write last.ckpt (unless it was written at this
-        step) and stop. Every rank stops at the same step (a rank that got no signal follows one that did)."""
-        signum = signals.received()
-        if not trainer.strategy.reduce_boolean_decision(signum is not None, all=False):
-            return
+    def write_last(self, trainer: L.Trainer) -> str | None:
+        """Write last.ckpt at this step unless it was written here already (a stop at this step: a signal,
+        a time limit, `max_steps`); its path, or None when `--checkpoint.save_last` is off."""
         if self.last_step != trainer.global_step:
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
-        signals.forget()
-        written = self.last_model_path if self.last_step == trainer.global_step else None
-        raise signals.Stopped(signum or signal.SIGTERM, trainer.current_epoch, trainer.global_step, written)
+        return self.last_model_path if self.last_step == trainer.global_step else None
 
     def _end_if_training_ends_here(self, trainer: L.Trainer) -> None:
         """Training ends at this step, in the middle of an epoch: `--trainer.max_steps` is reached, or the
@@ -221,10 +212,8 @@ class BestAndLastCheckpoint(ModelCheckpoint):
         time_up = trainer.should_stop
         if not (time_up or 0 <= trainer.max_steps <= trainer.global_step):
             return
-        if self.last_step != trainer.global_step:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        written = self.write_last(trainer)
         if time_up:
-            written = self.last_model_path if self.last_step == trainer.global_step else None
             raise StoppedMidEpoch(trainer.current_epoch, trainer.global_step, written)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:

@@ -20,7 +20,7 @@ from models.errors import CheckpointError, HyperparameterError
 from models.files import remove_stale_temporaries
 
 from . import signals
-from .callbacks import EMA, FiniteLossCheck, LoaderStateRestore, LogConfigCallback, RngStateCallback, StepTimer, StopOnSignal
+from .callbacks import EMA, FiniteLossCheck, LoaderStateRestore, LogConfigCallback, RngStateCallback, StepTimer
 from .checkpointing import AtomicCheckpointIO, BestAndLastCheckpoint, StoppedMidEpoch
 from .loading import read_checkpoint
 from .loggers import AutoWandbLogger, WandbRunId, continue_wandb_run, run_dir, run_folder, sync_command
@@ -53,7 +53,7 @@ class TransformerCLI(LightningCLI):
                 FiniteLossCheck(),
                 WandbRunId(),
                 StepTimer(),
-                StopOnSignal(),
+                signals.StopOnSignal(),
                 ProgressLog(),
             ],
         )
@@ -201,11 +201,6 @@ def run_fit(cli: TransformerCLI, resume: str = "") -> None:
     with contextlib.suppress(StoppedMidEpoch):
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
     fit_seconds = time.monotonic() - start
-    if signals.received() is not None:  # noted in the last moments of training: stop before testing
-        callback = trainer.checkpoint_callback
-        written = callback.last_model_path if isinstance(callback, BestAndLastCheckpoint) else None
-        at_end = written and callback.last_step == trainer.global_step
-        raise signals.Stopped(signals.received(), trainer.current_epoch, trainer.global_step, written if at_end else None)
     if trainer.is_global_zero:
         report_time_limit(trainer, resume)
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
