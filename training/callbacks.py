@@ -29,6 +29,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
 
 from .checkpointing import TrainingDivergedError, check_writable
+from .lightning_internals import hand_over_loader_states
 from .loggers import run_folder
 
 
@@ -104,12 +105,7 @@ class LoaderStateRestore(Callback):
     the epoch's first batch is drawn (`ResumableDataLoader` reads its state when iteration starts)."""
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        fit_loop = trainer.fit_loop
-        states = getattr(fit_loop, "_combined_loader_states_to_load", None)
-        loader = getattr(fit_loop, "_combined_loader", None)
-        if states and loader is not None:
-            loader._load_state_dicts(states)
-            fit_loop._combined_loader_states_to_load = []
+        hand_over_loader_states(trainer)
 
 
 class FiniteLossCheck(Callback):

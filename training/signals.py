@@ -202,7 +202,7 @@ def __getattr__(name: str):
 def _stop_on_signal_class() -> type:
     from lightning.pytorch.callbacks import Callback
 
-    from .checkpointing import validation_or_epoch_end_follows
+    from .lightning_internals import validation_or_epoch_end_follows
 
     class StopOnSignal(Callback):
         """Defers SIGTERM and SIGINT while training and acts on a noted one at the first point where the
