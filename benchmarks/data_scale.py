@@ -88,7 +88,7 @@ def module(args, folder: Path):
 def child_prepare(args, folder: Path) -> dict:
     dm = module(args, folder)
     t0 = time.monotonic()
-    dm._build_tokenizers()
+    dm.corpus.tokenizers()
     t1 = time.monotonic()
     dm.prepare_data()
     t2 = time.monotonic()

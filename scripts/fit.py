@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` 
 from training import signals  # noqa: E402  (the standard library only: installed before torch loads)
 
 if __name__ == "__main__":
-    signals.install()  # from here on SIGTERM and SIGINT raise signals.Stopped (see main)
+    signals.install()  # from here on SIGTERM and SIGINT raise signals.Stopped: one line and 143 or 130 (exit_on_stop)
 
 with signals.exit_on_stop():
     from models.errors import USER_ERRORS
@@ -47,41 +47,37 @@ def main(args: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter")  # we pass sys.argv on purpose
     if not any(a == "-c" or a.startswith("--config") for a in args):
         args = ["--config", str(DEFAULT_CONFIG)] + args
+    resume = signals.resume_command(given, script)
     cli = None
-    try:
+    with signals.exit_on_stop(resume):
         try:
-            cli = TransformerCLI(args=args)
-        except ValueError as err:
-            # jsonargparse wraps an error raised while instantiating the classes (an argument out of range,
-            # a data module reading its files for the tokenizers) in a ValueError that dumps the whole
-            # config, vocabularies included; the error itself is its cause. A user error becomes one line;
-            # anything else keeps its own traceback, without the dump.
-            causes = [err]
-            while causes[-1].__cause__ is not None:
-                causes.append(causes[-1].__cause__)
-            user = next((c for c in causes if isinstance(c, USER_ERRORS)), None)
-            if user is not None:
-                raise user from None
-            if len(causes) == 1:
-                raise
-            raise causes[-1] from None
-        run_fit(cli, signals.resume_command(given, script))
-    except NothingToTrain as err:
-        print(f"nothing to train: {err}", file=sys.stderr)
-        raise SystemExit(EXIT_NOTHING_TO_DO) from None
-    except TrainingDivergedError as err:
-        print(f"error: {err}; {_last_kept(cli)}", file=sys.stderr)
-        raise SystemExit(1) from None
-    except signals.Stopped as stop:
-        signals.ignore_further()  # again: Lightning's teardown put a Python handler back, which exit resets to default
-        trainer = cli.trainer if cli is not None else None
-        callback = trainer.checkpoint_callback if trainer is not None else None
-        if stop.step is None and trainer is not None and trainer.global_step > 0:
-            stop.epoch, stop.step = trainer.current_epoch, trainer.global_step
-        if trainer is None or trainer.is_global_zero:
-            last = getattr(callback, "last_model_path", None)
-            print(signals.stop_message(stop, last, signals.resume_command(given, script)), file=sys.stderr, flush=True)
-        raise SystemExit(stop.exit_status) from None
+            cli = _make_cli(args)
+            run_fit(cli, resume)
+        except NothingToTrain as err:
+            print(f"nothing to train: {err}", file=sys.stderr)
+            raise SystemExit(EXIT_NOTHING_TO_DO) from None
+        except TrainingDivergedError as err:
+            print(f"error: {err}; {_last_kept(cli)}", file=sys.stderr)
+            raise SystemExit(1) from None
+
+
+def _make_cli(args: list[str]) -> TransformerCLI:
+    try:
+        return TransformerCLI(args=args)
+    except ValueError as err:
+        # jsonargparse wraps an error raised while instantiating the classes (an argument out of range,
+        # a data module reading its files for the tokenizers) in a ValueError that dumps the whole
+        # config, vocabularies included; the error itself is its cause. A user error becomes one line;
+        # anything else keeps its own traceback, without the dump.
+        causes = [err]
+        while causes[-1].__cause__ is not None:
+            causes.append(causes[-1].__cause__)
+        user = next((c for c in causes if isinstance(c, USER_ERRORS)), None)
+        if user is not None:
+            raise user from None
+        if len(causes) == 1:
+            raise
+        raise causes[-1] from None
 
 
 def _last_kept(cli) -> str:

@@ -23,6 +23,8 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` 
 import lightning as L  # noqa: E402
 from jsonargparse import ActionConfigFile, ArgumentParser  # noqa: E402
 
+from datamodules.corpus import ParallelCorpusDataModule, check_corpus_settings  # noqa: E402
+from datamodules.preparation import PreparedCorpus  # noqa: E402
 from training.faults import exit_on_user_error  # noqa: E402
 
 # The parts of a recipe that preparing the data does not use; accepted so that a whole recipe file parses.
@@ -37,15 +39,18 @@ def main(args: list[str] | None = None) -> None:
     for key in OTHER_RECIPE_KEYS:
         parser.add_argument(f"--{key}", type=Any, default=None, help="(read by scripts/fit.py, ignored here)")
     cfg = parser.parse_args(args)
-    instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes  # renamed in jsonargparse 4.49
-    datamodule = instantiate(cfg).data
-    if not hasattr(datamodule, "prepared_files"):
-        print(f"{type(datamodule).__name__} keeps no prepared cache: nothing to prepare", file=sys.stderr)
+    # The recipe's data settings, checked as the data module checks them; no data module is made.
+    name = cfg.data.class_path.rsplit(".", 1)[-1]
+    if name != ParallelCorpusDataModule.__name__:
+        print(f"{name} keeps no prepared cache: nothing to prepare", file=sys.stderr)
         return
+    settings = dict(vars(cfg.data.init_args))
+    check_corpus_settings(settings, name)
+    corpus = PreparedCorpus(settings)
     start = time.monotonic()
-    datamodule.prepare_data()
+    corpus.prepare()
     print(f"prepared in {time.monotonic() - start:.0f} s:")
-    for line in datamodule.prepared_files():
+    for line in corpus.describe():
         print(f"  {line}")
 
 

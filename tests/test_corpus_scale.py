@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 import torch
 
-import datamodules.corpus as corpus
+import datamodules.preparation as preparation
 from datamodules.corpus import ParallelCorpusDataModule
 from datamodules.samplers import TokenBudgetBatchSampler, pack_sorted, padding_waste
+from datamodules.sources import AlignedFiles
 from models.errors import CorpusFormatError, DataCacheError, DataNotFoundError
 from tests.helpers import ENV, ROOT, fit, script
 
@@ -64,9 +65,9 @@ def test_second_module_memory_maps_the_cache_without_training_or_encoding(tmp_pa
     def refuse(*args, **kwargs):
         raise AssertionError("a prepared corpus must not be re-read, re-trained or re-encoded")
 
-    monkeypatch.setattr(corpus, "train_tokenizer", refuse)
-    monkeypatch.setattr(corpus.ParallelCorpusDataModule, "_encode_split", refuse)
-    monkeypatch.setattr(corpus.ParallelCorpusDataModule, "_iter_pairs", refuse)
+    monkeypatch.setattr(preparation, "train_tokenizer", refuse)
+    monkeypatch.setattr(preparation.PreparedCorpus, "_encode_split", refuse)
+    monkeypatch.setattr(AlignedFiles, "pairs", refuse)
     second = module(data)
     second.setup("fit")
     assert second.tokenizers == first.tokenizers

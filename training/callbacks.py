@@ -5,8 +5,6 @@ written is training/checkpointing.py.
 - `LoaderStateRestore`: the training loader's position reaches it on resume even when the model's
   `configure_optimizers` asked for `trainer.estimated_stepping_batches` (a Lightning bug).
 - `FiniteLossCheck`: stop with one clear line when the training loss becomes NaN or infinite.
-- `StopOnSignal`: SIGTERM or SIGINT while training stops the run at the end of the step, with
-  `last.ckpt` written there (`training/signals.py`).
 - `LogConfigCallback`: the full resolved config saved in the run's folder and sent to W&B.
 - `EMA`: an exponential moving average of the weights (`--ema_decay`), validated, checkpointed and
   tested in place of the training weights.
@@ -30,8 +28,8 @@ from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
 
-from . import signals
 from .checkpointing import TrainingDivergedError, check_writable
+from .lightning_internals import hand_over_loader_states
 from .loggers import run_folder
 
 
@@ -107,12 +105,7 @@ class LoaderStateRestore(Callback):
     the epoch's first batch is drawn (`ResumableDataLoader` reads its state when iteration starts)."""
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        fit_loop = trainer.fit_loop
-        states = getattr(fit_loop, "_combined_loader_states_to_load", None)
-        loader = getattr(fit_loop, "_combined_loader", None)
-        if states and loader is not None:
-            loader._load_state_dicts(states)
-            fit_loop._combined_loader_states_to_load = []
+        hand_over_loader_states(trainer)
 
 
 class FiniteLossCheck(Callback):
@@ -136,21 +129,6 @@ class FiniteLossCheck(Callback):
                 f"(epoch {trainer.current_epoch}); try a lower --model.init_args.lr, a longer warm-up, "
                 "or --trainer.gradient_clip_val 1.0"
             )
-
-
-class StopOnSignal(Callback):
-    """While training, the first SIGTERM or SIGINT is only noted (`training/signals.py`);
-    `BestAndLastCheckpoint` acts on it at the end of the step. Outside training, and for a second
-    signal, the signal stops the run at once."""
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        signals.defer_while_training()
-
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        signals.stop_deferring()
-
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        signals.stop_deferring()
 
 
 class LogConfigCallback(SaveConfigCallback):

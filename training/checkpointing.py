@@ -3,17 +3,23 @@
 
 - `BestAndLastCheckpoint`: Lightning's `ModelCheckpoint`, with `last.ckpt` kept up to date every epoch,
   ties between scores going to the later checkpoint, metrics not logged every epoch waited for, a
-  diverged `last.ckpt` rolled back, and the stops at a step (a signal, a time limit, `max_steps`).
+  diverged `last.ckpt` rolled back, the stops at a step (a time limit, `max_steps`), and `write_last`
+  for the stop on a signal (training/signals.py).
 - `AtomicCheckpointIO`: a checkpoint is written to a temporary file and renamed over the old one,
   so an interrupted save never leaves a truncated `last.ckpt` in place of a good one; a failed write
   (full disk, read-only folder) is one `OutputError` naming the checkpoint.
 - `check_writable`: a folder's writability, checked before a run writes there.
+
+`BestAndLastCheckpoint` overrides and calls protected `ModelCheckpoint` methods (`_save_topk_checkpoint`,
+`_save_last_checkpoint`, `_should_save_on_train_epoch_end`, `_monitor_candidates`): Lightning 2.6 has no
+public way to rewrite last.ckpt every epoch or to skip a metric not logged yet. They and Lightning's private
+loop state (training/lightning_internals.py, the only other such place) are checked by name and signature in
+tests/test_lightning_internals.py.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,8 +30,8 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from models.files import remove_stale_temporaries, temporary_name
 
-from . import signals
 from .faults import OutputError, atomic_torch_save, write_fault
+from .lightning_internals import logged_in_running_loop, validation_or_epoch_end_follows
 
 
 class TrainingDivergedError(RuntimeError):
@@ -48,9 +54,8 @@ class BestAndLastCheckpoint(ModelCheckpoint):
     equal scores is the checkpoint that has trained and averaged least.
 
     It also owns what happens to its files when training stops early:
-    - SIGTERM or SIGINT (`training/signals.py`): at the end of the step the signal arrived in (after
-      the epoch's end and its validation, when the step ends an epoch), `last.ckpt` is written if it
-      was not at that step, and `signals.Stopped` is raised.
+    - SIGTERM or SIGINT: `training/signals.py` decides where the run stops and has `write_last` write
+      `last.ckpt` there.
     - A loss that is not finite (`FiniteLossCheck`): the weights of a checkpoint show their loss only
       at the next step, so the previous `last.ckpt` is kept (a hard link, `.last.ckpt.prev-<pid>`)
       until the next one is written; when the loss of the weights in `last.ckpt` is NaN or infinite,
@@ -88,32 +93,30 @@ class BestAndLastCheckpoint(ModelCheckpoint):
     def _note_if_logged(self, trainer: L.Trainer) -> None:
         # Lightning's callback_metrics keep a metric's last value until it is logged again: a metric
         # computed every n epochs (val/bleu with bleu_every_n_epochs > 1) would tie with itself in the
-        # epochs between. The running loop's results hold only what was logged since it started; the
-        # validation loop's are gone by on_train_epoch_end, where Lightning usually saves, so both ends note it.
-        results = trainer._results
-        if self.monitor is not None and results is not None and self.monitor in results.metrics(on_step=False)["callback"]:
+        # epochs between. The validation loop's results are gone by on_train_epoch_end, where Lightning
+        # usually saves, so both ends note it.
+        if self.monitor is not None and logged_in_running_loop(trainer, self.monitor):
             self._logged_at_step = trainer.global_step
 
-    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
-        # Lightning names the first of equal best scores (dicts keep insertion order, which is the
-        # order of the scores); the pick is moved before the callback's state goes into the checkpoint.
+    def state_dict(self) -> dict[str, Any]:
+        # Lightning names the first of equal best scores (dicts keep insertion order, which is the order of
+        # the scores); the later one is named before this state goes into the checkpoint being written.
         if self.ties == "later" and self.best_k_models:
             best = self.best_model_score
             self.best_model_path = [path for path, score in self.best_k_models.items() if score == best][-1]
-        super()._save_checkpoint(trainer, filepath)
+        return super().state_dict()
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._note_if_logged(trainer)
         super().on_train_epoch_end(trainer, pl_module)
         if self._should_save_on_train_epoch_end(trainer):
-            self._save_last_if_missed(trainer)
-        self._stop_if_signalled(trainer)
+            self._write_last_if_missed(trainer)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._note_if_logged(trainer)
         super().on_validation_end(trainer, pl_module)
         if not self._should_save_on_train_epoch_end(trainer):
-            self._save_last_if_missed(trainer)
+            self._write_last_if_missed(trainer)
 
     def load_state_dict(self, state_dict: dict) -> None:
         # `trainer.test(ckpt_path="best")` loads the best checkpoint's callback states too: its idea of
@@ -138,11 +141,10 @@ class BestAndLastCheckpoint(ModelCheckpoint):
             and self.monitor is not None
             and self.monitor not in self._monitor_candidates(trainer)
         ):
-            self._save_last_if_missed(trainer)
+            self._write_last_if_missed(trainer)
         # A step followed by validation (the epoch's last, or val_check_interval's) stops after it: a
         # run resumed from a checkpoint written here would skip that validation (Lightning's rule).
         if not validation_or_epoch_end_follows(trainer):
-            self._stop_if_signalled(trainer)
             self._end_if_training_ends_here(trainer)
 
     def _save_topk_checkpoint(self, trainer: L.Trainer, monitor_candidates: dict[str, torch.Tensor]) -> None:
@@ -152,7 +154,7 @@ class BestAndLastCheckpoint(ModelCheckpoint):
             return
         super()._save_topk_checkpoint(trainer, monitor_candidates)
 
-    def _save_last_if_missed(self, trainer: L.Trainer) -> None:
+    def _write_last_if_missed(self, trainer: L.Trainer) -> None:
         # `_should_skip_saving_checkpoint` is also true when a checkpoint was already saved at this step.
         if self.save_last and not self._should_skip_saving_checkpoint(trainer):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
@@ -198,17 +200,12 @@ class BestAndLastCheckpoint(ModelCheckpoint):
         self._previous_last = None
         self.last_model_path, self.last_step = (path, step) if path and os.path.isfile(path) else ("", None)
 
-    def _stop_if_signalled(self, trainer: L.Trainer) -> None:
-        """At the end of a step: after SIGTERM or SIGINT, write last.ckpt (unless it was written at this
-        step) and stop. Every rank stops at the same step (a rank that got no signal follows one that did)."""
-        signum = signals.received()
-        if not trainer.strategy.reduce_boolean_decision(signum is not None, all=False):
-            return
+    def write_last(self, trainer: L.Trainer) -> str | None:
+        """Write last.ckpt at this step unless it was written here already (a stop at this step: a signal,
+        a time limit, `max_steps`); its path, or None when `--checkpoint.save_last` is off."""
         if self.last_step != trainer.global_step:
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
-        signals.forget()
-        written = self.last_model_path if self.last_step == trainer.global_step else None
-        raise signals.Stopped(signum or signal.SIGTERM, trainer.current_epoch, trainer.global_step, written)
+        return self.last_model_path if self.last_step == trainer.global_step else None
 
     def _end_if_training_ends_here(self, trainer: L.Trainer) -> None:
         """Training ends at this step, in the middle of an epoch: `--trainer.max_steps` is reached, or the
@@ -221,10 +218,8 @@ class BestAndLastCheckpoint(ModelCheckpoint):
         time_up = trainer.should_stop
         if not (time_up or 0 <= trainer.max_steps <= trainer.global_step):
             return
-        if self.last_step != trainer.global_step:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        written = self.write_last(trainer)
         if time_up:
-            written = self.last_model_path if self.last_step == trainer.global_step else None
             raise StoppedMidEpoch(trainer.current_epoch, trainer.global_step, written)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
@@ -249,21 +244,6 @@ class StoppedMidEpoch(BaseException):
     def __init__(self, epoch: int, step: int, checkpoint: str | None):
         super().__init__(f"stopped at epoch {epoch} step {step}")
         self.epoch, self.step, self.checkpoint = epoch, step, checkpoint
-
-
-def validation_or_epoch_end_follows(trainer: L.Trainer) -> bool:
-    """Whether, in a run not asked to stop, this step would be followed by the epoch's end or a validation
-    (`val_check_interval`): a stop decided here then waits for them. The one place that reads Lightning's
-    private loop methods (`_num_ready_batches_reached`, `_should_check_val_fx`, `_data_fetcher`); they have
-    no public equivalent, and `tests/test_faults_fit.py`'s signal and time-limit resume tests fail at once if
-    they change. `_should_check_val_fx` also answers True for any step once a stop was asked for, so the
-    question is put with `should_stop` cleared."""
-    loop, should_stop = trainer.fit_loop.epoch_loop, trainer.should_stop
-    trainer.should_stop = False
-    try:
-        return loop._num_ready_batches_reached() or loop._should_check_val_fx(trainer.fit_loop._data_fetcher)
-    finally:
-        trainer.should_stop = should_stop
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

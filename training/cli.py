@@ -20,8 +20,9 @@ from models.errors import CheckpointError, HyperparameterError
 from models.files import remove_stale_temporaries
 
 from . import signals
-from .callbacks import EMA, FiniteLossCheck, LoaderStateRestore, LogConfigCallback, RngStateCallback, StepTimer, StopOnSignal
+from .callbacks import EMA, FiniteLossCheck, LoaderStateRestore, LogConfigCallback, RngStateCallback, StepTimer
 from .checkpointing import AtomicCheckpointIO, BestAndLastCheckpoint, StoppedMidEpoch
+from .lightning_internals import checkpoint_io_chosen
 from .loading import read_checkpoint
 from .loggers import AutoWandbLogger, WandbRunId, continue_wandb_run, run_dir, run_folder, sync_command
 from .progress import ProgressLog
@@ -53,13 +54,13 @@ class TransformerCLI(LightningCLI):
                 FiniteLossCheck(),
                 WandbRunId(),
                 StepTimer(),
-                StopOnSignal(),
+                signals.StopOnSignal(),
                 ProgressLog(),
             ],
         )
         # A bar on a terminal; in a file (nohup, SLURM, CI) ProgressLog's lines instead.
         trainer_defaults.setdefault("enable_progress_bar", is_terminal())
-        args = _default_logger_save_dir(list(sys.argv[1:] if args is None else args))
+        args = _default_logger_dir(list(sys.argv[1:] if args is None else args))
         super().__init__(
             L.LightningModule,
             L.LightningDataModule,
@@ -136,7 +137,7 @@ class TransformerCLI(LightningCLI):
         if decay is not None:
             trainer.callbacks.insert(0, EMA(decay=decay))  # ahead of the ModelCheckpoints, which must run last
         # Atomic checkpoint writes, unless a CheckpointIO plugin was chosen on purpose.
-        if trainer.strategy._checkpoint_io is None:
+        if not checkpoint_io_chosen(trainer):
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return trainer
 
@@ -159,7 +160,7 @@ def check_accelerator(accelerator) -> None:
         )
 
 
-def _default_logger_save_dir(args: list[str]) -> list[str]:
+def _default_logger_dir(args: list[str]) -> list[str]:
     """`--trainer.logger CSVLogger` (or TensorBoardLogger, …) without `--trainer.logger.save_dir`:
     give it an empty save_dir, which `before_instantiate_classes` turns into trainer.default_root_dir
     (CSVLogger and TensorBoardLogger make save_dir a required argument)."""
@@ -201,11 +202,6 @@ def run_fit(cli: TransformerCLI, resume: str = "") -> None:
     with contextlib.suppress(StoppedMidEpoch):
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
     fit_seconds = time.monotonic() - start
-    if signals.received() is not None:  # noted in the last moments of training: stop before testing
-        callback = trainer.checkpoint_callback
-        written = callback.last_model_path if isinstance(callback, BestAndLastCheckpoint) else None
-        at_end = written and callback.last_step == trainer.global_step
-        raise signals.Stopped(signals.received(), trainer.current_epoch, trainer.global_step, written if at_end else None)
     if trainer.is_global_zero:
         report_time_limit(trainer, resume)
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""

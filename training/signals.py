@@ -1,4 +1,6 @@
 """SIGTERM and SIGINT: stop at the end of a training step with a checkpoint there, and say how to resume.
+The one place a signal stops a run: the handlers, their deferral while training, the save at the step, the
+exit line and status.
 
 SLURM, Kubernetes and cloud schedulers send SIGTERM some seconds before they kill a job; Ctrl-C sends
 SIGINT. Lightning alone turns SIGTERM into a `SIGTERMException`, a `SystemExit` without a code (exit
@@ -7,17 +9,22 @@ Ctrl-C into exit status 1 after stopping wherever the step was. Here:
 
 - `install()`, the first thing scripts/fit.py does: both signals raise `Stopped`, at once. Before
   training there is nothing to save; after it, nothing more.
-- While training (`defer_while_training()`, called by `callbacks.StopOnSignal`), the first signal is
-  only noted (`received()`); `checkpointing.BestAndLastCheckpoint` writes last.ckpt at the end of that
-  step (after the epoch's validation when the step ends an epoch) and raises `Stopped` there, so the
-  checkpoint is one an exact resume starts from. A second signal raises `Stopped` at once: whatever
-  was being saved is left as it was (saves are atomic), and the last checkpoint is the one before.
+- While training (the callback `StopOnSignal`, from `on_train_start` to `on_train_end`), the first
+  signal is only noted (`received()`). At the end of that step (or, when the step ends an epoch or is
+  followed by a validation, once the checkpoints of the epoch's end or of that validation are written),
+  `StopOnSignal` has the checkpoint callback write last.ckpt at the step if it was not
+  (`BestAndLastCheckpoint.write_last`) and raises `Stopped`, so the checkpoint is one an exact resume
+  starts from. A second signal raises `Stopped` at once: whatever was being saved is left as it was
+  (saves are atomic), and the last checkpoint is the one before.
+- `exit_on_stop(resume)`, around everything scripts/fit.py runs: `Stopped` becomes one line on stderr
+  (`stop_message`: where it stopped, the checkpoint, the command that resumes) and the exit status.
 - Lightning's handler for SLURM's requeue signal (SIGUSR1) is never touched. Its SIGTERM handler
   (which also runs the requeue's "bypass") is replaced while training: it would stop mid-validation.
 
 The process exits with 128 + the signal's number (143 for SIGTERM, 130 for SIGINT), as a shell
 reports a process that the signal killed, so schedulers and wrappers still see a stop by signal.
-Only the standard library here: `install()` runs before torch and Lightning are imported.
+Only the standard library at import: `install()` runs before torch and Lightning are imported, so the
+callback, which needs Lightning, is made on first use (the module's `__getattr__`).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _received: int | None = None  # the signal noted while training, acted on at the end of its step
 _deferring = False
 _stopping = False  # a stop is under way: further signals change nothing
+_trainer = None  # the Trainer that trains (set by StopOnSignal), for the exit line of a stop at once
 
 
 class Stopped(BaseException):
@@ -164,12 +172,81 @@ def stop_message(stop: Stopped, last_checkpoint: str | None, resume: str) -> str
 
 
 @contextlib.contextmanager
-def exit_on_stop():
-    """A signal while a script starts up (importing torch takes seconds) ends it with the line and exit
-    status it would get later, rather than a traceback from inside an import."""
+def exit_on_stop(resume: str = ""):
+    """`Stopped` ends the script with one line on stderr (rank zero's) and exit status 128 + the signal.
+    Around the imports (a signal while importing torch, seconds) with no `resume`; around the CLI and
+    the run with the command that resumes it. A stop at once (a second signal, or one outside training)
+    is placed at the step the Trainer had reached."""
     try:
         yield
     except Stopped as stop:
-        ignore_further()
-        print(stop_message(stop, None, ""), file=sys.stderr, flush=True)
+        ignore_further()  # again: Lightning's teardown put a Python handler back, which exit resets to default
+        trainer = _trainer
+        if stop.step is None and trainer is not None and trainer.global_step > 0:
+            stop.epoch, stop.step = trainer.current_epoch, trainer.global_step
+        if trainer is None or trainer.is_global_zero:
+            last = getattr(trainer.checkpoint_callback, "last_model_path", None) if trainer is not None else None
+            print(stop_message(stop, last, resume), file=sys.stderr, flush=True)
         raise SystemExit(stop.exit_status) from None
+
+
+def __getattr__(name: str):
+    # `StopOnSignal` needs Lightning, which this module must not import before `install()` has run.
+    if name != "StopOnSignal":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    global StopOnSignal
+    StopOnSignal = _stop_on_signal_class()
+    return StopOnSignal
+
+
+def _stop_on_signal_class() -> type:
+    from lightning.pytorch.callbacks import Callback
+
+    from .lightning_internals import validation_or_epoch_end_follows
+
+    class StopOnSignal(Callback):
+        """Defers SIGTERM and SIGINT while training and acts on a noted one at the first point where the
+        run can stop with a checkpoint an exact resume starts from: the end of a step that no validation
+        or epoch end follows; otherwise the start of the next epoch (after every callback's end-of-epoch
+        saves) or the end of training. Every rank stops at the same step (a rank that got no signal
+        follows one that did)."""
+
+        def setup(self, trainer, pl_module, stage: str) -> None:
+            global _trainer
+            _trainer = trainer
+            # Last, after the checkpoint callbacks (Lightning moves those to the end when fit starts, before
+            # `setup`): a stop at the end of a step comes after every checkpoint of that step is written. At
+            # an epoch's end Lightning calls the checkpoint callbacks after all others whatever the order, so
+            # a stop noted there waits for the next epoch's start.
+            trainer.callbacks = [c for c in trainer.callbacks if c is not self] + [self]
+
+        def on_train_start(self, trainer, pl_module) -> None:
+            defer_while_training()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+            # A step followed by validation (the epoch's last, or val_check_interval's) stops after it: a
+            # run resumed from a checkpoint written here would skip that validation (Lightning's rule).
+            if not validation_or_epoch_end_follows(trainer):
+                self._stop_if_received(trainer)
+
+        def on_train_epoch_start(self, trainer, pl_module) -> None:
+            self._stop_if_received(trainer)
+
+        def on_train_end(self, trainer, pl_module) -> None:
+            stop_deferring()
+            self._stop_if_received(trainer)
+
+        def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+            stop_deferring()
+
+        def _stop_if_received(self, trainer) -> None:
+            signum = _received
+            if not trainer.strategy.reduce_boolean_decision(signum is not None, all=False):
+                return
+            callback = trainer.checkpoint_callback
+            written = callback.write_last(trainer) if hasattr(callback, "write_last") else None
+            forget()
+            raise Stopped(signum or signal.SIGTERM, trainer.current_epoch, trainer.global_step, written)
+
+    StopOnSignal.__module__, StopOnSignal.__qualname__ = __name__, "StopOnSignal"
+    return StopOnSignal

@@ -1,0 +1,119 @@
+"""Lightning's private state that training/ reads (training/lightning_internals.py) and the protected
+`ModelCheckpoint` methods `BestAndLastCheckpoint` overrides or calls (training/checkpointing.py): each by
+name, type and signature on the installed Lightning, and what each function of lightning_internals answers
+against what a run of known shape must give. An upgrade that changes any of them fails here, by name,
+rather than making checkpoints or resumes wrong in silence."""
+
+import inspect
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.demos.boring_classes import BoringModel
+from lightning.pytorch.plugins.io import CheckpointIO
+from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection
+from lightning.pytorch.utilities import CombinedLoader
+
+from training import lightning_internals
+
+BATCHES = 5
+
+
+class LogsEveryOtherEpoch(BoringModel):
+    def validation_step(self, batch, batch_idx):
+        loss = super().validation_step(batch, batch_idx)["x"]
+        if self.current_epoch % 2 == 0:
+            self.log("val/sometimes", loss)
+        return loss
+
+
+class Probe(Callback):
+    """Records, at each training step's end and each validation's end, the private attributes' types and
+    what lightning_internals answers."""
+
+    def __init__(self) -> None:
+        self.follows: list[tuple[int, bool]] = []
+        self.logged: list[tuple[int, bool]] = []
+        self.types: dict[str, type] = {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        loop = trainer.fit_loop.epoch_loop
+        self.types.update(
+            results=type(trainer._results),
+            ready=type(loop._num_ready_batches_reached()),
+            check_val=type(loop._should_check_val_fx(trainer.fit_loop._data_fetcher)),
+            states=type(trainer.fit_loop._combined_loader_states_to_load),
+            loader=type(trainer.fit_loop._combined_loader),
+        )
+        self.follows.append((batch_idx, lightning_internals.validation_or_epoch_end_follows(trainer)))
+
+    def on_validation_end(self, trainer, pl_module):
+        if not trainer.sanity_checking:
+            self.logged.append((trainer.current_epoch, lightning_internals.logged_in_running_loop(trainer, "val/sometimes")))
+
+
+def test_the_private_state_read_is_there_and_answers_right(tmp_path):
+    probe = Probe()
+    trainer = L.Trainer(
+        default_root_dir=tmp_path,
+        max_epochs=3,
+        limit_train_batches=BATCHES,
+        limit_val_batches=2,
+        val_check_interval=2,  # a validation after batches 2 and 4 of each epoch; none at its end (5 batches)
+        callbacks=[probe],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    assert isinstance(trainer.strategy._checkpoint_io, (type(None), CheckpointIO))
+    assert lightning_internals.checkpoint_io_chosen(trainer) is False
+    trainer.fit(LogsEveryOtherEpoch())
+    assert probe.types == {
+        "results": _ResultCollection,
+        "ready": bool,
+        "check_val": bool,
+        "states": list,
+        "loader": CombinedLoader,
+    }
+    # Validation follows batches 1 and 3 (val_check_interval) and the epoch ends after batch 4.
+    assert probe.follows == [(i, i in (1, 3, 4)) for i in range(BATCHES)] * 3
+    # Two validations an epoch, the metric logged in epochs 0 and 2 only.
+    assert probe.logged == [(e, e % 2 == 0) for e in range(3) for _ in range(2)]
+    assert callable(trainer.fit_loop._combined_loader._load_state_dicts)
+    trainer_with_io = L.Trainer(plugins=[ChosenIO()], logger=False)
+    assert lightning_internals.checkpoint_io_chosen(trainer_with_io) is True
+
+
+class ChosenIO(CheckpointIO):
+    def save_checkpoint(self, checkpoint, path, storage_options=None):
+        torch.save(checkpoint, path)
+
+    def load_checkpoint(self, path, map_location=None):
+        return torch.load(path, map_location=map_location)
+
+    def remove_checkpoint(self, path):
+        pass
+
+
+# The protected ModelCheckpoint methods and attributes BestAndLastCheckpoint overrides or calls, with the
+# parameters it passes.
+PROTECTED = {
+    "_save_topk_checkpoint": ["self", "trainer", "monitor_candidates"],
+    "_save_last_checkpoint": ["self", "trainer", "monitor_candidates"],
+    "_should_skip_saving_checkpoint": ["self", "trainer"],
+    "_should_save_on_train_epoch_end": ["self", "trainer"],
+    "_monitor_candidates": ["self", "trainer"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROTECTED))
+def test_the_protected_model_checkpoint_methods_are_there(name):
+    method = getattr(ModelCheckpoint, name)
+    assert list(inspect.signature(method).parameters) == PROTECTED[name]
+
+
+def test_the_every_n_train_steps_setting_is_kept_where_read():
+    assert ModelCheckpoint(every_n_train_steps=7)._every_n_train_steps == 7

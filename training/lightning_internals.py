@@ -1,0 +1,57 @@
+"""The one place outside `BestAndLastCheckpoint`'s overrides of `ModelCheckpoint` (training/checkpointing.py)
+that reads or writes Lightning's private state. Each function answers one question Lightning's public API has
+no answer for on the version pinned in pyproject.toml (lightning>=2.6.6,<2.7), and says why.
+tests/test_lightning_internals.py checks every attribute used here, by name and type, so an upgrade that
+renames or retypes one fails there at once rather than making checkpoints or resumes wrong in silence.
+
+- `validation_or_epoch_end_follows`: whether the epoch's end or a validation follows this step (the loop's
+  `_num_ready_batches_reached`, `_should_check_val_fx`, `_data_fetcher`): a stop at a step (a signal, a time
+  limit, `max_steps`) waits for them, or a resumed run would skip that validation.
+- `logged_in_running_loop`: whether a metric was logged since the running loop started (`trainer._results`):
+  `trainer.callback_metrics` keeps a metric's last value until it is logged again.
+- `hand_over_loader_states`: the training loader's saved position on resume (`fit_loop._combined_loader`,
+  `_combined_loader_states_to_load`), which Lightning loses when `configure_optimizers` reads
+  `trainer.estimated_stepping_batches` (Lightning issue #20550, open in 2.6).
+- `checkpoint_io_chosen`: whether a CheckpointIO plugin was chosen (`strategy._checkpoint_io`): the public
+  `strategy.checkpoint_io` makes a default one when none was.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+
+
+def validation_or_epoch_end_follows(trainer: L.Trainer) -> bool:
+    """Whether, in a run not asked to stop, this step would be followed by the epoch's end or a validation
+    (`val_check_interval`). `_should_check_val_fx` also answers True for any step once a stop was asked for,
+    so the question is put with `should_stop` cleared."""
+    loop, should_stop = trainer.fit_loop.epoch_loop, trainer.should_stop
+    trainer.should_stop = False
+    try:
+        return loop._num_ready_batches_reached() or loop._should_check_val_fx(trainer.fit_loop._data_fetcher)
+    finally:
+        trainer.should_stop = should_stop
+
+
+def logged_in_running_loop(trainer: L.Trainer, name: str) -> bool:
+    """Whether `name` was logged with `on_epoch=True` since the running loop (training or validation) started:
+    the loop's results hold only that, where `callback_metrics` keep every metric's last value."""
+    results = trainer._results
+    return results is not None and name in results.metrics(on_step=False)["callback"]
+
+
+def hand_over_loader_states(trainer: L.Trainer) -> None:
+    """Give the training loader the states the resumed checkpoint holds, if Lightning has not (issue #20550:
+    the loader was set up before the checkpoint was restored). Before the epoch's first batch is drawn
+    (`on_train_start`), as `ResumableDataLoader` reads its state when iteration starts."""
+    fit_loop = trainer.fit_loop
+    states = fit_loop._combined_loader_states_to_load
+    loader = fit_loop._combined_loader
+    if states and loader is not None:
+        loader._load_state_dicts(states)
+        fit_loop._combined_loader_states_to_load = []
+
+
+def checkpoint_io_chosen(trainer: L.Trainer) -> bool:
+    """Whether the run was given a CheckpointIO plugin on purpose (`--trainer.plugins`)."""
+    return trainer.strategy._checkpoint_io is not None
