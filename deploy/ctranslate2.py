@@ -306,9 +306,12 @@ class CTranslate2Translator:
             **options,
         )
 
-    def translate_many(self, sentences: list[str], beam_size: int = 1, batch_size: int = 64, **kwargs) -> list[str]:
+    def translate_many(
+        self, sentences: list[str], beam_size: int = 1, batch_size: int = 64, on_batch=None, **kwargs
+    ) -> list[str]:
         """`translate` over many sentences in batches of similar length (as `Seq2SeqTransformer.translate_many`)."""
-        return map_in_length_batches(lambda batch: self.translate(batch, beam_size=beam_size, **kwargs), sentences, batch_size)
+        translate = lambda batch: self.translate(batch, beam_size=beam_size, **kwargs)
+        return map_in_length_batches(translate, sentences, batch_size, on_batch)
 
     def translate(
         self,

@@ -335,10 +335,14 @@ class Seq2SeqTransformer(L.LightningModule):
         return int(self.hparams.max_len_a * src.size(1) + self.hparams.max_len_b)
 
     @torch.no_grad()
-    def translate_many(self, sentences: list[str], beam_size: int = 1, batch_size: int | None = None, **kwargs) -> list[str]:
-        """`translate` over many sentences in batches of similar length; results in input order."""
+    def translate_many(
+        self, sentences: list[str], beam_size: int = 1, batch_size: int | None = None, on_batch=None, **kwargs
+    ) -> list[str]:
+        """`translate` over many sentences in batches of similar length; results in input order. `on_batch(batch)`
+        is called after each batch (progress lines)."""
         batch_size = batch_size or self.hparams.eval_batch_size
-        return map_in_length_batches(lambda batch: self.translate(batch, beam_size=beam_size, **kwargs), sentences, batch_size)
+        translate = lambda batch: self.translate(batch, beam_size=beam_size, **kwargs)
+        return map_in_length_batches(translate, sentences, batch_size, on_batch)
 
     @torch.no_grad()
     def translate(
