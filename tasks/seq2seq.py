@@ -23,6 +23,7 @@ from models.decoding import Constraints, Hypothesis, align, beam_search, beam_se
 from models.errors import HyperparameterError, InputError
 from models.relative import TEXT_RELATIVE_BIASES
 from models.static_cache import StaticDecoder
+from training.callbacks import evaluated_label
 from training.loggers import log_text
 
 from .fast_paths import bucket_batch, compile_net, mark_bucketed
@@ -244,8 +245,10 @@ class Seq2SeqTransformer(L.LightningModule):
         self.bleu_signatures[stage] = scores["bleu_signature"]
         if stage == "test":
             log_text(self, {"test/bleu_signature": scores["bleu_signature"], "test/chrf_signature": scores["chrf_signature"]})
+        # A test scores a checkpoint: named with its weights, not by the trainer's epoch and step (the run's last).
+        where = evaluated_label(self.trainer) if stage == "test" else f"epoch {self.current_epoch} step {self.global_step}"
         rank_zero_info(
-            f"epoch {self.current_epoch} step {self.global_step}: {stage}/bleu={scores['bleu']:.2f} "
+            f"{where}: {stage}/bleu={scores['bleu']:.2f} "
             f"{stage}/chrf={scores['chrf']:.2f} on {len(pairs)} sentences "
             f"({'greedy' if beam_size == 1 else f'beam {beam_size}'}; {scores['bleu_signature']})"
         )
