@@ -147,7 +147,7 @@ class TransformerCLI(LightningCLI):
         decay = self.config_init.get("ema_decay")
         if decay is not None:
             trainer.callbacks.insert(0, EMA(decay=decay))  # ahead of the ModelCheckpoints, which must run last
-        # Lightning's own bar and model summary, with true labels (training/progress.py, training/noise.py).
+        # Lightning's own bar and model summary, with true labels (progress.EpochBar, callbacks.ModelSummaryWithoutZeroFlops).
         # Lightning builds them itself (enable_progress_bar, enable_model_summary): each takes the subclass,
         # which adds no state, in place, with the settings it was given.
         for callback in trainer.callbacks:
