@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if args.engine == "ctranslate2":
         engine = f"ctranslate2 ({args.compute_type})"
     else:
-        engine = f"torch, {weights_label(read_checkpoint(args.ckpt), args.weights)}"
+        engine = f"torch, {weights_label(read_checkpoint(args.ckpt[0]), args.weights)}"  # (an ensemble's: the first's)
     with writing_to("standard output"):
         print(f"sentences: {len(pairs)}  decoding: {decoding}  engine: {engine}  time: {seconds:.1f}s")
         print(f"SacreBLEU: {scores['bleu']:.2f}  ({scores['bleu_signature']})")
