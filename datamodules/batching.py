@@ -46,13 +46,17 @@ def collate_pairs(pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Seq2S
     return Seq2SeqBatch(pad_sequences([p[0] for p in pairs]), pad_sequences([p[1] for p in pairs]))
 
 
-def map_in_length_batches(fn, texts: list[str], batch_size: int) -> list:
+def map_in_length_batches(fn, texts: list[str], batch_size: int, on_batch=None) -> list:
     """`fn(batch)` over `texts` in batches of similar length (less padding), results in input order:
-    how both translation engines (tasks.Seq2SeqTransformer, deploy.ctranslate2) translate many sentences."""
+    how both translation engines (tasks.Seq2SeqTransformer, deploy.ctranslate2) translate many sentences.
+    `on_batch(batch)`, when given, is called after each batch is done (progress lines)."""
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out: list = [None] * len(texts)
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        for i, result in zip(chunk, fn([texts[i] for i in chunk])):
+        batch = [texts[i] for i in chunk]
+        for i, result in zip(chunk, fn(batch)):
             out[i] = result
+        if on_batch is not None:
+            on_batch(batch)
     return out

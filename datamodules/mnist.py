@@ -123,6 +123,7 @@ class MNISTDataModule(L.LightningDataModule):
         self.val_size, self.augment, self.split_seed, self.download = val_size, augment, split_seed, download
         self.elastic, self.elastic_sigma = elastic, elastic_sigma
         self.train_set = self.val_set = self.test_set = None
+        self.data_dir_flag = "--data.data_dir"  # how errors name data_dir: fit.py's flag (evaluate_mnist.py: --data-dir)
 
     # ---- files -------------------------------------------------------------------------------
 
@@ -170,7 +171,7 @@ class MNISTDataModule(L.LightningDataModule):
             raise DataNotFoundError(
                 f"MNIST files not found in {self.raw_dir.resolve()} and {how}. Expected the four "
                 f"raw IDX files there (each may also be .gz): {', '.join(RAW_FILES)}. Missing: "
-                f"{', '.join(missing)}. Point --data.data_dir at the folder that contains MNIST/raw/."
+                f"{', '.join(missing)}. Point {self.data_dir_flag} at the folder that contains MNIST/raw/."
             ) from None
 
     def _check_files(self, train: bool) -> None:

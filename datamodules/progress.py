@@ -34,13 +34,28 @@ def eta(done: float, total: float | None, elapsed: float) -> str | None:
 
 class StageBar:
     """A bar over one stage of work counted in `unit`s (pairs/s and the time left when `total` is known) on a
-    terminal; nothing in a file, where the stage's own closing line says what it did. Use as a context manager."""
+    terminal. In a file, nothing (the stage's own closing line says what it did), or with `every` one line
+    each time another `every` units are done, in training/progress.py's style:
 
-    def __init__(self, description: str, total: int | None = None, unit: str = "pairs", enabled: bool | None = None):
-        self.description, self.total, self.unit = description, total, unit
+        translating: 640/1,000 sentences | 12.3 sentences/s | elapsed 0:00:52 | eta 0:00:31
+
+    `update(n, share)` may say which share of the whole work the n units were (a sentence's cost grows with its
+    length, and translate_many goes shortest first): the time left is then told from the shares, not the count.
+    Use as a context manager."""
+
+    def __init__(
+        self,
+        description: str,
+        total: int | None = None,
+        unit: str = "pairs",
+        enabled: bool | None = None,
+        every: int | None = None,
+    ):
+        self.description, self.total, self.unit, self.every = description, total, unit, every
         self.enabled = is_terminal() if enabled is None else enabled
         self._bar = None
         self.start = time.monotonic()
+        self.done, self.shared = 0, 0.0
 
     def __enter__(self) -> StageBar:
         if self.enabled:
@@ -49,9 +64,25 @@ class StageBar:
             self._bar = tqdm(total=self.total, desc=self.description, unit=f" {self.unit}", unit_scale=True, file=sys.stderr)
         return self
 
-    def update(self, n: int) -> None:
+    def update(self, n: int, share: float | None = None) -> None:
+        before, self.done = self.done, self.done + n
+        self.shared = self.shared + share if share is not None else None
         if self._bar is not None:
             self._bar.update(n)
+        elif self.every and self.done // self.every > before // self.every:
+            print(self.line(), file=sys.stderr, flush=True)
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self.start
+        of = f"/{self.total:,}" if self.total is not None else ""
+        parts = [f"{self.description}: {self.done:,}{of} {self.unit}"]
+        if elapsed > 0:
+            parts.append(f"{self.done / elapsed:,.1f} {self.unit}/s")
+        parts.append(f"elapsed {clock(elapsed)}")
+        left = eta(self.shared, 1.0, elapsed) if self.shared is not None else eta(self.done, self.total, elapsed)
+        if left is not None:
+            parts.append(f"eta {left}")
+        return " | ".join(parts)
 
     def __exit__(self, *exc) -> None:
         if self._bar is not None:

@@ -27,6 +27,7 @@ sentences differ with alpha = 1; docs/results.md has the BLEU of both).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -211,7 +212,8 @@ def export_ctranslate2(model, out_dir: str | Path, quantization: str | None = No
     """Write `model` (a `Seq2SeqTransformer`) as a CTranslate2 model directory, with our tokenizers.
 
     An existing `out_dir` is replaced only with `force`, and only if it is empty or an earlier
-    export (it holds CTranslate2's model.bin): never a directory of something else. The export is
+    export (it holds CTranslate2's model.bin): never a directory of something else. Missing parent
+    folders are created, as `mkdir -p` would. The export is
     written into a temporary sibling folder and renamed onto `out_dir` once complete
     (`training.faults.atomic_output`): a full disk or an unwritable place leaves no half-written
     folder, and an earlier export in its place, and is an `OutputError` naming `out_dir`."""
@@ -225,6 +227,10 @@ def export_ctranslate2(model, out_dir: str | Path, quantization: str | None = No
         if not out_dir.is_dir() or (any(out_dir.iterdir()) and not (out_dir / "model.bin").is_file()):
             raise ExportError(f"{out_dir} is not an earlier CTranslate2 export; refusing to replace it")
     converter = _converter_class()(model)
+    # The parent folders are made as `mkdir -p` makes them (`exported/` on a fresh clone); one that cannot
+    # be made (a regular file in the way, no permission) is named by atomic_output's error below.
+    with contextlib.suppress(OSError):
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
     hp = model.hparams
     meta = {
         "tokenizers": {"src": model.src_tokenizer.to_dict(), "tgt": model.tgt_tokenizer.to_dict()},
@@ -300,9 +306,12 @@ class CTranslate2Translator:
             **options,
         )
 
-    def translate_many(self, sentences: list[str], beam_size: int = 1, batch_size: int = 64, **kwargs) -> list[str]:
+    def translate_many(
+        self, sentences: list[str], beam_size: int = 1, batch_size: int = 64, on_batch=None, **kwargs
+    ) -> list[str]:
         """`translate` over many sentences in batches of similar length (as `Seq2SeqTransformer.translate_many`)."""
-        return map_in_length_batches(lambda batch: self.translate(batch, beam_size=beam_size, **kwargs), sentences, batch_size)
+        translate = lambda batch: self.translate(batch, beam_size=beam_size, **kwargs)
+        return map_in_length_batches(translate, sentences, batch_size, on_batch)
 
     def translate(
         self,

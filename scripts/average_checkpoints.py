@@ -26,7 +26,7 @@ import torch  # noqa: E402
 from models.errors import CheckpointError  # noqa: E402
 from training.averaging import average_checkpoints, last_checkpoints  # noqa: E402
 from training.faults import atomic_output, exit_on_user_error  # noqa: E402
-from training.loading import add_weights_argument  # noqa: E402
+from training.loading import add_weights_argument, read_checkpoint  # noqa: E402
 
 
 @exit_on_user_error
@@ -56,7 +56,9 @@ def main(argv: list[str] | None = None) -> Path:
         averaged = average_checkpoints(paths, weights=args.weights)
         with open(tmp, "wb") as f:  # a file object: a full disk is an OSError, not torch's "unexpected pos"
             torch.save(averaged, f)
-    print(f"wrote {out}: the {args.weights} weights of {len(paths)} checkpoints averaged ({paths[0].name} … {paths[-1].name})")
+    ema = "current_model_state" in read_checkpoint(paths[-1])  # of a run without EMA, its only weights
+    which = ("EMA weights" if args.weights == "averaged" else "training weights") if ema else "weights"
+    print(f"wrote {out}: the mean of the {which} of {len(paths)} checkpoints ({paths[0].name} … {paths[-1].name})")
     return out
 
 

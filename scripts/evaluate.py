@@ -8,9 +8,10 @@ Files may be gzip (name ending in .gz) or plain text; line i of --ref translates
 The metrics are wired exactly as during training (tasks/metrics.py): cased BLEU with the 13a
 tokenizer (zh for Chinese references), then the same BLEU lowercased, labelled as such, because many
 papers and tutorials report that one. A checkpoint of a run with `--ema_decay` holds the averaged
-weights and the training weights: the averaged ones are scored unless `--weights training`.
-Several --ckpt decode as an ensemble; the decoding tools' flags (--sampling, --no-repeat-ngram-size,
---min-len, --ban-unk, ...) are scripts/translate.py's.
+weights and the training weights: the averaged ones are scored unless `--weights training`; the output
+says which weights were scored. Several --ckpt decode as an ensemble; the decoding tools' flags
+(--sampling, --no-repeat-ngram-size, --min-len, --ban-unk, ...) are scripts/translate.py's. With standard
+error not a terminal (nohup, SLURM), a progress line about every tenth of the input instead of a bar.
 Files of different lengths, a missing file or a bad checkpoint: one line on stderr, exit status 2; a
 full disk or an unwritable --hyp-out (tried before translating; the file is written whole or not at
 all): one line naming it, exit status 1.
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
 from datamodules.corpus_readers import read_aligned  # noqa: E402
+from datamodules.progress import StageBar  # noqa: E402
 from deploy.engines import (  # noqa: E402
     add_decoding_arguments,
     add_engine_arguments,
@@ -39,7 +41,7 @@ from deploy.engines import (  # noqa: E402
 )
 from models.errors import DataNotFoundError, InputError  # noqa: E402
 from training.faults import atomic_output, exit_on_user_error, writing_to  # noqa: E402
-from training.loading import add_weights_argument  # noqa: E402
+from training.loading import add_weights_argument, read_checkpoint, weights_label  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -68,6 +70,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+@contextlib.contextmanager
+def translation_progress(sources: list[str], batch_size: int):
+    """The `on_batch` callback of `translate_many`: a bar on a terminal; in a file (nohup, SLURM) a line
+    about every tenth of the work (at least a batch, at most 50 batches apart), its time left told from
+    the characters translated (translate_many goes shortest first)."""
+    every = max(batch_size, min(len(sources) // 10, 50 * batch_size))
+    characters = sum(len(s) for s in sources) or 1
+    with StageBar("translating", len(sources), unit="sentences", every=every) as bar:
+        yield lambda batch: bar.update(len(batch), sum(len(s) for s in batch) / characters)
+
+
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parse_args(argv)
@@ -91,9 +104,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         kwargs = {} if args.length_penalty is None or args.beam_size == 1 else {"length_penalty": args.length_penalty}
         kwargs.update(decoding_options(args), **({"ensemble": ensemble} if ensemble else {}))
         start = time.time()
-        hyps = model.translate_many(
-            [s for s, _ in pairs], beam_size=args.beam_size, batch_size=args.batch_size, max_len=args.max_len, **kwargs
-        )
+        sources = [s for s, _ in pairs]
+        with translation_progress(sources, args.batch_size) as on_batch:
+            hyps = model.translate_many(
+                sources, beam_size=args.beam_size, batch_size=args.batch_size, max_len=args.max_len, on_batch=on_batch, **kwargs
+            )
         seconds = time.time() - start
         if hyp_tmp is not None:
             hyp_tmp.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
@@ -103,7 +118,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     decoding = "greedy" if args.beam_size == 1 else f"beam {args.beam_size}"
     decoding = "sampling" if args.sampling else decoding
     decoding += f", ensemble of {len(ensemble) + 1}" if ensemble else ""
-    engine = f"ctranslate2 ({args.compute_type})" if args.engine == "ctranslate2" else f"torch, {args.weights} weights"
+    if args.engine == "ctranslate2":
+        engine = f"ctranslate2 ({args.compute_type})"
+    else:
+        engine = f"torch, {weights_label(read_checkpoint(args.ckpt[0]), args.weights)}"  # (an ensemble's: the first's)
     with writing_to("standard output"):
         print(f"sentences: {len(pairs)}  decoding: {decoding}  engine: {engine}  time: {seconds:.1f}s")
         print(f"SacreBLEU: {scores['bleu']:.2f}  ({scores['bleu_signature']})")

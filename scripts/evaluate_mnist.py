@@ -1,11 +1,14 @@
 """Score an MNIST checkpoint on the held-out validation images and the test set.
 
-    python scripts/evaluate_mnist.py --ckpt CKPT --data-dir ../shared/data/mnist [--weights training]
+    python scripts/evaluate_mnist.py --ckpt CKPT --data-dir ../shared/data/mnist [--weights training] [--precision bf16-mixed]
 
 The validation split is the recipe's (the checkpoint's data settings: `val_size` and `split_seed`
 as given here, defaults as in configs/mnist_subset.yaml), so the two numbers are the ones a run
 selects on and reports. A checkpoint of a run with `--ema_decay` holds the averaged weights and the
-training weights: the averaged ones are scored unless `--weights training`.
+training weights: the averaged ones are scored unless `--weights training`. The images are scored in
+float32 unless `--precision bf16-mixed`, the autocast a recipe with `precision: bf16-mixed` tests under
+(a few images can flip between the two). The output line says which weights and precision were scored.
+With standard error not a terminal (nohup, SLURM), a progress line every 5 batches instead of a bar.
 A missing file or a bad checkpoint: one line on stderr, exit status 2.
 """
 
@@ -20,16 +23,22 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
+from datamodules.progress import StageBar  # noqa: E402
 from training.faults import exit_on_user_error  # noqa: E402
-from training.loading import add_weights_argument, load_checkpoint, load_training_weights  # noqa: E402
+from training.loading import add_weights_argument, load_checkpoint, load_training_weights, read_checkpoint, weights_label  # noqa: E402
+
+BATCH_SIZE = 500
+PRECISIONS = ("32", "bf16-mixed")
 
 
-def accuracy(model, loader) -> float:
+def accuracy(model, loader, description: str, precision: str = "32") -> float:
     correct = total = 0
-    with torch.no_grad():
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed")
+    with torch.no_grad(), autocast, StageBar(description, len(loader.dataset), unit="images", every=5 * BATCH_SIZE) as bar:
         for images, labels in loader:
             correct += int(model(images).argmax(-1).eq(labels).sum())
             total += labels.numel()
+            bar.update(labels.numel())
     return 100 * correct / total
 
 
@@ -40,6 +49,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--data-dir", default="data/mnist", help="torchvision's layout: <dir>/MNIST/raw (default: data/mnist)")
     parser.add_argument("--val-size", type=int, default=500, help="training images held out for validation (default: 500)")
     parser.add_argument("--split-seed", type=int, default=42, help="which images are held out (default: 42)")
+    parser.add_argument(
+        "--precision", default="32", choices=PRECISIONS, help="32 (float32) or bf16-mixed (bfloat16 autocast) (default: 32)"
+    )
     add_weights_argument(parser, "score")
     args = parser.parse_args(argv)
 
@@ -49,13 +61,19 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     model = load_checkpoint(MnistSequenceClassifier, args.ckpt).eval()
     if args.weights == "training":
         load_training_weights(model, args.ckpt)
-    dm = MNISTDataModule(args.data_dir, batch_size=500, val_size=args.val_size, split_seed=args.split_seed, download=False)
+    dm = MNISTDataModule(args.data_dir, batch_size=BATCH_SIZE, val_size=args.val_size, split_seed=args.split_seed, download=False)
+    dm.data_dir_flag = "--data-dir"
     dm.prepare_data()
     dm.setup("fit")
     dm.setup("test")
-    scores = {"val": accuracy(model, dm.val_dataloader()), "test": accuracy(model, dm.test_dataloader())}
+    scores = {
+        "val": accuracy(model, dm.val_dataloader(), "validation", args.precision),
+        "test": accuracy(model, dm.test_dataloader(), "test", args.precision),
+    }
+    precision = "float32" if args.precision == "32" else "bf16-mixed"
     print(
-        f"weights: {args.weights}  val accuracy: {scores['val']:.2f} % ({len(dm.val_set)} images)  "
+        f"weights: {weights_label(read_checkpoint(args.ckpt), args.weights)}, {precision}  "
+        f"val accuracy: {scores['val']:.2f} % ({len(dm.val_set)} images)  "
         f"test accuracy: {scores['test']:.2f} % ({len(dm.test_set)} images)"
     )
     return scores

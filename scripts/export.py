@@ -8,9 +8,9 @@ OUT_DIR gets CTranslate2's model (model.bin, vocabularies, config.json) and our 
 weights map and which options cannot). `--quantization` stores the weights as CTranslate2 runs them
 (int8, int16, float16, ...; default float32); a float32 export can still be run in int8 with
 `translate.py --compute-type int8`. A checkpoint of a run with `--ema_decay` is exported with its
-averaged weights unless `--weights training`. An existing OUT_DIR is replaced only with --force, and
-only if it is an earlier export. A bad checkpoint, an option CTranslate2 cannot represent, or no
-`ctranslate2` package: one line on stderr, exit status 2.
+averaged weights unless `--weights training`. OUT_DIR's parent folders are created as `mkdir -p` would;
+an existing OUT_DIR is replaced only with --force, and only if it is an earlier export. A bad checkpoint,
+an option CTranslate2 cannot represent, or no `ctranslate2` package: one line on stderr, exit status 2.
 """
 
 from __future__ import annotations

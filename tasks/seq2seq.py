@@ -23,6 +23,7 @@ from models.decoding import Constraints, Hypothesis, align, beam_search, beam_se
 from models.errors import HyperparameterError, InputError
 from models.relative import TEXT_RELATIVE_BIASES
 from models.static_cache import StaticDecoder
+from training.callbacks import evaluated_label
 from training.loggers import log_text
 
 from .fast_paths import bucket_batch, compile_net, mark_bucketed
@@ -244,8 +245,10 @@ class Seq2SeqTransformer(L.LightningModule):
         self.bleu_signatures[stage] = scores["bleu_signature"]
         if stage == "test":
             log_text(self, {"test/bleu_signature": scores["bleu_signature"], "test/chrf_signature": scores["chrf_signature"]})
+        # A test scores a checkpoint: named with its weights, not by the trainer's epoch and step (the run's last).
+        where = evaluated_label(self.trainer) if stage == "test" else f"epoch {self.current_epoch} step {self.global_step}"
         rank_zero_info(
-            f"epoch {self.current_epoch} step {self.global_step}: {stage}/bleu={scores['bleu']:.2f} "
+            f"{where}: {stage}/bleu={scores['bleu']:.2f} "
             f"{stage}/chrf={scores['chrf']:.2f} on {len(pairs)} sentences "
             f"({'greedy' if beam_size == 1 else f'beam {beam_size}'}; {scores['bleu_signature']})"
         )
@@ -335,10 +338,14 @@ class Seq2SeqTransformer(L.LightningModule):
         return int(self.hparams.max_len_a * src.size(1) + self.hparams.max_len_b)
 
     @torch.no_grad()
-    def translate_many(self, sentences: list[str], beam_size: int = 1, batch_size: int | None = None, **kwargs) -> list[str]:
-        """`translate` over many sentences in batches of similar length; results in input order."""
+    def translate_many(
+        self, sentences: list[str], beam_size: int = 1, batch_size: int | None = None, on_batch=None, **kwargs
+    ) -> list[str]:
+        """`translate` over many sentences in batches of similar length; results in input order. `on_batch(batch)`
+        is called after each batch (progress lines)."""
         batch_size = batch_size or self.hparams.eval_batch_size
-        return map_in_length_batches(lambda batch: self.translate(batch, beam_size=beam_size, **kwargs), sentences, batch_size)
+        translate = lambda batch: self.translate(batch, beam_size=beam_size, **kwargs)
+        return map_in_length_batches(translate, sentences, batch_size, on_batch)
 
     @torch.no_grad()
     def translate(

@@ -36,6 +36,8 @@ def test_average_is_the_mean_and_loads_like_a_checkpoint(epochs, tmp_path, weigh
     out = tmp_path / "avg.ckpt"
     result = script("average_checkpoints", str(epochs[0].parent), "--last", "3", "--out", str(out), "--weights", weights)
     assert result.returncode == 0, result.stderr
+    which = {"averaged": "EMA weights", "training": "training weights"}[weights]
+    assert f"wrote {out}: the mean of the {which} of 3 checkpoints ({epochs[1].name} … {epochs[3].name})" in result.stdout
     states = [torch.load(p, map_location="cpu", weights_only=True)[key] for p in epochs[1:]]  # the 3 of highest step
     averaged = torch.load(out, map_location="cpu", weights_only=True)
     assert averaged["averaged_from"] == [str(p) for p in epochs[1:]]

@@ -273,3 +273,17 @@ def test_translate_script_nbest_format_is_the_same_on_ctranslate2(tmp_path, trai
     for extra, message in ((["--print-alignment"], "alignments"), (["--ckpt", ckpt, ckpt], "one model")):
         code, text, err = run_script(capsys, "translate", "--engine", "ctranslate2", "--model", out, *extra, *sources)
         assert code == 2 and text == "" and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_export_makes_missing_parent_folders(tmp_path):
+    """The README's `export.py ... exported/multi30k` on a fresh clone: the folders are made as `mkdir -p`
+    makes them, and the export in them translates as our model does; a regular file in the way is one line."""
+    model = sharpened_model()
+    ckpt = save_checkpoint(model, tmp_path / "model.ckpt")
+    out = tmp_path / "exported" / "deeper" / "toy"
+    result = script("export", "--ckpt", str(ckpt), "--to", "ctranslate2", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert CTranslate2Translator(out).translate(SRC) == model.translate(SRC)
+    (tmp_path / "a-file").write_text("not a folder\n")
+    blocked = script("export", "--ckpt", str(ckpt), "--to", "ctranslate2", str(tmp_path / "a-file" / "sub" / "toy"))
+    assert blocked.returncode == 1 and blocked.stderr.count("\n") == 1 and "cannot write" in blocked.stderr, blocked.stderr

@@ -156,8 +156,11 @@ def command(entry: str, out: Path, ckpt: Path, source: Path) -> list[str]:
 OUTPUT_NAMES = {"average": "avg.ckpt", "export": "ct2", "evaluate": "hyps.txt"}
 
 
-@pytest.mark.parametrize("fault", list(FAULTS))
-@pytest.mark.parametrize("entry", ["average", "export", "evaluate"])
+@pytest.mark.parametrize(
+    "entry, fault",
+    # export makes a missing folder, as `mkdir -p` does (test_export.py); the others name it.
+    [(e, f) for e in ("average", "export", "evaluate") for f in FAULTS if (e, f) != ("export", "missing folder")],
+)
 def test_an_output_that_cannot_be_written_is_one_line_and_loses_nothing(ckpts, tmp_path, entry, fault):  # noqa: F811
     if entry == "export":
         pytest.importorskip("ctranslate2", reason="pip install -e '.[deploy]'")

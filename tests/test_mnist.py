@@ -19,7 +19,7 @@ from datamodules.mnist import BACKGROUND, MEAN, RAW_FILES, STD, MNISTDataModule,
 from models.errors import DataNotFoundError, HyperparameterError
 from models.mnist_net import MnistNet
 from tasks.mnist import MnistSequenceClassifier
-from tests.helpers import SHARED_DATA, quiet_trainer
+from tests.helpers import SHARED_DATA, quiet_trainer, script
 
 SHARED_MNIST = SHARED_DATA / "mnist"
 TINY = dict(d_model=32, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=64, dropout=0.0)
@@ -402,3 +402,31 @@ def test_trains_on_real_mnist_subset_far_above_chance(tmp_path):
     (metrics,) = trainer.test(model, dm, verbose=False)
     assert len(dm.test_set) == 10_000
     assert metrics["test/acc"] > 0.8, metrics  # chance is 0.1
+
+
+def test_evaluate_mnist_script_says_which_weights_and_precision_and_prints_progress(tmp_path):
+    """fit.py tests a bf16-mixed recipe under autocast, evaluate_mnist.py in float32 unless told: each output
+    says which, and which weights; `--precision bf16-mixed` gives what autocast gives. Standard error is a
+    pipe here (nohup, SLURM): a progress line every 2,500 images. A missing folder names its flag, --data-dir."""
+    test_x, test_y = fake_mnist(tmp_path / "data", n_train=60, n_test=2500)
+    L.seed_everything(0)
+    model = MnistSequenceClassifier(tokens="patches", patch_size=7, head="mean", **TINY)
+    trainer = quiet_trainer(tmp_path, max_steps=2)
+    trainer.fit(model, DataLoader(random_digits(16), batch_size=8))
+    ckpt = tmp_path / "model.ckpt"
+    trainer.save_checkpoint(ckpt)
+    images = ((test_x.unsqueeze(1).float() / 255 - MEAN) / STD).float()  # (N, 1, 28, 28), as the data module reads them
+    model.eval()
+    for precision, label in (("32", "float32"), ("bf16-mixed", "bf16-mixed")):
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
+            expected = 100 * float(model(images).argmax(-1).eq(test_y).float().mean())
+        result = script("evaluate_mnist", "--ckpt", str(ckpt), "--data-dir", str(tmp_path / "data"), "--val-size", "10",
+                        "--precision", precision)  # fmt: skip
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert f"weights: its only weights (no EMA), {label}  " in result.stdout
+        assert f"test accuracy: {expected:.2f} % (2500 images)" in result.stdout
+        progress = [ln.split(" | ")[0] for ln in result.stderr.splitlines() if ln.startswith("test: ")]
+        assert progress == ["test: 2,500/2,500 images"]
+    missing = script("evaluate_mnist", "--ckpt", str(ckpt), "--data-dir", str(tmp_path / "nowhere"))
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+    assert "Point --data-dir at the folder" in missing.stderr and "--data.data_dir" not in missing.stderr

@@ -180,6 +180,12 @@ def test_evaluate_script(tmp_path, trained):
     assert f"chrF: {expected['chrf']:.2f}  ({expected['chrf_signature']})" in result.stdout
     lowercased = corpus_scores(hyps, [t for _, t in TOY_PAIRS], lowercase=True)
     assert f"lowercased BLEU (not comparable with the cased score): {lowercased['bleu']:.2f}" in result.stdout
+    # A checkpoint of a run without EMA holds one set of weights: not called "averaged".
+    assert "engine: torch, its only weights (no EMA)" in result.stdout
+    # Standard error is a pipe here, as under nohup or SLURM: progress lines, no bar (batches of 2 of the 3 sentences).
+    (line,) = [ln for ln in result.stderr.splitlines() if ln.startswith("translating: ")]
+    assert line.startswith("translating: 2/3 sentences | ") and " sentences/s | elapsed " in line and "| eta " in line
+    assert "\r" not in result.stderr
 
 
 def test_evaluate_script_user_errors(tmp_path, trained, capsys):

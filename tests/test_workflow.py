@@ -18,6 +18,10 @@ from lightning.pytorch.callbacks import Callback
 from datamodules.toy import TOY_PAIRS
 from tests.helpers import ENV, FIT, ROOT, fit
 
+# Lines a user can do nothing about (issue: Lightning's litlogger tip, torch's LeafSpec deprecation from
+# Lightning's _pytree.py, FLOPs Lightning did not count, the bar's "Epoch 0/-2" of max_epochs -1).
+NOISE = ["litlogger", "LeafSpec", "Total FLOPs: 0", "/-2"]
+
 
 class PauseAtStep(Callback):
     """Test helper, loaded by scripts/fit.py through --trainer.callbacks: after optimizer step `step`,
@@ -70,7 +74,29 @@ def test_default_logger_is_wandb_offline_with_config_and_sync_hint(tmp_path):
     assert list(tmp_path.rglob("last.ckpt"))
 
 
+def test_a_fit_run_prints_nothing_a_user_cannot_act_on(tmp_path):
+    result = fit(tmp_path, "--trainer.max_epochs", "1", "--trainer.enable_model_summary", "true")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout + result.stderr
+    assert "Trainable params" in out and "best checkpoint" in out  # the summaries are there
+    for noise in NOISE:
+        assert noise not in out, noise
+
+
+@pytest.mark.parametrize("max_epochs, description", [(-1, "Epoch 0"), (3, "Epoch 0/2")])
+def test_the_bar_of_a_run_bounded_by_steps_counts_no_epochs(tmp_path, max_epochs, description):
+    from training.cli import TransformerCLI
+
+    args = ["--config", str(ROOT / "configs" / "toy_translation.yaml"), "--trainer.default_root_dir", str(tmp_path)]
+    args += ["--trainer.logger", "false", "--trainer.enable_progress_bar", "true", "--trainer.max_steps", "5"]
+    cli = TransformerCLI(args=[*args, "--trainer.max_epochs", str(max_epochs)])
+    bar = cli.trainer.progress_bar_callback
+    bar._trainer = cli.trainer  # what its setup hook does when fitting starts
+    assert bar._get_train_description(0).strip() == description
+
+
 def test_resumed_run_continues_the_same_wandb_run_in_its_recipe_group(tmp_path):
+
     from training.loggers import offline_history, offline_records
 
     first = fit(tmp_path, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "4", "--trainer.log_every_n_steps", "2")
@@ -94,6 +120,7 @@ def test_resumed_run_continues_the_same_wandb_run_in_its_recipe_group(tmp_path):
     run_id = runs[0].name.rsplit("-", 1)[1]
     assert runs[1].name.rsplit("-", 1)[1] == run_id  # `wandb sync` uploads both folders into one run
     assert f"Continuing W&B run {run_id}" in resumed.stdout + resumed.stderr
+    assert f"upload it with: wandb sync {runs[0]} {runs[1]}\n" in resumed.stdout + resumed.stderr  # both, in order
 
     # Steps keep increasing: W&B's own `_step` (else `wandb sync` writes the second folder's rows over
     # the first's) and Lightning's x axis, `trainer/global_step`.
@@ -254,6 +281,25 @@ def _recipe(kind: str, data: Path) -> list[str]:
         "--model.init_args.bleu_every_n_epochs",
         "100",
     ]
+
+
+@pytest.mark.parametrize("ema", [True, False])
+def test_the_test_lines_name_the_tested_checkpoint_its_weights_and_precision(tmp_path, ema):
+    # The trainer's own epoch and step after fitting are the run's last, not the tested (best) checkpoint's.
+    args = [*_recipe("corpus", tmp_path / "data"), "--trainer.logger", "CSVLogger", "--trainer.max_epochs", "2"]
+    args += ["--checkpoint.monitor", "val/loss", "--checkpoint.mode", "min"]  # (val/bleu is scored every 100 epochs here)
+    result = fit(tmp_path / "run", *args, "--ema_decay", "0.9" if ema else "null")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout + result.stderr
+    summary = json.loads(next((tmp_path / "run").rglob("summary.json")).read_text())
+    best = Path(summary["best_checkpoint"])
+    state = torch.load(best, weights_only=True)
+    assert best.name == f"epoch{state['epoch']:03d}-step{state['global_step']}.ckpt"
+    weights = "EMA weights" if ema else "its only weights (no EMA)"
+    assert ("current_model_state" in state) == ema  # the checkpoint holds what the label says
+    expected = f"checkpoint {best.name}, {weights}, precision bf16-mixed"  # the recipe's precision
+    assert f"{expected}: test/bleu=" in out and f"  tested: {expected}\n" in out, out[-3000:]
+    assert summary["tested"] == expected
 
 
 @pytest.mark.slow
@@ -524,3 +570,8 @@ def test_quickstart_notebook_runs(tmp_path):
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the attention map
     assert "missing from font" not in text  # ... with its Chinese characters drawn, not boxes
     assert list((tmp_path / "run").rglob("last.ckpt"))
+    # Checkpoints named as scripts/fit.py names them; no output a reader cannot act on.
+    assert re.search(r"best checkpoint: \S+/epoch024-step400\.ckpt ", text), text
+    for noise in NOISE + ["IProgress not found"]:
+        assert noise not in text, noise
+    assert not [o for o in outputs if o.get("output_type") == "execute_result" and o["data"].get("text/plain") == "0"]

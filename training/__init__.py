@@ -4,3 +4,7 @@ checkpoint (signals.py), Lightning's private state read in one place (lightning_
 never prompts (loggers.py), checkpoint loading (loading.py), and the one place where every entry point
 turns bad input and environment faults into one line and an exit status (faults.py). The tasks
 themselves are in tasks/."""
+
+from .noise import silence
+
+silence()  # Lightning's and torch's messages no user can act on, for every entry point and notebook (noise.py)

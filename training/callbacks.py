@@ -9,6 +9,9 @@ written is training/checkpointing.py.
 - `EMA`: an exponential moving average of the weights (`--ema_decay`), validated, checkpointed and
   tested in place of the training weights.
 - `StepTimer`: the wall time of each training step (forward, backward, optimiser), for the summary.
+
+`ModelSummaryWithoutZeroFlops` replaces Lightning's summary (training/cli.py); `evaluated_label` says what a
+test scored (checkpoint, weights, precision), for the lines that report it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import lightning as L
 import numpy as np
 import torch
 import yaml
-from lightning.pytorch.callbacks import Callback, EMAWeightAveraging
+from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, RichModelSummary
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
@@ -207,6 +210,37 @@ class EMA(EMAWeightAveraging):
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         if trainer.state.fn == TrainerFn.FITTING:
             super().on_load_checkpoint(trainer, pl_module, checkpoint)
+
+
+class ModelSummaryWithoutZeroFlops(RichModelSummary):
+    """Lightning's rich model summary, without the FLOPs it did not count: Lightning counts them only for a
+    model with an `example_input_array`, which ours have not (a translation's cost depends on its lengths),
+    and prints `Total FLOPs: 0` and a column of zeros otherwise."""
+
+    @staticmethod
+    def summarize(summary_data, *args, total_flops: int = 0, **kwargs) -> None:
+        if total_flops:
+            return RichModelSummary.summarize(summary_data, *args, total_flops=total_flops, **kwargs)
+        summary_data = [(name, ["-"] * len(values) if name == "FLOPs" else values) for name, values in summary_data]
+        from rich import get_console
+
+        console = get_console()
+        with console.capture() as captured:
+            RichModelSummary.summarize(summary_data, *args, total_flops=total_flops, **kwargs)
+        text = "".join(line for line in captured.get().splitlines(keepends=True) if "Total FLOPs" not in line)
+        console.file.write(text)
+        console.file.flush()
+
+
+def evaluated_label(trainer: L.Trainer) -> str:
+    """What `trainer.test` (or `validate`) scored, for the lines that report it: the checkpoint file (the
+    trainer's own epoch and step are the run's last, not the tested checkpoint's), which weights (with
+    `EMA`, the average the checkpoint stores as its weights) and the precision. evaluate_mnist.py and
+    evaluate.py print the same three, so that their figures can be matched with fit's."""
+    ckpt = getattr(trainer, "ckpt_path", None)
+    where = f"checkpoint {Path(ckpt).name}" if ckpt else f"the weights at the end of training (step {trainer.global_step})"
+    ema = any(isinstance(c, EMAWeightAveraging) for c in trainer.callbacks)
+    return f"{where}, {'EMA weights' if ema else 'its only weights (no EMA)'}, precision {trainer.precision}"
 
 
 def _ema_with_warmup(decay: float):

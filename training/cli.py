@@ -10,7 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.callbacks import Timer
+from lightning.pytorch.callbacks import RichModelSummary, RichProgressBar, Timer
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -20,15 +20,26 @@ from models.errors import CheckpointError, HyperparameterError
 from models.files import remove_stale_temporaries
 
 from . import signals
-from .callbacks import EMA, FiniteLossCheck, LoaderStateRestore, LogConfigCallback, RngStateCallback, StepTimer
+from .callbacks import (
+    EMA,
+    FiniteLossCheck,
+    LoaderStateRestore,
+    LogConfigCallback,
+    ModelSummaryWithoutZeroFlops,
+    RngStateCallback,
+    StepTimer,
+    evaluated_label,
+)
 from .checkpointing import AtomicCheckpointIO, BestAndLastCheckpoint, StoppedMidEpoch
 from .lightning_internals import checkpoint_io_chosen
 from .loading import read_checkpoint
 from .loggers import AutoWandbLogger, WandbRunId, continue_wandb_run, run_dir, run_folder, sync_command
-from .progress import ProgressLog
+from .progress import EpochBar, ProgressLog
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "toy_translation.yaml"
+# Checkpoint names, with auto_insert_metric_name=False: epoch024-step400.ckpt (the notebook names them so too).
+CHECKPOINT_FILENAME = "epoch{epoch:03d}-step{step}"
 
 
 def _tokenizers_of(datamodule) -> dict | None:
@@ -100,7 +111,7 @@ class TransformerCLI(LightningCLI):
             {
                 "checkpoint.monitor": "val/loss",
                 "checkpoint.mode": "min",
-                "checkpoint.filename": "epoch{epoch:03d}-step{step}",
+                "checkpoint.filename": CHECKPOINT_FILENAME,
                 "checkpoint.auto_insert_metric_name": False,
                 "checkpoint.save_last": True,
             }
@@ -136,6 +147,14 @@ class TransformerCLI(LightningCLI):
         decay = self.config_init.get("ema_decay")
         if decay is not None:
             trainer.callbacks.insert(0, EMA(decay=decay))  # ahead of the ModelCheckpoints, which must run last
+        # Lightning's own bar and model summary, with true labels (progress.EpochBar, callbacks.ModelSummaryWithoutZeroFlops).
+        # Lightning builds them itself (enable_progress_bar, enable_model_summary): each takes the subclass,
+        # which adds no state, in place, with the settings it was given.
+        for callback in trainer.callbacks:
+            if type(callback) is RichProgressBar:
+                callback.__class__ = EpochBar
+            elif type(callback) is RichModelSummary:
+                callback.__class__ = ModelSummaryWithoutZeroFlops
         # Atomic checkpoint writes, unless a CheckpointIO plugin was chosen on purpose.
         if not checkpoint_io_chosen(trainer):
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
@@ -205,11 +224,13 @@ def run_fit(cli: TransformerCLI, resume: str = "") -> None:
     if trainer.is_global_zero:
         report_time_limit(trainer, resume)
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    tested = None
     if cli.config.test and _has_split(datamodule, "test_dataloader"):
         trainer.test(model, datamodule=datamodule, ckpt_path="best" if best else None)
+        tested = evaluated_label(trainer)
     if trainer.is_global_zero:
         folder = run_folder(trainer)
-        summary = summarize(trainer, model, datamodule, best, str(folder) if trainer.loggers else None, fit_seconds)
+        summary = summarize(trainer, model, datamodule, best, str(folder) if trainer.loggers else None, fit_seconds, tested)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
 
@@ -327,6 +348,7 @@ def summarize(
     best: str,
     log_dir: str | None = None,
     fit_seconds: float | None = None,
+    tested: str | None = None,
 ) -> dict:
     """Print the end-of-run summary (a few translations of the best checkpoint, the checkpoints, the
     test metrics, size and speed, where the logs are) and return it as plain data (summary.json)."""
@@ -343,6 +365,7 @@ def summarize(
         "monitor": callback.monitor if callback else None,
         "best_score": score.item() if score is not None else None,
         "last_checkpoint": (callback.last_model_path or None) if callback else None,
+        "tested": tested,  # which checkpoint, weights and precision the test metrics are of
         "test": {name: value.item() for name, value in sorted(trainer.callback_metrics.items()) if name.startswith("test/")},
         "test_bleu_signature": getattr(model, "bleu_signatures", {}).get("test"),
         "parameters": sum(p.numel() for p in model.parameters()),  # shared tables counted once
@@ -356,6 +379,8 @@ def summarize(
         lines.append(f"  best checkpoint: {best}" + (f"  ({callback.monitor}={score.item():.4f})" if score is not None else ""))
     if summary["last_checkpoint"]:
         lines.append(f"  last checkpoint: {summary['last_checkpoint']}")
+    if summary["test"] and tested:
+        lines.append(f"  tested: {tested}")
     lines += [f"  {name}: {value:.4f}" for name, value in summary["test"].items()]
     if summary["test_bleu_signature"]:
         lines.append(f"  test/bleu signature: {summary['test_bleu_signature']}")

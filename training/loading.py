@@ -118,6 +118,18 @@ def weights_of(state: dict, path: str | Path, which: str = "averaged") -> dict:
     return state["current_model_state"]
 
 
+def weights_label(state: dict, which: str = "averaged") -> str:
+    """The weights `weights_of(state, path, which)` gives, in words for an output line: "EMA weights" (the
+    moving average a `--ema_decay` run keeps), "training weights (not the EMA)", "the mean of N
+    checkpoints' weights" (scripts/average_checkpoints.py) or "its only weights (no EMA)". A checkpoint
+    without an EMA holds one set: calling it "averaged" would be untrue."""
+    if "current_model_state" in state:
+        return "EMA weights" if which == "averaged" else "training weights (not the EMA)"
+    if state.get("averaged_from"):
+        return f"the mean of {len(state['averaged_from'])} checkpoints' weights"
+    return "its only weights (no EMA)"
+
+
 def load_training_weights(model: L.LightningModule, path: str | Path) -> None:
     """Put the training weights of a checkpoint written with weight averaging (`--ema_decay`) into
     `model`, in place of the averaged weights that `load_checkpoint` gives."""

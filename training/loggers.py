@@ -246,10 +246,14 @@ def run_dir(logger: Logger | None) -> str | None:
 
 
 def sync_command(logger: Logger | None) -> str | None:
-    """`wandb sync <run dir>` for an offline W&B run, else None."""
-    if isinstance(logger, WandbLogger) and logger._offline and run_dir(logger):
-        return f"wandb sync {run_dir(logger)}"
-    return None
+    """`wandb sync <run dirs>` for an offline W&B run, else None: every offline folder of the run, oldest first
+    (a resumed run continues the W&B run of the one it resumes in a folder of its own; `wandb sync` merges
+    them into the one run, and needs all of them)."""
+    if not (isinstance(logger, WandbLogger) and logger._offline and run_dir(logger)):
+        return None
+    here, run_id = Path(run_dir(logger)), logger.experiment.id
+    folders = {p.parent for p in here.parent.glob(f"*-{run_id}/run-{run_id}.wandb")} | {here}
+    return "wandb sync " + " ".join(str(p) for p in sorted(folders, key=lambda p: p.name))
 
 
 def log_text(module, values: dict[str, str]) -> None:

@@ -15,7 +15,7 @@ import time
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, RichProgressBar
 
 from datamodules.progress import clock, eta, is_terminal
 from datamodules.vocab import PAD
@@ -74,3 +74,14 @@ class ProgressLog(Callback):
         if left is not None:
             parts.append(f"eta {left}")
         return " | ".join(parts)
+
+
+class EpochBar(RichProgressBar):
+    """Lightning's rich bar (on a terminal), whose "Epoch 3/24" (the last epoch's index) reads "Epoch 0/-2"
+    when `max_epochs` is -1 (a recipe bounded by `max_steps`, as WMT's): there, "Epoch 0" alone."""
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        description = super()._get_train_description(current_epoch)
+        if self.trainer.max_epochs is not None and self.trainer.max_epochs < 0:
+            description = description.replace(f"Epoch {current_epoch}/{self.trainer.max_epochs - 1}", f"Epoch {current_epoch}")
+        return description

@@ -1,0 +1,32 @@
+"""Lightning's and torch's messages that no user of this project can act on, silenced where they start.
+
+- Lightning's `💡 Tip: ... litlogger` line, printed at every Trainer: an advertisement (no setting turns it off).
+- torch's `isinstance(treespec, LeafSpec)` FutureWarning, raised by Lightning's own `utilities/_pytree.py`
+  (torch 2.14 deprecated the class that Lightning 2.6 still builds); nothing in this project calls it.
+
+Each is matched narrowly, so anything else from the same places still shows. The standard library only:
+`training` imports this before torch loads (scripts/fit.py installs its signal handlers first). `Total
+FLOPs: 0` in the model summary is callbacks.ModelSummaryWithoutZeroFlops's.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+
+class _DropLitLoggerTip(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in str(record.msg)
+
+
+_TIP_FILTER = _DropLitLoggerTip()
+
+
+def silence() -> None:
+    """Install the filters (idempotent)."""
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logger = logging.getLogger(name)
+        if _TIP_FILTER not in logger.filters:
+            logger.addFilter(_TIP_FILTER)
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
