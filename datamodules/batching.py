@@ -15,9 +15,9 @@ class Seq2SeqBatch(NamedTuple):
     tgt: torch.Tensor  # (B, T) target ids, `<bos> ... <eos>`, right-padded with PAD
 
 
-def frame_source(ids: Sequence[int], max_len: int | None = None) -> list[int]:
+def frame_source(ids: Sequence[int], max_len: int | None = None, eos_id: int = EOS) -> list[int]:
     """Source ids → `ids <eos>`, at most `max_len` long."""
-    return [*ids[: None if max_len is None else max_len - 1], EOS]
+    return [*ids[: None if max_len is None else max_len - 1], eos_id]
 
 
 def frame_target(ids: Sequence[int], max_len: int | None = None) -> list[int]:

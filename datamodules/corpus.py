@@ -12,11 +12,12 @@ from typing import Any, Literal, get_args
 
 import lightning as L
 import numpy as np
+import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
 from models.checks import at_least, check_hparams, fraction, no_more_than, one_of
-from models.errors import HyperparameterError
+from models.errors import DataFormatError, DataNotFoundError, HyperparameterError
 
 from .corpus_readers import Pair
 from .indexed import IndexedIds, TokenPairs, collated
@@ -26,6 +27,22 @@ from .samplers import TokenBudgetBatchSampler, padding_waste
 from .sources import ENGLISH, SPLITS
 from .tokenizers import TokenizerKind
 from .vocab import SPECIAL_TOKENS, Tokenizer
+
+
+def checkpoint_tokenizers(path: str | Path) -> dict:
+    """The tokenizers (`{"src": …, "tgt": …}`, as `to_dict()`s) stored in a translation checkpoint of ours, e.g.
+    scripts/import_pretrained.py's: what a fine-tuning encodes its corpus with."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataNotFoundError(f"tokenizers_from: checkpoint not found: {path}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        tokenizers = state["hyper_parameters"]["tokenizers"]
+        tokenizers["src"], tokenizers["tgt"]  # noqa: B018 (both present, or KeyError)
+    except Exception as err:  # unreadable, not a checkpoint, or one without tokenizers: each is the same error
+        what = f"holds no translation checkpoint's tokenizers ({type(err).__name__})"
+        raise DataFormatError(f"tokenizers_from: {path} {what}") from None
+    return tokenizers
 
 
 class ParallelCorpusDataModule(L.LightningDataModule):
@@ -64,6 +81,7 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         cache_dir: str | None = None,  # where the prepared corpus goes (default: <data_dir>/.cache, see cache.py)
         dataset: str | None = None,  # format=hf: a Hugging Face hub dataset (wmt14); None reads local files in data_dir
         dataset_config: str | None = None,  # format=hf: its configuration (de-en)
+        tokenizers_from: str | None = None,  # a checkpoint whose tokenizers to use, not trained ones (fine-tuning)
     ):
         super().__init__()
         check_corpus_settings(locals(), type(self).__name__)
@@ -73,6 +91,8 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         self.save_hyperparameters(logger=False)
         self.data_dir = Path(data_dir)
         self.corpus = PreparedCorpus(self.hparams)  # the source's pairs, tokenizers and token ids; reads nothing yet
+        if tokenizers_from:
+            self.corpus.use_tokenizers(checkpoint_tokenizers(tokenizers_from))
         self._datasets: dict[str, TokenPairs] | None = None
         self._samplers: dict[tuple[str, int, int], TokenBudgetBatchSampler] = {}
 
@@ -118,7 +138,11 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         h = self.hparams
         dtypes = [np.dtype(d) for d in meta["dtypes"]]
         self._datasets = {
-            split: TokenPairs(IndexedIds(folder / f"{split}.src", dtypes[0]), IndexedIds(folder / f"{split}.tgt", dtypes[1]))
+            split: TokenPairs(
+                IndexedIds(folder / f"{split}.src", dtypes[0]),
+                IndexedIds(folder / f"{split}.tgt", dtypes[1]),
+                self.corpus.tokenizers()[1].pad_id,  # an imported Marian model's <pad> is its last id
+            )
             for split in SPLITS
         }
         # Files changed in place after their build (same sizes, other bytes) must not feed the model ids

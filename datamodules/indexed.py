@@ -124,15 +124,15 @@ class IndexedIds:
         return {**self.__dict__, "_offsets": None, "_ids": None}
 
 
-def pad_rows(store: IndexedIds, rows: np.ndarray) -> torch.Tensor:
-    """Sentences `rows` of `store`, right-padded with PAD to the longest: (B, max_len) long.
+def pad_rows(store: IndexedIds, rows: np.ndarray, pad_id: int = PAD) -> torch.Tensor:
+    """Sentences `rows` of `store`, right-padded with `pad_id` to the longest: (B, max_len) long.
     One gather from the map and one scatter, not a slice per sentence (8x the tokens/s)."""
     starts = store.offsets[rows]  # (B,)
     lengths = store.offsets[rows + 1] - starts  # (B,)
     row_start = np.zeros(len(rows), np.int64)  # where each sentence begins among the gathered ids
     np.cumsum(lengths[:-1], out=row_start[1:])
     within = np.arange(int(lengths.sum())) - np.repeat(row_start, lengths)  # (N,) position inside its sentence
-    out = np.full((len(rows), int(lengths.max())), PAD, dtype=np.int64)
+    out = np.full((len(rows), int(lengths.max())), pad_id, dtype=np.int64)
     out[np.repeat(np.arange(len(rows)), lengths), within] = store.ids[np.repeat(starts, lengths) + within]
     return torch.from_numpy(out)
 
@@ -141,10 +141,10 @@ class TokenPairs(torch.utils.data.Dataset):
     """Aligned (source ids, target ids) of one split, memory-mapped. `__getitems__` (which a DataLoader
     with a batch sampler calls with a whole batch of indices) pads the batch straight from the maps."""
 
-    def __init__(self, src: IndexedIds, tgt: IndexedIds):
+    def __init__(self, src: IndexedIds, tgt: IndexedIds, pad_id: int = PAD):
         if len(src) != len(tgt):
             raise ValueError(f"{src.prefix} holds {len(src)} sentences, {tgt.prefix} {len(tgt)}")
-        self.src, self.tgt = src, tgt
+        self.src, self.tgt, self.pad_id = src, tgt, pad_id  # the tokenizers' <pad> (an imported Marian's is its last id)
 
     def __len__(self) -> int:
         return len(self.src)
@@ -154,7 +154,7 @@ class TokenPairs(torch.utils.data.Dataset):
 
     def __getitems__(self, indices) -> Seq2SeqBatch:
         rows = np.asarray(indices, dtype=np.int64)
-        return Seq2SeqBatch(pad_rows(self.src, rows), pad_rows(self.tgt, rows))
+        return Seq2SeqBatch(pad_rows(self.src, rows, self.pad_id), pad_rows(self.tgt, rows, self.pad_id))
 
     def lengths(self) -> np.ndarray:
         """max(source, target) length of each pair: what a batch's token budget is charged."""

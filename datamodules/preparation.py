@@ -23,7 +23,7 @@ from .indexed import IndexedIdsWriter, ids_dtype
 from .progress import StageBar, is_terminal
 from .sources import SPLITS, CorpusSource, corpus_source
 from .tokenizers import SubwordTokenizer, tokenizer_from_dict, train_tokenizer
-from .vocab import BOS, EOS, Tokenizer
+from .vocab import Tokenizer
 
 TOKENIZERS_FILE = "tokenizers.json"  # in the prepared tokenizers' folder
 ENCODE_CHUNK = 100_000  # pairs encoded at a time: bounds the memory of preparing a corpus of any size
@@ -177,8 +177,9 @@ class PreparedCorpus:
                     keep &= ~long
                 # An empty sentence (a blank line in an aligned corpus) teaches nothing: drop it from training.
                 keep &= (src_len > 0) & (tgt_len > 0)
-            writers[0].add_framed(src_ids, keep, max_len, tail=(EOS,))
-            writers[1].add_framed(tgt_ids, keep, max_len, head=(BOS,), tail=(EOS,))
+            # The tokenizers' own specials: ours are BOS/EOS, an imported Marian model's <pad> and </s>.
+            writers[0].add_framed(src_ids, keep, max_len, tail=(src_tok.eos_id,))
+            writers[1].add_framed(tgt_ids, keep, max_len, head=(tgt_tok.bos_id,), tail=(tgt_tok.eos_id,))
             chunk.clear()
 
         with StageBar(f"encoding {split}", self.source.count(split) if is_terminal() else None) as bar:

@@ -15,7 +15,8 @@ from typing import Literal
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
-from .vocab import SPECIAL_TOKENS, Tokenizer, Vocab, content_ids
+from .sentencepiece import SentencePieceVocab
+from .vocab import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Tokenizer, Vocab, content_ids
 
 TokenizerKind = Literal["bpe", "unigram", "char", "word"]
 
@@ -29,6 +30,7 @@ class SubwordTokenizer:
     """
 
     kind = "subword"
+    pad_id, bos_id, eos_id, unk_id = PAD, BOS, EOS, UNK
 
     def __init__(self, tokenizer: HFTokenizer):
         for i, tok in enumerate(SPECIAL_TOKENS):
@@ -116,7 +118,7 @@ def train_tokenizer(
     raise ValueError(f"Tokenizer kind must be one of 'bpe', 'unigram', 'char', 'word', got {kind!r}")
 
 
-TOKENIZER_KINDS: dict[str, type] = {cls.kind: cls for cls in (Vocab, SubwordTokenizer)}
+TOKENIZER_KINDS: dict[str, type] = {cls.kind: cls for cls in (Vocab, SubwordTokenizer, SentencePieceVocab)}
 
 
 def tokenizer_from_dict(data: dict) -> Tokenizer:

@@ -28,7 +28,13 @@ def content_ids(ids: Iterable[int]) -> list[int]:
 
 
 class Tokenizer(Protocol):
-    """What the translation task needs from a tokenizer."""
+    """What the translation task needs from a tokenizer: text ↔ ids, and its special ids (PAD, BOS, EOS, UNK
+    for ours; an imported Marian model's own, datamodules.sentencepiece)."""
+
+    pad_id: int
+    bos_id: int  # what the decoder starts from
+    eos_id: int
+    unk_id: int
 
     def encode(self, text: str) -> list[int]: ...
     def decode(self, ids: Iterable[int]) -> str: ...
@@ -41,6 +47,7 @@ class Vocab:
     or whitespace-separated words (`level="word"`). Unknown tokens map to `<unk>`."""
 
     kind = "vocab"
+    pad_id, bos_id, eos_id, unk_id = PAD, BOS, EOS, UNK
 
     def __init__(self, tokens: list[str], level: Literal["char", "word"] = "word"):
         if level not in ("char", "word"):

@@ -18,6 +18,9 @@ Three details make a naive conversion translate differently, and are handled her
 Options CTranslate2 cannot represent the way we compute them (rotary positions in our rotate-half
 layout inside an encoder–decoder, query/key norms with our gain, relative position biases, no absolute
 positions) are refused by `check_exportable`.
+An imported Marian model (tasks/pretrained.py) exports with its own vocabulary and special tokens, no final
+norms, its output bias and its unscaled embeddings where it has them; its decoder starts from `<pad>`, which
+CTranslate2 is told never to generate (`suppress_sequences`), as ours never does.
 Beam search: both apply GNMT's length penalty, but CTranslate2 stops a sentence once its top beam
 ends (OpenNMT's rule), where ours stops once no live hypothesis can still beat the best finished one
 under the penalty (models.decoding). With alpha = 0 the two rules agree and so do the outputs; with
@@ -36,7 +39,7 @@ import torch
 
 from datamodules.batching import frame_source, map_in_length_batches
 from datamodules.tokenizers import SubwordTokenizer, tokenizer_from_dict
-from datamodules.vocab import SPECIAL_TOKENS
+from datamodules.vocab import PAD, SPECIAL_TOKENS
 from models.decoding import Hypothesis, length_penalty_factor
 from models.errors import InputError
 from models.positional import SinusoidalPositionalEncoding
@@ -74,7 +77,7 @@ def check_exportable(hparams: dict) -> None:
         )
     if hparams.get("qk_norm", False):
         raise ExportError("query/key norms (qk_norm=True) cannot be exported to CTranslate2")
-    if hparams.get("activation", "relu") not in ("relu", "gelu", "swiglu", "geglu"):
+    if hparams.get("activation", "relu") not in ("relu", "gelu", "silu", "swiglu", "geglu"):
         raise ExportError(f"activation {hparams['activation']!r} has no CTranslate2 equivalent")
 
 
@@ -84,7 +87,8 @@ def vocabulary(tokenizer) -> list[str]:
         tokens = [tokenizer.tokenizer.id_to_token(i) for i in range(len(tokenizer))]
     else:
         tokens = list(tokenizer.tokens)
-    if tokens[: len(SPECIAL_TOKENS)] != SPECIAL_TOKENS or len(set(tokens)) != len(tokens):
+    ours = tokenizer.pad_id == PAD  # an imported Marian tokenizer has its own specials (datamodules.sentencepiece)
+    if (ours and tokens[: len(SPECIAL_TOKENS)] != SPECIAL_TOKENS) or len(set(tokens)) != len(tokens):
         raise ExportError("the tokenizer's pieces are not unique strings with the special tokens first")
     return tokens
 
@@ -114,10 +118,11 @@ def build_spec(model):
     rms = hp.get("norm", "layernorm") == "rmsnorm"
     kv_heads = hp.get("num_kv_heads") or hp["nhead"]
     act = common_spec.Activation.GELU if activation in ("gelu", "geglu") else common_spec.Activation.RELU
-    if activation == "swiglu":
+    if activation in ("swiglu", "silu"):
         act = common_spec.Activation.SWISH
+    final_norm = hp.get("final_norm", True)
     options = dict(
-        pre_norm=True,  # declares each stack's final norm; post-norm models set pre_norm back below
+        pre_norm=final_norm,  # declares each stack's final norm; post-norm models set pre_norm back below
         activation=act,
         ffn_glu=activation in ("swiglu", "geglu"),
         rms_norm=rms,
@@ -133,10 +138,11 @@ def build_spec(model):
 
     # Copies: CTranslate2 quantizes the spec's arrays in place, which must not touch the model's weights.
     state = {k: v.detach().to("cpu", torch.float32, copy=True) for k, v in net.state_dict().items()}
-    _set_embeddings(encoder, state, "src_embed", net.src_pos)
-    _set_embeddings(decoder, state, "tgt_embed", net.tgt_pos)
-    _set_norm(encoder.layer_norm, state, "core.encoder_norm")
-    _set_norm(decoder.layer_norm, state, "core.decoder_norm")
+    _set_embeddings(encoder, state, "src_embed", net.src_pos, hp.get("scale_embeddings", True))
+    _set_embeddings(decoder, state, "tgt_embed", net.tgt_pos, hp.get("scale_embeddings", True))
+    if final_norm:
+        _set_norm(encoder.layer_norm, state, "core.encoder_norm")
+        _set_norm(decoder.layer_norm, state, "core.decoder_norm")
     for i, layer in enumerate(encoder.layer):
         prefix = f"core.encoder_layers.{i}"
         _set_attention(layer.self_attention, state, f"{prefix}.self_attn", self_attention=True)
@@ -152,20 +158,22 @@ def build_spec(model):
         _set_ffn(layer.ffn, state, f"{prefix}.ff", activation)
         _set_norm(layer.ffn.layer_norm, state, f"{prefix}.norm3")
     decoder.projection.weight = state["generator.weight"]
+    if "generator.bias" in state:  # Marian's final_logits_bias
+        decoder.projection.bias = state["generator.bias"]
 
-    pad, bos, eos, unk = SPECIAL_TOKENS
-    spec.config.bos_token, spec.config.eos_token, spec.config.unk_token = bos, eos, unk
-    spec.config.decoder_start_token = bos
+    tgt, names = model.tgt_tokenizer, vocabulary(model.tgt_tokenizer)
+    spec.config.bos_token, spec.config.eos_token, spec.config.unk_token = (names[i] for i in (tgt.bos_id, tgt.eos_id, tgt.unk_id))
+    spec.config.decoder_start_token = names[tgt.bos_id]
     spec.config.layer_norm_epsilon = 1e-5  # models.transformer's default, the only one we build
     spec.register_source_vocabulary(vocabulary(model.src_tokenizer))
     spec.register_target_vocabulary(vocabulary(model.tgt_tokenizer))
     return spec
 
 
-def _set_embeddings(stack, state, name, positions) -> None:
+def _set_embeddings(stack, state, name, positions, scale: bool) -> None:
     table = stack.embeddings[0] if isinstance(stack.embeddings, list) else stack.embeddings  # the encoder's is a list
     table.weight = state[f"{name}.weight"]
-    stack.scale_embeddings = True  # ours multiply by sqrt(d_model) before adding positions, as CTranslate2 does
+    stack.scale_embeddings = scale  # ours multiply by sqrt(d_model) before adding positions, as CTranslate2 does
     if isinstance(positions, SinusoidalPositionalEncoding):
         table = positions.pe  # (max_len, D), in our layout
     else:  # learned
@@ -238,6 +246,7 @@ def export_ctranslate2(model, out_dir: str | Path, quantization: str | None = No
         "max_len_a": hp["max_len_a"],
         "max_len_b": hp["max_len_b"],
         "length_penalty": hp["length_penalty"],
+        "ban_pad": hp.get("ban_pad", False),
         "quantization": quantization or "float32",
     }
     with atomic_output(out_dir, folder=True) as tmp:
@@ -266,7 +275,9 @@ class CTranslate2Translator:
         self.src_tokenizer = tokenizer_from_dict(self.meta["tokenizers"]["src"])
         self.tgt_tokenizer = tokenizer_from_dict(self.meta["tokenizers"]["tgt"])
         self.src_vocab = vocabulary(self.src_tokenizer)
-        self.tgt_index = {tok: i for i, tok in enumerate(vocabulary(self.tgt_tokenizer))}
+        tgt_vocab = vocabulary(self.tgt_tokenizer)
+        self.tgt_index = {tok: i for i, tok in enumerate(tgt_vocab)}
+        self.banned = [[tgt_vocab[self.tgt_tokenizer.pad_id]]] if self.meta.get("ban_pad") else None  # Marian's <pad>
         threads = threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
         self._options = dict(device=device, compute_type=compute_type, inter_threads=1, intra_threads=threads)
         self._model_dir, self._seed = model_dir, None
@@ -279,7 +290,8 @@ class CTranslate2Translator:
     def source_tokens(self, sentence: str) -> list[str]:
         if not isinstance(sentence, str) or not sentence.strip():
             raise InputError("an empty sentence: there is nothing to translate")
-        return [self.src_vocab[i] for i in frame_source(self.src_tokenizer.encode(sentence), self.meta["max_len"])]
+        framed = frame_source(self.src_tokenizer.encode(sentence), self.meta["max_len"], self.src_tokenizer.eos_id)
+        return [self.src_vocab[i] for i in framed]
 
     def translate_ids(
         self, sources: list[list[str]], beam_size: int = 1, max_len: int | None = None, length_penalty: float | None = None
@@ -303,6 +315,7 @@ class CTranslate2Translator:
             max_decoding_length=self._max_len(sources, max_len),
             return_end_token=True,
             max_input_length=0,
+            suppress_sequences=self.banned,
             **options,
         )
 

@@ -14,7 +14,8 @@ from .attention import MultiHeadAttention
 from .norms import make_norm
 
 # Name → the nonlinearity; the gated ones (GLU variants) apply it to a gate that multiplies a value.
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu, "geglu": F.gelu}
+# "silu" (swish) ungated is Marian's (OPUS-MT's) feed-forward.
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu, "swiglu": F.silu, "geglu": F.gelu}
 GATED = ("swiglu", "geglu")
 
 

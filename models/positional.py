@@ -11,15 +11,23 @@ from torch import nn
 
 
 class SinusoidalPositionalEncoding(nn.Module):
-    """Adds PE[pos, 2i] = sin(pos / 10000^(2i/D)), PE[pos, 2i+1] = cos(...) to (B, T, D) inputs."""
+    """Adds PE[pos, 2i] = sin(pos / 10000^(2i/D)), PE[pos, 2i+1] = cos(...) to (B, T, D) inputs.
 
-    def __init__(self, d_model: int, max_len: int = 512):
+    `halves=True` lays the same values out as [sin | cos]: PE[pos, i] = sin(...), PE[pos, D/2 + i] = cos(...),
+    the layout of Marian (OPUS-MT) and fairseq, computed in float64 and rounded once, as Marian's is."""
+
+    def __init__(self, d_model: int, max_len: int = 512, halves: bool = False):
         super().__init__()
-        position = torch.arange(max_len, dtype=torch.float32)[:, None]  # (L, 1)
-        inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
-        pe = torch.zeros(max_len, d_model, dtype=torch.float32)
-        pe[:, 0::2] = torch.sin(position * inv_freq)
-        pe[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
+        if halves:
+            position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (L, 1)
+            angles = position / 10000.0 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (L, ceil(D/2))
+            pe = torch.cat([angles.sin(), angles[:, : d_model // 2].cos()], dim=1).to(torch.float32)  # (L, D)
+        else:
+            position = torch.arange(max_len, dtype=torch.float32)[:, None]  # (L, 1)
+            inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+            pe = torch.zeros(max_len, d_model, dtype=torch.float32)
+            pe[:, 0::2] = torch.sin(position * inv_freq)
+            pe[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
         # A buffer moves with .to(device) once; not persistent because it is derived from the shape.
         self.register_buffer("pe", pe, persistent=False)
         self.max_len = max_len
@@ -77,7 +85,8 @@ def apply_rotary(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> to
     return (xf * cos + torch.cat([-x2, x1], dim=-1) * sin).to(x.dtype)
 
 
-POSITIONALS = ("sinusoidal", "learned", "rotary", "none")
+# "sinusoidal_halves": the sinusoids in Marian's [sin | cos] layout (imported OPUS-MT models, models/marian.py).
+POSITIONALS = ("sinusoidal", "learned", "rotary", "none", "sinusoidal_halves")
 
 
 def positional_encoding(kind: str, d_model: int, max_len: int) -> nn.Module | None:
@@ -86,6 +95,8 @@ def positional_encoding(kind: str, d_model: int, max_len: int) -> nn.Module | No
     relative position bias, models.relative, or none at all)."""
     if kind == "sinusoidal":
         return SinusoidalPositionalEncoding(d_model, max_len)
+    if kind == "sinusoidal_halves":
+        return SinusoidalPositionalEncoding(d_model, max_len, halves=True)
     if kind == "learned":
         return LearnedPositionalEncoding(d_model, max_len)
     if kind in ("rotary", "none"):

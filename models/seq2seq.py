@@ -36,14 +36,20 @@ class Seq2SeqNet(nn.Module):
         num_kv_heads: int | None = None,
         src_token_dropout: float = 0.0,
         relative_bias: str | None = None,
+        scale_embeddings: bool = True,
+        final_norm: bool = True,
+        generator_bias: bool = False,
     ):
-        """`positional`: "sinusoidal" | "learned" (added to the embeddings) | "rotary" (RoPE in the
-        encoder's and the decoder's self-attention, none in cross-attention, nothing added) | "none".
+        """`positional`: "sinusoidal" | "sinusoidal_halves" | "learned" (added to the embeddings) | "rotary"
+        (RoPE in the encoder's and the decoder's self-attention, none in cross-attention, nothing added) | "none".
         `relative_bias`: None | "t5" | "alibi", a bias on the logits of the encoder's and the decoder's
         self-attention (models.relative; T5's and ALiBi's own models take it with `positional="none"`). `norm`,
-        `qk_norm`, `num_kv_heads` and the gated `activation`s: see models.transformer.Transformer.
+        `qk_norm`, `num_kv_heads`, `final_norm` and the `activation`s: see models.transformer.Transformer.
         `src_token_dropout`: in training, each source token's whole embedding is dropped with this
-        probability (word dropout, Sennrich & Zhang 2019), before its position is added."""
+        probability (word dropout, Sennrich & Zhang 2019), before its position is added.
+        `scale_embeddings`: multiply the token embeddings by sqrt(d_model) (the paper's rule; off in a Marian
+        model whose config says `scale_embedding: false`). `generator_bias`: a bias on the output layer,
+        zero at start (Marian's `final_logits_bias`)."""
         super().__init__()
         self.pad_id, self.max_len, self.d_model = pad_id, max_len, d_model
         self.src_token_dropout = src_token_dropout
@@ -71,15 +77,18 @@ class Seq2SeqNet(nn.Module):
             rotary=positional == "rotary",
             encoder_bias=relative_bias_1d(relative_bias, nhead, causal=False),
             decoder_bias=relative_bias_1d(relative_bias, nhead, causal=True),
+            final_norm=final_norm,
         )
-        self.generator = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        self.generator = nn.Linear(d_model, tgt_vocab_size, bias=generator_bias)
+        if generator_bias:
+            nn.init.zeros_(self.generator.bias)
         for emb in dict.fromkeys((self.src_embed, self.tgt_embed)):  # once each, in order, when shared
             # Scaled by sqrt(d_model) in forward, so start at unit variance / sqrt(d_model).
             nn.init.normal_(emb.weight, std=d_model**-0.5)
             emb.weight.data[pad_id].zero_()
         if tie_embeddings:
             self.generator.weight = self.tgt_embed.weight
-        self.embed_scale = math.sqrt(d_model)
+        self.embed_scale = math.sqrt(d_model) if scale_embeddings else 1.0
 
     def _check_len(self, length: int) -> None:
         if length > self.max_len:

@@ -4,7 +4,8 @@ Argument names and defaults follow `torch.nn.Transformer`, including its final L
 each stack (present in post-norm too), so `Transformer.from_torch` can copy its weights.
 The research options after them (`norm`, gated `activation`s, `qk_norm`, `num_kv_heads`,
 `rotary`, the relative position biases `encoder_bias` and `decoder_bias`) are off by default, which is
-`torch.nn.Transformer` exactly.
+`torch.nn.Transformer` exactly; so is `final_norm=False` (no norm after either stack, as in Marian /
+OPUS-MT models, models/marian.py).
 """
 
 from __future__ import annotations
@@ -73,14 +74,15 @@ class Transformer(nn.Module):
         encoder_bias: nn.Module | None = None,  # a relative position bias of self-attention (models.relative)
         decoder_bias: nn.Module | None = None,  # the decoder's, over the new queries and every cached key
         encoder_rotary: nn.Module | None = None,  # the encoder's own rotary tables (MnistNet's 2-D ones)
+        final_norm: bool = True,  # a norm after each stack, as torch.nn.Transformer; Marian (OPUS-MT) has none
     ):
         super().__init__()
         layer_args = (d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, norm_first, bias)
         options = dict(norm=norm, qk_norm=qk_norm, num_kv_heads=num_kv_heads)
         self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args, **options) for _ in range(num_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args, **options) for _ in range(num_decoder_layers))
-        self.encoder_norm = make_norm(norm, d_model, layer_norm_eps, bias)
-        self.decoder_norm = make_norm(norm, d_model, layer_norm_eps, bias)
+        self.encoder_norm = make_norm(norm, d_model, layer_norm_eps, bias) if final_norm else nn.Identity()
+        self.decoder_norm = make_norm(norm, d_model, layer_norm_eps, bias) if final_norm else nn.Identity()
         # One table of (cos, sin) per forward pass, shared by every layer (as the masks are).
         self.rotary = RotaryEmbedding(d_model // nhead) if rotary else None
         self.encoder_rotary = encoder_rotary

@@ -16,14 +16,14 @@ from torchmetrics.classification import MulticlassAccuracy
 import datamodules
 from datamodules.batching import Seq2SeqBatch, frame_source, map_in_length_batches, pad_sequences
 from datamodules.tokenizers import tokenizer_from_dict
-from datamodules.vocab import BOS, EOS, PAD, UNK
 from models import Seq2SeqNet
 from models.checks import TRANSFORMER, TRANSFORMER_RELATIONS, at_least, check_hparams, fraction, one_of
 from models.decoding import Constraints, Hypothesis, align, beam_search, beam_search_nbest, greedy_decode, sample, score_targets
-from models.errors import HyperparameterError, InputError
+from models.errors import CheckpointError, HyperparameterError, InputError
 from models.relative import TEXT_RELATIVE_BIASES
 from models.static_cache import StaticDecoder
 from training.callbacks import evaluated_label
+from training.loading import read_checkpoint
 from training.loggers import log_text
 
 from .fast_paths import bucket_batch, compile_net, mark_bucketed
@@ -40,6 +40,12 @@ def _caller_stacklevel() -> int:
     while frame is not None and frame.f_code.co_filename.startswith(internal):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _same_vocabulary(src: dict, tgt: dict) -> bool:
+    """Whether two tokenizers' `to_dict()`s number the same pieces alike (one table for both sides): equal, or,
+    for Marian's (two SentencePiece models over one `vocab.json`), with the same pieces."""
+    return src == tgt or ("pieces" in src and src.get("pieces") == tgt.get("pieces"))
 
 
 class Seq2SeqTransformer(L.LightningModule):
@@ -67,6 +73,12 @@ class Seq2SeqTransformer(L.LightningModule):
         share_embeddings: bool = False,
         src_token_dropout: float = 0.0,  # word dropout on the source: a token's whole embedding, in training
         relative_bias: str | None = None,  # "t5" or "alibi": a bias on self-attention's logits (models.relative)
+        # Marian's (OPUS-MT's) differences from the paper, for imported models (tasks/pretrained.py):
+        scale_embeddings: bool = True,  # embeddings × sqrt(d_model)
+        final_norm: bool = True,  # a norm after each stack
+        generator_bias: bool = False,  # a bias on the output layer (Marian's final_logits_bias)
+        ban_pad: bool = False,  # never generate the padding token (Marian's decoder starts from it)
+        init_weights: str | None = None,  # a checkpoint of ours whose weights a fit starts from (fine-tuning)
         label_smoothing: float = 0.1,
         lr: float = 5e-4,
         weight_decay: float = 0.01,
@@ -114,13 +126,17 @@ class Seq2SeqTransformer(L.LightningModule):
                 "Seq2SeqTransformer needs tokenizers={'src': ..., 'tgt': ...} (a data module's `tokenizers`); "
                 "scripts/fit.py passes them from --data automatically"
             )
-        if share_embeddings and tokenizers["src"] != tokenizers["tgt"]:
+        if share_embeddings and not _same_vocabulary(tokenizers["src"], tokenizers["tgt"]):
             raise HyperparameterError(
                 "share_embeddings=True needs one vocabulary for both sides: train the data with shared_vocab=True"
             )
         self.save_hyperparameters()
         self.src_tokenizer = tokenizer_from_dict(tokenizers["src"])
         self.tgt_tokenizer = tokenizer_from_dict(tokenizers["tgt"])
+        if self.src_tokenizer.pad_id != self.tgt_tokenizer.pad_id:
+            raise HyperparameterError("Seq2SeqTransformer: the source and target tokenizers pad with different ids")
+        self.pad_id, self.bos_id, self.eos_id = self.tgt_tokenizer.pad_id, self.tgt_tokenizer.bos_id, self.tgt_tokenizer.eos_id
+        self.banned_ids = (self.pad_id,) if ban_pad else ()
         self.net = Seq2SeqNet(
             len(self.src_tokenizer),
             len(self.tgt_tokenizer),
@@ -136,17 +152,20 @@ class Seq2SeqTransformer(L.LightningModule):
             positional,
             tie_embeddings,
             share_embeddings,
-            pad_id=PAD,
+            pad_id=self.pad_id,
             norm=norm,
             qk_norm=qk_norm,
             num_kv_heads=num_kv_heads,
             src_token_dropout=src_token_dropout,
             relative_bias=relative_bias,
+            scale_embeddings=scale_embeddings,
+            final_norm=final_norm,
+            generator_bias=generator_bias,
         )
         n_classes = len(self.tgt_tokenizer)
-        self.train_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=PAD)
-        self.val_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=PAD)
-        self.test_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=PAD)
+        self.train_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=self.pad_id)
+        self.val_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=self.pad_id)
+        self.test_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=self.pad_id)
         self.val_loss, self.test_loss = TokenMean(), TokenMean()
         self._step_tokens = 0  # target tokens of the micro-batches since the last optimizer step, this process
         # SacreBLEU signature of the last score of each stage ("val", "test"), for summaries.
@@ -155,13 +174,37 @@ class Seq2SeqTransformer(L.LightningModule):
             # Compiled in place: parameter names (and checkpoints) stay unchanged. Bucketed lengths: one graph per bucket.
             compile_net(self.net, max_len, pad_to_multiple, compile_backend)
 
+    @classmethod
+    def from_pretrained(cls, name_or_folder: str, **overrides) -> Seq2SeqTransformer:
+        """A Hugging Face Marian (OPUS-MT) model, from its folder or hub name, with its weights and tokenizers;
+        `overrides` set other arguments (a fine-tuning's lr, say). See tasks/pretrained.py."""
+        from .pretrained import from_pretrained  # the module imports this one
+
+        return from_pretrained(name_or_folder, **overrides)
+
+    def setup(self, stage: str) -> None:
+        """Start a fit from `init_weights` (scripts/import_pretrained.py's checkpoint, say). `setup` runs before
+        Lightning restores a resumed run (`--ckpt_path`), whose weights then replace these."""
+        path = self.hparams.get("init_weights")
+        if stage != "fit" or not path:
+            return
+        state = read_checkpoint(path)["state_dict"]
+        try:
+            self.load_state_dict(state)
+        except RuntimeError as err:
+            first = str(err).strip().splitlines()
+            raise CheckpointError(
+                f"init_weights: {path} does not fit this model's sizes ({first[1].strip() if len(first) > 1 else first[0]})"
+            ) from None
+        rank_zero_info(f"weights from {path}")
+
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         return self.net(src, tgt_in)  # (B, T, V)
 
     def _step(self, batch: Seq2SeqBatch, stage: str, accuracy: MulticlassAccuracy) -> torch.Tensor:
         """The summed loss of the batch's target tokens (see `on_before_optimizer_step` for its normalisation)."""
         src, tgt = batch
-        src, tgt = bucket_batch(src, tgt, self.hparams.pad_to_multiple, PAD)  # unchanged when pad_to_multiple is 1
+        src, tgt = bucket_batch(src, tgt, self.hparams.pad_to_multiple, self.pad_id)  # unchanged when pad_to_multiple is 1
         tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # teacher forcing: predict token t+1 from ≤ t
         if self.hparams.compile and self.hparams.pad_to_multiple > 1:
             mark_bucketed(src, tgt_in, tgt_out)
@@ -265,7 +308,7 @@ class Seq2SeqTransformer(L.LightningModule):
         self._score(self._pairs("test"), "test", beam_size=self.hparams.eval_beam_size)
 
     def _pieces(self, tokenizer, ids: list[int]) -> list[str]:
-        specials = {PAD: "<pad>", BOS: "<bos>", EOS: "<eos>"}
+        specials = {tokenizer.pad_id: "<pad>", tokenizer.bos_id: "<bos>", tokenizer.eos_id: "<eos>"}
         inner = getattr(tokenizer, "tokenizer", None)  # a SubwordTokenizer's Hugging Face tokenizer
         out = []
         for i in ids:
@@ -285,9 +328,10 @@ class Seq2SeqTransformer(L.LightningModule):
         self.eval()
         try:
             src = self.encode_sources([sentence])
-            out = greedy_decode(self.net, src, BOS, EOS, self._default_max_len(src))[0].tolist()
-            if EOS in out:
-                out = out[: out.index(EOS) + 1]
+            out = self._decode_best([sentence], 1, None, True, None)
+            out = out[0].tolist()
+            if self.eos_id in out:
+                out = out[: out.index(self.eos_id) + 1]
             memory, src_pad = self.net.encode(src)
             tgt_in = torch.tensor([out[:-1] if len(out) > 1 else out], device=src.device)
             _, weights = self.net.decode(tgt_in, memory, src_pad, need_weights=True)
@@ -330,8 +374,8 @@ class Seq2SeqTransformer(L.LightningModule):
                     f"sentence {i} has {len(encoded)} tokens; truncated to the model's max_len={self.net.max_len}",
                     stacklevel=_caller_stacklevel(),
                 )
-            ids.append(frame_source(encoded, self.net.max_len))
-        return pad_sequences(ids, PAD).to(self.device)
+            ids.append(frame_source(encoded, self.net.max_len, self.src_tokenizer.eos_id))
+        return pad_sequences(ids, self.pad_id).to(self.device)
 
     def _default_max_len(self, src: torch.Tensor) -> int:
         """a·S + b output tokens for an (B, S) source batch (max_len_a, max_len_b), within the model's positions."""
@@ -394,13 +438,19 @@ class Seq2SeqTransformer(L.LightningModule):
             limit = min(limit, self.net.max_len - 1)
             alpha = self.hparams.length_penalty if length_penalty is None else length_penalty
             if static_cache is not None:
+                if self.banned_ids:
+                    raise InputError("static_cache decoding cannot ban <pad> (an imported Marian model): decode without it")
                 decoder = self._static_decoder(static_cache)
                 if beam_size == 1:
-                    return decoder.greedy(src, BOS, EOS, limit)
-                return decoder.beam(src, BOS, EOS, limit, beam_size=beam_size, length_penalty=alpha)
+                    return decoder.greedy(src, self.bos_id, self.eos_id, limit)
+                return decoder.beam(src, self.bos_id, self.eos_id, limit, beam_size=beam_size, length_penalty=alpha)
             if beam_size == 1:
-                return greedy_decode(self.net, src, BOS, EOS, limit, use_cache=use_cache)
-            return beam_search(self.net, src, BOS, EOS, limit, beam_size=beam_size, length_penalty=alpha, use_cache=use_cache)
+                if not self.banned_ids:
+                    return greedy_decode(self.net, src, self.bos_id, self.eos_id, limit, use_cache=use_cache)
+                alpha = 0.0  # beam search with one beam and no penalty is greedy search, with the ban
+            return beam_search(
+                self.net, src, self.bos_id, self.eos_id, limit, beam_size, alpha, use_cache, Constraints(banned=self.banned_ids)
+            )
         finally:
             self.train(was_training)
 
@@ -469,20 +519,37 @@ class Seq2SeqTransformer(L.LightningModule):
             limit = max_len if max_len is not None else self._default_max_len(src)
             limit = min(limit, min(net.max_len for net in nets) - 1)
             # Sampling never draws <pad> or <bos>, which are no text (a search never picks them from a trained model).
-            banned = (UNK,) * ban_unk + (PAD, BOS) * sampling
+            unk = self.tgt_tokenizer.unk_id
+            banned = tuple(dict.fromkeys((unk,) * ban_unk + (self.pad_id, self.bos_id) * sampling + self.banned_ids))
             constraints = Constraints(min_len, no_repeat_ngram_size, banned, self._prefix_ids(prefixes))
             alpha = self.score_alpha(beam_size, length_penalty, sampling)
             if sampling:
                 generator = None if seed is None else torch.Generator(src.device).manual_seed(seed)
                 hyps = sample(
-                    nets, src, BOS, EOS, limit, nbest, temperature, top_k, top_p, generator, alpha, use_cache, constraints
+                    nets,
+                    src,
+                    self.bos_id,
+                    self.eos_id,
+                    limit,
+                    nbest,
+                    temperature,
+                    top_k,
+                    top_p,
+                    generator,
+                    alpha,
+                    use_cache,
+                    constraints,
                 )
             else:
-                hyps = beam_search_nbest(nets, src, BOS, EOS, limit, beam_size, nbest, alpha, use_cache, constraints)
+                hyps = beam_search_nbest(
+                    nets, src, self.bos_id, self.eos_id, limit, beam_size, nbest, alpha, use_cache, constraints
+                )
             if alignment_layer is not None:
                 flat = [(b, h) for b, row in enumerate(hyps) for h in row]
                 rows = torch.tensor([b for b, _ in flat], device=src.device)
-                for (_, h), pairs in zip(flat, align(nets, src[rows], [h.tokens for _, h in flat], BOS, EOS, alignment_layer)):
+                for (_, h), pairs in zip(
+                    flat, align(nets, src[rows], [h.tokens for _, h in flat], self.bos_id, self.eos_id, alignment_layer)
+                ):
                     h.alignment = pairs
         finally:
             self.train(was_training)
@@ -527,9 +594,9 @@ class Seq2SeqTransformer(L.LightningModule):
         self.eval()
         try:
             src = self.encode_sources(sentences)
-            hyps = score_targets(nets, src, targets, BOS, EOS, length_penalty)
+            hyps = score_targets(nets, src, targets, self.bos_id, self.eos_id, length_penalty)
             if alignment_layer is not None:
-                for h, pairs in zip(hyps, align(nets, src, [h.tokens for h in hyps], BOS, EOS, alignment_layer)):
+                for h, pairs in zip(hyps, align(nets, src, [h.tokens for h in hyps], self.bos_id, self.eos_id, alignment_layer)):
                     h.alignment = pairs
         finally:
             self.train(was_training)

@@ -1,0 +1,130 @@
+"""Marian (OPUS-MT) models in our core: their config as our options, their weights under our names.
+
+A Hugging Face Marian model (`transformers.MarianMTModel`, the ~1,400 Helsinki-NLP OPUS-MT checkpoints) is
+our post-norm encoder–decoder with these options set (see `options_from_config`):
+  - no norm after either stack (`final_norm=False`);
+  - sinusoids laid out as [sin | cos] halves (`positional="sinusoidal_halves"`);
+  - embeddings × sqrt(d_model) only when the config says `scale_embedding` (every OPUS-MT model does);
+  - a plain SiLU (swish) feed-forward (`activation="silu"`), or relu / gelu;
+  - a bias on the output layer, `final_logits_bias` (`generator_bias=True`);
+  - `<pad>` as the last id, the decoder starting from it, and never generating it (`ban_pad=True`; the ids
+    are the tokenizer's, datamodules.sentencepiece);
+  - one table for both sides' embeddings, or two (`share_encoder_decoder_embeddings`), and the output layer
+    tied to the target one or not (`tie_word_embeddings`); tasks/pretrained.py reads which from the weights.
+Its attention projects q, k and v with three matrices; ours fuses them (one q/k/v matmul in self-attention,
+one k/v matmul of the memory in cross-attention), so `state_dict_from_marian` concatenates them.
+
+Marian's attention and activation dropouts are 0 in OPUS-MT models; ours apply `dropout` there too, which
+matters in fine-tuning only (the recipe, configs/opus_mt_finetune.yaml, sets it).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .errors import InputError
+
+# Hugging Face's activation names (transformers.activations.ACT2FN) → ours (models.layers.ACTIVATIONS).
+ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
+
+
+class MarianFormatError(InputError):
+    """A `config.json` or weights file that is not a Marian model we can convert; the message names the file."""
+
+
+def options_from_config(config: dict, where: str = "config.json") -> dict:
+    """A Marian `config.json` (as a dict) → the keyword arguments of `tasks.Seq2SeqTransformer` (the network's
+    shape and Marian's options; not the tokenizers)."""
+    if config.get("model_type") != "marian":
+        raise MarianFormatError(f"{where} is not a Marian model's (model_type={config.get('model_type')!r}, expected 'marian')")
+    same = [("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]
+    for a, b in same:
+        if config.get(a) != config.get(b):
+            raise MarianFormatError(f"{where}: {a}={config.get(a)} differs from {b}={config.get(b)}; our core has one value")
+    activation = config.get("activation_function", "gelu")
+    if activation not in ACTIVATIONS:
+        raise MarianFormatError(f"{where}: activation_function={activation!r} has no equivalent here ({', '.join(ACTIVATIONS)})")
+    for flag in ("normalize_before", "add_final_layer_norm", "normalize_embedding"):  # BART's, never OPUS-MT's
+        if config.get(flag):
+            raise MarianFormatError(f"{where}: {flag}=true has no equivalent here (OPUS-MT models are post-norm, without it)")
+    try:
+        return dict(
+            d_model=int(config["d_model"]),
+            nhead=int(config["encoder_attention_heads"]),
+            num_encoder_layers=int(config["encoder_layers"]),
+            num_decoder_layers=int(config["decoder_layers"]),
+            dim_feedforward=int(config["encoder_ffn_dim"]),
+            dropout=float(config.get("dropout", 0.1)),
+            activation=ACTIVATIONS[activation],
+            norm_first=False,
+            positional="sinusoidal_halves",
+            max_len=int(config.get("max_position_embeddings", 512)),
+            tie_embeddings=bool(config.get("tie_word_embeddings", True)),
+            share_embeddings=bool(config.get("share_encoder_decoder_embeddings", True)),
+            scale_embeddings=bool(config.get("scale_embedding", False)),
+            final_norm=False,
+            generator_bias=True,
+            ban_pad=True,
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise MarianFormatError(f"{where}: missing or malformed {err}") from None
+
+
+def _get(state: dict, *names: str) -> torch.Tensor:
+    """The first of `names` that the weights hold (tied tables may be saved under one name only)."""
+    for name in names:
+        if name in state:
+            return state[name]
+    raise MarianFormatError(f"the weights hold none of {', '.join(names)}")
+
+
+def state_dict_from_marian(state: dict, ours: dict) -> dict:
+    """Marian's weights (`MarianMTModel.state_dict()` or its saved file) renamed and fused into the keys of
+    `ours` (a `Seq2SeqNet.state_dict()`, for its key set and shapes)."""
+    state = {k.removeprefix("model."): v for k, v in state.items()}
+    out: dict[str, torch.Tensor] = {}
+    out["src_embed.weight"] = _get(state, "encoder.embed_tokens.weight", "shared.weight")
+    out["tgt_embed.weight"] = _get(state, "decoder.embed_tokens.weight", "shared.weight")
+    if "generator.weight" in ours:
+        out["generator.weight"] = _get(state, "lm_head.weight", "decoder.embed_tokens.weight", "shared.weight")
+    out["generator.bias"] = _get(state, "final_logits_bias").reshape(-1)
+
+    def linear(ours_name: str, theirs: str, *parts: str) -> None:
+        names = [f"{theirs}.{p}" for p in parts] if parts else [theirs]
+        for kind in ("weight", "bias"):
+            out[f"{ours_name}.{kind}"] = torch.cat([_get(state, f"{n}.{kind}") for n in names], dim=0)
+
+    i = 0
+    while f"core.encoder_layers.{i}.norm1.weight" in ours:
+        o, t = f"core.encoder_layers.{i}", f"encoder.layers.{i}"
+        linear(f"{o}.self_attn.qkv_proj", f"{t}.self_attn", "q_proj", "k_proj", "v_proj")
+        linear(f"{o}.self_attn.out_proj", f"{t}.self_attn.out_proj")
+        linear(f"{o}.norm1", f"{t}.self_attn_layer_norm")
+        linear(f"{o}.ff.linear1", f"{t}.fc1")
+        linear(f"{o}.ff.linear2", f"{t}.fc2")
+        linear(f"{o}.norm2", f"{t}.final_layer_norm")
+        i += 1
+    i = 0
+    while f"core.decoder_layers.{i}.norm1.weight" in ours:
+        o, t = f"core.decoder_layers.{i}", f"decoder.layers.{i}"
+        linear(f"{o}.self_attn.qkv_proj", f"{t}.self_attn", "q_proj", "k_proj", "v_proj")
+        linear(f"{o}.self_attn.out_proj", f"{t}.self_attn.out_proj")
+        linear(f"{o}.norm1", f"{t}.self_attn_layer_norm")
+        linear(f"{o}.cross_attn.q_proj", f"{t}.encoder_attn.q_proj")
+        linear(f"{o}.cross_attn.kv_proj", f"{t}.encoder_attn", "k_proj", "v_proj")
+        linear(f"{o}.cross_attn.out_proj", f"{t}.encoder_attn.out_proj")
+        linear(f"{o}.norm2", f"{t}.encoder_attn_layer_norm")
+        linear(f"{o}.ff.linear1", f"{t}.fc1")
+        linear(f"{o}.ff.linear2", f"{t}.fc2")
+        linear(f"{o}.norm3", f"{t}.final_layer_norm")
+        i += 1
+    for name, value in out.items():
+        if name not in ours or ours[name].shape != value.shape:
+            shape = tuple(ours[name].shape) if name in ours else "no such weight"
+            raise MarianFormatError(
+                f"the weights do not fit the config: {name} is {tuple(value.shape)} here, {shape} in the model"
+            )
+    missing = sorted(set(ours) - set(out))
+    if missing:
+        raise MarianFormatError(f"the weights do not fit the config: nothing for {', '.join(missing[:3])}")
+    return out

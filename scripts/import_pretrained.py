@@ -1,0 +1,76 @@
+"""Import a Hugging Face Marian (OPUS-MT) model as a checkpoint of ours.
+
+    python scripts/import_pretrained.py Helsinki-NLP/opus-mt-de-en --out opus-mt-de-en.ckpt   # online
+    python scripts/import_pretrained.py path/to/marian_folder --out model.ckpt               # a local copy
+    python scripts/translate.py --ckpt opus-mt-de-en.ckpt --beam-size 4 "Ein Hund rennt."
+
+The folder holds config.json, model.safetensors (or pytorch_model.bin), source.spm, target.spm and
+vocab.json (target_vocab.json too when the sides have separate vocabularies), as `save_pretrained` writes
+them; a hub name is downloaded into Hugging Face's cache first. The output is an ordinary
+`Seq2SeqTransformer` checkpoint, its tokenizers inside (tasks/pretrained.py): translate.py, evaluate.py,
+export.py and fit.py (configs/opus_mt_finetune.yaml) take it. `--length-penalty` sets the checkpoint's
+default for beam search (OPUS-MT's `generate` divides by length, which ours, GNMT's, does not: 0 turns
+normalisation off in both). An unknown hub name offline, a folder missing a file, a config.json that is
+not a Marian model's, or an existing --out without --force: one line on stderr, exit status 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
+
+from models.errors import CheckpointError  # noqa: E402
+from training.faults import atomic_torch_save, exit_on_user_error  # noqa: E402
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", help="a Marian model's folder, or its Hugging Face hub name (downloaded when online)")
+    parser.add_argument("--out", required=True, help="the checkpoint to write (.ckpt)")
+    parser.add_argument("--length-penalty", type=float, default=1.0, help="beam search's default alpha (default: 1.0)")
+    parser.add_argument("--force", action="store_true", help="replace --out if it exists")
+    args = parser.parse_args(argv)
+    if args.length_penalty < 0:
+        parser.error("--length-penalty must be at least 0")
+    return args
+
+
+def checkpoint_of(model) -> dict:
+    """A Lightning checkpoint of `model` at step 0, as `load_from_checkpoint` reads it (no loop state: a
+    starting point for fine-tuning, not a run to resume)."""
+    import lightning as L
+
+    return {
+        "state_dict": model.state_dict(),
+        "hyper_parameters": dict(model.hparams),
+        "pytorch-lightning_version": L.__version__,
+        "epoch": 0,
+        "global_step": 0,
+    }
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> Path:
+    args = parse_args(argv)
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise CheckpointError(f"{out} exists; pass --force to replace it")
+    from tasks import Seq2SeqTransformer
+
+    model = Seq2SeqTransformer.from_pretrained(args.model, length_penalty=args.length_penalty)
+    atomic_torch_save(checkpoint_of(model), out)
+    hp, size = model.hparams, sum(p.numel() for p in model.parameters())
+    vocabularies = f"{len(model.src_tokenizer)}/{len(model.tgt_tokenizer)}"
+    print(
+        f"wrote {out}: {args.model} as a Seq2SeqTransformer ({size / 1e6:.1f}M parameters, d_model={hp.d_model}, "
+        f"{hp.num_encoder_layers}+{hp.num_decoder_layers} layers, vocabularies {vocabularies})"
+    )
+    return out
+
+
+if __name__ == "__main__":
+    main()

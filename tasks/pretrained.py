@@ -1,0 +1,124 @@
+"""Hugging Face Marian (OPUS-MT) checkpoints as `Seq2SeqTransformer`s: `from_pretrained(name_or_folder)`.
+
+A folder holds `config.json`, the weights (`model.safetensors` or `pytorch_model.bin`), `source.spm`,
+`target.spm` and `vocab.json` (and `target_vocab.json` when the two sides have separate vocabularies), as
+`MarianMTModel.save_pretrained` plus `MarianTokenizer.save_pretrained` write them; a hub name
+("Helsinki-NLP/opus-mt-de-en") is downloaded into Hugging Face's cache first (`huggingface_hub`). The
+config becomes our options and the weights our names (models/marian.py), the SentencePiece models and id
+tables our tokenizers (datamodules/sentencepiece.py). Reading needs `safetensors` (or torch, for a .bin),
+`sentencepiece` and, for hub names, `huggingface_hub`; not `transformers`.
+
+A folder missing a file, a config that is not Marian's, a hub name that cannot be downloaded (offline, or
+no such model): one `InputError` line naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+
+from datamodules.sentencepiece import SentencePieceVocab
+from models.errors import InputError
+from models.marian import MarianFormatError, options_from_config, state_dict_from_marian
+
+from .seq2seq import Seq2SeqTransformer
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+NEEDED = ("config.json", "source.spm", "target.spm", "vocab.json")
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def marian_folder(name_or_folder: str | Path) -> Path:
+    """The local folder of a Marian model: `name_or_folder` itself, or a hub name's download."""
+    path = Path(name_or_folder)
+    if path.is_dir():
+        return path
+    name = str(name_or_folder)
+    if path.exists() or not _HUB_NAME.match(name):
+        raise InputError(f"{name}: no such folder (a Marian model's folder, or a hub name such as Helsinki-NLP/opus-mt-de-en)")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise InputError(
+            f"{name} is no folder here, and downloading it needs huggingface_hub: pip install huggingface_hub"
+        ) from None
+    patterns = [*NEEDED, "target_vocab.json", *WEIGHT_FILES]
+    try:
+        return Path(snapshot_download(name, allow_patterns=patterns))
+    except Exception as err:  # offline, no such repository, a gated one: each is the same "cannot get it"
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(f"{name}: no such folder, and it cannot be downloaded from the Hugging Face hub ({reason})") from None
+
+
+def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    for name in WEIGHT_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            if name.endswith(".safetensors"):
+                from safetensors.torch import load_file
+
+                return load_file(path)
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # a truncated or foreign file fails in the reader's own way
+            raise MarianFormatError(f"{path} is not a readable weights file ({str(err).strip()[:120]})") from None
+    raise InputError(f"{folder} has no weights file ({' or '.join(WEIGHT_FILES)})")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise MarianFormatError(f"{path} is not readable JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise MarianFormatError(f"{path} is not a JSON object")
+    return data
+
+
+def read_marian(folder: Path) -> tuple[dict, dict, dict[str, torch.Tensor]]:
+    """A Marian folder → (our options, our tokenizers' `to_dict()`s {"src", "tgt"}, Marian's weights)."""
+    missing = [name for name in NEEDED if not (folder / name).is_file()]
+    if missing:
+        raise InputError(f"{folder} is not a Marian model's folder: {', '.join(missing)} missing")
+    config = _read_json(folder / "config.json")
+    options = options_from_config(config, str(folder / "config.json"))
+    src_vocab = _read_json(folder / "vocab.json")
+    tgt_vocab = src_vocab
+    if not options["share_embeddings"] and (folder / "target_vocab.json").is_file():
+        tgt_vocab = _read_json(folder / "target_vocab.json")
+    names = {"eos": "</s>", "unk": "<unk>", "pad": "<pad>"}
+    try:
+        src = SentencePieceVocab.from_vocab((folder / "source.spm").read_bytes(), src_vocab, **names)
+        tgt = SentencePieceVocab.from_vocab((folder / "target.spm").read_bytes(), tgt_vocab, **names)
+    except (ValueError, RuntimeError, OSError) as err:  # sentencepiece raises RuntimeError on a foreign file
+        raise MarianFormatError(f"{folder}: the tokenizer files do not read as Marian's ({str(err).strip()[:120]})") from None
+    pad = config.get("pad_token_id")
+    if pad is not None and (src.pad_id, tgt.pad_id) != (pad, pad):
+        raise MarianFormatError(f"{folder}: vocab.json puts <pad> at {tgt.pad_id}, config.json at {pad}")
+    weights = _read_weights(folder)
+    # Which tables are one is read from the weights: transformers 5 keeps the encoder's, the decoder's and the
+    # output layer's apart unless `tie_word_embeddings`, whatever `share_encoder_decoder_embeddings` says.
+    state = {k.removeprefix("model."): v for k, v in weights.items()}
+    enc = state.get("encoder.embed_tokens.weight", state.get("shared.weight"))
+    dec = state.get("decoder.embed_tokens.weight", state.get("shared.weight"))
+    out = state.get("lm_head.weight", dec)
+    if enc is None or dec is None:
+        raise MarianFormatError(f"{folder}: the weights hold no embeddings (encoder.embed_tokens or shared)")
+    options["share_embeddings"] = enc.shape == dec.shape and torch.equal(enc, dec) and src.tokens == tgt.tokens
+    options["tie_embeddings"] = out is not None and out.shape == dec.shape and torch.equal(out, dec)
+    return options, {"src": src.to_dict(), "tgt": tgt.to_dict()}, weights
+
+
+def from_pretrained(name_or_folder: str | Path, **overrides) -> Seq2SeqTransformer:
+    """A `Seq2SeqTransformer` with a Marian model's weights and tokenizers; `overrides` set other arguments
+    (lr, warmup_steps, dropout, ... for fine-tuning). Decoding defaults are Marian's: beam search with no
+    length normalisation would differ from its `generate`, so `length_penalty` is left to the caller."""
+    folder = marian_folder(name_or_folder)
+    options, tokenizers, weights = read_marian(folder)
+    model = Seq2SeqTransformer(tokenizers=tokenizers, **{**options, **overrides})
+    model.net.load_state_dict(state_dict_from_marian(weights, model.net.state_dict()))
+    return model.eval()
