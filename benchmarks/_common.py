@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -25,6 +26,20 @@ def device_or_exit(name: str) -> torch.device:
         print(f"error: --device {name}: no GPU available", file=sys.stderr)
         raise SystemExit(2)
     return device
+
+
+def parse_sized(parser, argv: list[str] | None, tiny: dict) -> argparse.Namespace:
+    """`parser`'s arguments plus the ones every decoding benchmark takes (--device, --seed, --json, --tiny);
+    --tiny replaces the sizes with `tiny`'s, a few seconds' run (what the CI smoke tests run)."""
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--tiny", action="store_true", help="a few seconds at a toy size (CI smoke test)")
+    args = parser.parse_args(argv)
+    if args.tiny:
+        for k, v in tiny.items():
+            setattr(args, k, v)
+    return args
 
 
 def row_lengths(batch: int, length: int, pad_frac: float) -> torch.Tensor:

@@ -18,7 +18,7 @@ import argparse
 import sys
 
 import torch
-from _common import device_or_exit, environment, padded_ids, print_table, ratio_summary, summary, timed, write_json
+from _common import device_or_exit, environment, padded_ids, parse_sized, print_table, ratio_summary, summary, timed, write_json
 
 from models import Seq2SeqNet
 from models.decoding import beam_search, greedy_decode
@@ -50,14 +50,7 @@ def parse_args(argv=None):
     )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default=None)
-    p.add_argument("--tiny", action="store_true", help="a few seconds at a toy size (CI smoke test)")
-    args = p.parse_args(argv)
-    if args.tiny:
-        for k, v in TINY.items():
-            setattr(args, k, v)
+    args = parse_sized(p, argv, TINY)
     if args.beam_lengths is None:
         args.beam_lengths = list(args.lengths)
     return args

@@ -18,7 +18,7 @@ import sys
 from types import SimpleNamespace
 
 import torch
-from _common import device_or_exit, environment, print_table, ratio_summary, summary, timed, write_json
+from _common import device_or_exit, environment, parse_sized, print_table, ratio_summary, summary, timed, write_json
 from decode import build
 
 from models.decoding import beam_search, beam_search_nbest
@@ -42,14 +42,7 @@ def parse_args(argv=None):
     p.add_argument("--nbest", type=int, default=4)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default=None)
-    p.add_argument("--tiny", action="store_true", help="a few seconds at a toy size (CI smoke test)")
-    args = p.parse_args(argv)
-    if args.tiny:
-        for k, v in TINY.items():
-            setattr(args, k, v)
+    args = parse_sized(p, argv, TINY)
     if not 1 <= args.nbest <= args.beam_size:
         p.error("--nbest must be between 1 and --beam-size")
     return args

@@ -19,7 +19,18 @@ import sys
 import time
 
 import torch
-from _common import device_or_exit, environment, padded_ids, print_table, ratio_summary, summary, sync, timed, write_json
+from _common import (
+    device_or_exit,
+    environment,
+    padded_ids,
+    parse_sized,
+    print_table,
+    ratio_summary,
+    summary,
+    sync,
+    timed,
+    write_json,
+)
 
 from models import Seq2SeqNet
 from models.decoding import beam_search, greedy_decode
@@ -46,14 +57,7 @@ def parse_args(argv=None):
     p.add_argument("--backend", default="inductor", help="torch.compile backend (inductor; aot_eager for smoke tests)")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="the network's weights and activations")
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default=None)
-    p.add_argument("--tiny", action="store_true", help="a few seconds at a toy size (CI smoke test)")
-    args = p.parse_args(argv)
-    if args.tiny:
-        for k, v in TINY.items():
-            setattr(args, k, v)
+    args = parse_sized(p, argv, TINY)
     return args
 
 
