@@ -8,7 +8,8 @@ Order (each step a subprocess with its own time limit; a step that no longer fit
 the budget is recorded as skipped, not started):
   1. tests/test_cuda.py: the core's invariants on the device; a failure stops the suite;
   2. static-cache decoding (benchmarks/static_decode.py), base size, batch 64 then batch 1, bf16;
-  3. peers, base size (benchmarks/peers.py): training tokens/s, MFU, peak memory; decoding at batch 1 and 64,
+  3. peers, base size (benchmarks/peers.py, on Multi30k's token-budget batches when --data-dir has it): training
+     tokens/s, MFU, peak memory; decoding at batch 1 and 64,
      greedy and beam 4, HF generate and CTranslate2 beside ours;
   4. peers, big size: training only (MFU);
   5. torch.compile check (benchmarks/compile_check.py): graphs compiled over padded lengths;
@@ -42,7 +43,8 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--tiny", action="store_true", help="every step at a toy size (what CI runs on a CPU)")
     p.add_argument("--budget-min", type=float, default=BUDGET_S / 60, help="the whole suite's time budget (default 25)")
-    p.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "multi30k"), help="Multi30k for step 6")
+    multi30k = str(ROOT.parent / "shared" / "data" / "multi30k")
+    p.add_argument("--data-dir", default=multi30k, help="Multi30k: the peers' real batches (steps 3-4) and step 6")
     return p.parse_args(argv)
 
 
@@ -62,6 +64,8 @@ def steps(args) -> list[dict]:
     peers = [*bench("peers"), *dev, *tiny]
     if args.device == "cuda":
         peers += ["--dtype", "bf16", "--static-cache", "cuda-graph"]
+    if not args.tiny and Path(args.data_dir).is_dir():  # real batches and padding, as configs/multi30k_gpu.yaml's sampler
+        peers += ["--corpus", args.data_dir, "--max-tokens", "4096"]
     out.append(dict(name="peers_base", cmd=[*peers, "--size", "base", "--decode-batches", "1", "64"], limit=360))
     out.append(dict(name="peers_big", cmd=[*peers, "--size", "big", "--task", "train"], limit=180))
     compile_check = [*bench("compile_check"), *dev, *tiny] + (["--backend", "eager"] if args.tiny else [])

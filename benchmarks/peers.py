@@ -17,6 +17,7 @@ interleaved (order rotating each repeat) and each ratio is peer time / our time 
     python benchmarks/peers.py --size small                # d256, 4 heads, 3+3, ff 1024
     python benchmarks/peers.py --size base --repeats 5     # d512, 8 heads, 6+6, ff 2048
     python benchmarks/peers.py --tiny                      # seconds; what CI runs
+    python benchmarks/peers.py --corpus ../shared/data/multi30k --max-tokens 4096   # real batches, real padding
     python benchmarks/peers.py --device cuda --dtype bf16 --size big --task train   # MFU on a GPU
     python benchmarks/peers.py --device cuda --dtype bf16 --size base --decode-batches 1 64 --static-cache cuda-graph
 
@@ -83,6 +84,13 @@ def parse_args(argv=None):
     p.add_argument("--tgt-len", type=int, default=24, help="training target length (padded like the source)")
     p.add_argument("--out-len", type=int, default=32, help="decoded tokens per sentence")
     p.add_argument("--pad-frac", type=float, default=0.25)
+    p.add_argument(
+        "--corpus",
+        default=None,
+        help="a folder of Multi30k's aligned files: real batches as the token-budget sampler builds them (realistic "
+        "padding) instead of random ids; the recipe's joint BPE sets the vocabulary",
+    )
+    p.add_argument("--max-tokens", type=int, default=4096, help="with --corpus: the sampler's token budget per batch")
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--task", default="both", choices=["train", "decode", "both"])
@@ -426,14 +434,15 @@ def run_decode(args, ours, sources: dict[int, torch.Tensor]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         ct2_dir = str(export_ctranslate2(ours.cpu().eval(), f"{tmp}/ct2"))
         ours.to(args.device)
-        for batch, src in sources.items():
+        for src in sources.values():
             decoders = decode_contenders(args, ours, src, ct2_dir)
             for beam in (1, 4):
-                tables.append(decode_table(args, decoders, beam, batch, results))
+                tables.append(decode_table(args, decoders, beam, src, results))
     return {"tables": tables, "results": results}
 
 
-def decode_table(args, decoders: dict, beam: int, batch: int, results: dict) -> str:
+def decode_table(args, decoders: dict, beam: int, src: torch.Tensor, results: dict) -> str:
+    batch = src.size(0)
     contenders = [DecodeContender(name, functools.partial(fn, beam)) for name, fn in decoders.items()]
     with torch.inference_mode():
         interleaved(contenders, lambda c: c.fn(), args)
@@ -446,7 +455,7 @@ def decode_table(args, decoders: dict, beam: int, batch: int, results: dict) -> 
     title = (
         f"{'Greedy decoding' if beam == 1 else f'Beam search ({beam} beams)'}, {args.device} {args.dtype}: "
         f"{model_size(args)}, batch {batch}, "
-        f"{args.src_len}-token sources ({args.pad_frac:.0%} padding), exactly {args.out_len} output tokens; "
+        f"{src.size(1)}-token sources ({src.eq(PAD).float().mean():.0%} padding), exactly {args.out_len} output tokens; "
         f"{args.repeats} interleaved repeats, {torch.get_num_threads()} threads"
     )
     headers = ["decoder", "ms (median)", "ms (min–max)", "sentences/s", "peer time / ours (median, min–max)", "peak MiB"]
@@ -460,20 +469,51 @@ def sources(args, batch: int, g: torch.Generator) -> torch.Tensor:
     return src.to(args.device)
 
 
+def pad_rows(rows: list[torch.Tensor]) -> torch.Tensor:
+    return nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=PAD)
+
+
+def corpus_batches(args) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """The training batch of median padded size among the token-budget batches of `--corpus`'s training split
+    (configs/multi30k.yaml's data settings), and the split's sources sorted by length (for decoding). Sets
+    args.vocab, args.batch, args.src_len, args.tgt_len and args.pad_frac to that batch's, for the tables."""
+    from datamodules import ParallelCorpusDataModule
+
+    dm = ParallelCorpusDataModule(
+        data_dir=args.corpus, format="aligned", src_lang="de", tgt_lang="en", src_tokenizer="bpe", tgt_tokenizer="bpe",
+        shared_vocab=True, max_tokens=args.max_tokens, download=False,
+    )  # fmt: skip
+    dm.setup("fit")
+    batches = sorted(dm.train_dataloader(), key=lambda b: b.src.numel() + b.tgt.numel())
+    src, tgt = batches[len(batches) // 2]
+    args.vocab = len(dm.src_vocab)
+    args.batch, args.src_len, args.tgt_len = src.size(0), src.size(1), tgt.size(1) - 1
+    args.pad_frac = float((src.eq(PAD).sum() + tgt.eq(PAD).sum()) / (src.numel() + tgt.numel()))
+    rows = [row[row.ne(PAD)] for b in batches for row in b.src]
+    return src, tgt, sorted(rows, key=len)
+
+
 def run(args) -> dict:
     device_or_exit(args.device)
+    g = torch.Generator().manual_seed(args.seed)
+    if args.corpus:  # first: it sets the vocabulary and the batch's sizes
+        src, tgt, by_length = corpus_batches(args)
     torch.manual_seed(args.seed)
     ours = our_module(args).to(args.device)
-    g = torch.Generator().manual_seed(args.seed)
-    src = sources(args, args.batch, g)
-    tgt = padded_ids(args.batch, args.tgt_len + 1, args.vocab, args.pad_frac, PAD, g)
-    tgt[:, 0] = BOS
-    tgt = tgt.to(args.device)
+    if not args.corpus:
+        src = sources(args, args.batch, g)
+        tgt = padded_ids(args.batch, args.tgt_len + 1, args.vocab, args.pad_frac, PAD, g)
+        tgt[:, 0] = BOS
+    src, tgt = src.to(args.device), tgt.to(args.device)
     payload = {"benchmark": "peers", "config": vars(args), "environment": environment(args.device)}
     if args.task in ("train", "both"):
         payload["train"] = run_train(args, ours, src, tgt)
     if args.task in ("decode", "both"):
-        batches = {b: src if b == args.batch else sources(args, b, g) for b in args.decode_batches}
+        if args.corpus:  # b sentences in length order from the middle of the split, as translate_many groups them
+            middle = len(by_length) // 2
+            batches = {b: pad_rows(by_length[middle : middle + b]).to(args.device) for b in args.decode_batches}
+        else:
+            batches = {b: src if b == args.batch else sources(args, b, g) for b in args.decode_batches}
         payload["decode"] = run_decode(args, ours, batches)
     print("\nWhat differs from ours:")
     for name, text in DIFFERENCES.items():

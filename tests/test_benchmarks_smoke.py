@@ -116,6 +116,24 @@ def test_peers(tmp_path, capsys):
         assert all(r["sentences_per_s"] > 0 for r in rows)
 
 
+def test_peers_real_batches_are_the_samplers_median_batch():
+    from types import SimpleNamespace
+
+    from tests.helpers import SHARED_DATA
+
+    if not (SHARED_DATA / "multi30k").is_dir():
+        pytest.skip("../shared/data/multi30k is not here")
+    peers = importlib.import_module("peers")
+    args = SimpleNamespace(corpus=str(SHARED_DATA / "multi30k"), max_tokens=512)
+    src, tgt, by_length = peers.corpus_batches(args)
+    assert src.numel() <= 512 and tgt[:, :-1].numel() <= 512 and (tgt[:, 0] == 1).all()  # a budget batch, <bos> first
+    assert (args.batch, args.src_len, args.tgt_len) == (src.size(0), src.size(1), tgt.size(1) - 1)
+    padding = (src.eq(0).sum() + tgt.eq(0).sum()) / (src.numel() + tgt.numel())
+    assert 0 < padding < 0.5 and args.pad_frac == pytest.approx(float(padding))  # real, uneven lengths
+    assert len(by_length) == 29_000 and [len(r) for r in by_length] == sorted(len(r) for r in by_length)
+    assert all(r.ne(0).all() and r[-1] == 2 for r in by_length[::1000])  # unpadded sources ending in <eos>
+
+
 def test_peers_ratio_is_the_peers_time_over_ours_in_the_same_repeat():
     from types import SimpleNamespace
 
