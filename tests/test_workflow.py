@@ -20,7 +20,7 @@ from tests.helpers import ENV, FIT, ROOT, fit
 
 # Lines a user can do nothing about (issue: Lightning's litlogger tip, torch's LeafSpec deprecation from
 # Lightning's _pytree.py, FLOPs Lightning did not count, the bar's "Epoch 0/-2" of max_epochs -1).
-NOISE = ["litlogger", "LeafSpec", "Total FLOPs: 0", "/-2"]
+NOISE = ["litlogger", "LeafSpec", "Total FLOPs: 0", "/-2", "Skipping setting a default"]
 
 
 class PauseAtStep(Callback):

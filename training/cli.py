@@ -10,7 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.callbacks import RichModelSummary, RichProgressBar, Timer
+from lightning.pytorch.callbacks import ModelSummary, ProgressBar, Timer
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -139,6 +139,15 @@ class TransformerCLI(LightningCLI):
                 init_args["group"] = Path(str(config.config[0])).stem
 
     def instantiate_trainer(self, **kwargs) -> L.Trainer:
+        # Our bar and model summary (progress.EpochBar, callbacks.ModelSummaryWithoutZeroFlops: true labels) in place
+        # of the ones Lightning would add itself, where they are enabled and the recipe chose none of its own.
+        trainer_config = self.config_init["trainer"]
+        callbacks = list(trainer_config.get("callbacks") or [])
+        if trainer_config.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
+            callbacks.append(EpochBar())
+        if trainer_config.get("enable_model_summary") is not False and not any(isinstance(c, ModelSummary) for c in callbacks):
+            callbacks.append(ModelSummaryWithoutZeroFlops())
+        trainer_config["callbacks"] = callbacks
         try:
             trainer = super().instantiate_trainer(**kwargs)
         except MisconfigurationException as err:
@@ -147,14 +156,6 @@ class TransformerCLI(LightningCLI):
         decay = self.config_init.get("ema_decay")
         if decay is not None:
             trainer.callbacks.insert(0, EMA(decay=decay))  # ahead of the ModelCheckpoints, which must run last
-        # Lightning's own bar and model summary, with true labels (progress.EpochBar, callbacks.ModelSummaryWithoutZeroFlops).
-        # Lightning builds them itself (enable_progress_bar, enable_model_summary): each takes the subclass,
-        # which adds no state, in place, with the settings it was given.
-        for callback in trainer.callbacks:
-            if type(callback) is RichProgressBar:
-                callback.__class__ = EpochBar
-            elif type(callback) is RichModelSummary:
-                callback.__class__ = ModelSummaryWithoutZeroFlops
         # Atomic checkpoint writes, unless a CheckpointIO plugin was chosen on purpose.
         if not checkpoint_io_chosen(trainer):
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()

@@ -1,6 +1,8 @@
 """Lightning's and torch's messages that no user of this project can act on, silenced where they start.
 
 - Lightning's `💡 Tip: ... litlogger` line, printed at every Trainer: an advertisement (no setting turns it off).
+- Lightning's "Trainer already configured with model summary callbacks: [...]. Skipping setting a default
+  `ModelSummary` callback.", printed because the CLI passes its own summary (callbacks.ModelSummaryWithoutZeroFlops).
 - torch's `isinstance(treespec, LeafSpec)` FutureWarning, raised by Lightning's own `utilities/_pytree.py`
   (torch 2.14 deprecated the class that Lightning 2.6 still builds); nothing in this project calls it.
 
@@ -17,7 +19,8 @@ import warnings
 
 class _DropLitLoggerTip(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return "litlogger" not in str(record.msg)
+        message = str(record.msg)
+        return "litlogger" not in message and "Skipping setting a default `ModelSummary` callback" not in message
 
 
 _TIP_FILTER = _DropLitLoggerTip()
