@@ -364,6 +364,33 @@ def test_atomic_output_never_replaces_a_device_or_a_link(tmp_path):
     assert (tmp_path / "link.txt").is_symlink() and target.read_text() == "new"
 
 
+def test_a_stop_that_interrupts_torchs_writer_is_a_stop_not_a_write_failure(tmp_path, monkeypatch):
+    """A second SIGTERM during a checkpoint save raises `Stopped` inside torch's zip writer, which wraps it in a
+    RuntimeError: the run must still stop by the signal (exit 143), not report a failed write (exit 1)."""
+    import io
+
+    import torch
+
+    from training import faults
+    from training.signals import Stopped
+
+    calls = [0]
+
+    class InterruptedFile(io.FileIO):
+        def write(self, data):
+            calls[0] += 1
+            if calls[0] == 3:
+                raise Stopped(15)
+            return super().write(data)
+
+    monkeypatch.setattr(faults, "open", lambda path, mode: InterruptedFile(path, mode), raising=False)
+    path = tmp_path / "last.ckpt"
+    path.write_bytes(b"the earlier checkpoint")
+    with pytest.raises(Stopped):
+        faults.atomic_torch_save({"w": torch.zeros(1000)}, path)
+    assert path.read_bytes() == b"the earlier checkpoint" and sorted(os.listdir(tmp_path)) == ["last.ckpt"]
+
+
 def test_atomic_output_keeps_the_earlier_folder_when_the_block_fails(tmp_path):
     out = tmp_path / "export"
     out.mkdir()

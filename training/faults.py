@@ -205,9 +205,16 @@ def atomic_output(path: str | Path, folder: bool = False) -> Iterator[Path]:
 
 def _output_fault(err: BaseException, tmp: Path, path: Path) -> OutputError | None:
     """`err` as an `OutputError` naming `path` when it is a failure to write the output (no file name, as
-    a write or torch's writer gives, or the temporary's own), else None."""
+    a write or torch's writer gives, or the temporary's own), else None. A signal's stop (or Ctrl-C) that
+    interrupted torch's writer, which wraps it in a `RuntimeError`, is raised again as itself: the write did
+    not fail, the run is stopping."""
     if isinstance(err, (OutputError, BrokenPipeError, *USER_ERRORS)):
         return None
+    context = err.__context__ if isinstance(err, RuntimeError) else None
+    while context is not None:
+        if not isinstance(context, Exception):  # Stopped, KeyboardInterrupt, SystemExit
+            raise context.with_traceback(None) from None
+        context = context.__context__
     cause = torch_write_error(err) or (err if isinstance(err, OSError) else None)
     if cause is None:
         return None
