@@ -81,14 +81,14 @@ def _make_cli(args: list[str]) -> TransformerCLI:
 
 
 def _last_kept(cli) -> str:
-    """After a NaN loss: which checkpoint is now the last one (`BestAndLastCheckpoint` went back to the
-    one before the weights whose loss was not finite)."""
-    callback = cli.trainer.checkpoint_callback if cli is not None else None
-    if callback is None or not getattr(callback, "last_model_path", ""):
-        return "no checkpoint of this run was kept"
-    step = getattr(callback, "last_step", None)
-    return f"the last checkpoint is {callback.last_model_path}" + (f" (step {step}, its loss was finite)" if step else "")
+    """After a NaN loss: which checkpoint is now the last one (`KeepLastUntilFinite` went back to the one
+    before the weights whose loss was not finite)."""
+    from training.checkpointing import checkpoint_step, last_checkpoint
 
+    path = last_checkpoint(cli.trainer) if cli is not None else None
+    if not path:
+        return "no checkpoint of this run was kept"
+    return f"the last checkpoint is {path} (step {checkpoint_step(path)}, its loss was finite)"
 
 if __name__ == "__main__":
     main()

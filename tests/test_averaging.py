@@ -12,7 +12,7 @@ from tasks import Seq2SeqTransformer
 from tests.helpers import quiet_trainer, script
 from tests.test_baselines import TINY, _trainer
 from training.callbacks import EMA
-from training.checkpointing import BestAndLastCheckpoint
+from training.checkpointing import BestCheckpoint
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def epochs(tmp_path_factory):
     L.seed_everything(0)
     dm = ToyTranslationDataModule(batch_size=3, repeats=4)
     model = Seq2SeqTransformer(tokenizers=dm.tokenizers, **TINY)
-    checkpoint = BestAndLastCheckpoint(
+    checkpoint = BestCheckpoint(
         dirpath=root, filename="epoch{epoch:03d}-step{step}", auto_insert_metric_name=False, monitor="val/loss", save_top_k=-1
     )
     _trainer(root, [EMA(decay=0.9), checkpoint], max_epochs=4).fit(model, datamodule=dm)

@@ -18,7 +18,7 @@ from tasks import Seq2SeqTransformer
 from tests.helpers import ROOT, SHARED_DATA, quiet_trainer
 from tests.test_corpus import chinese, english, write_tatoeba
 from training.callbacks import EMA
-from training.checkpointing import BestAndLastCheckpoint
+from training.checkpointing import BestCheckpoint, checkpoint_callbacks, last_path
 
 TINY = dict(
     d_model=32,
@@ -36,7 +36,13 @@ TINY = dict(
 
 
 def _trainer(root: Path, callbacks: list, **kwargs) -> L.Trainer:
-    return quiet_trainer(root, callbacks=callbacks, **{"max_epochs": 3, "enable_checkpointing": True, **kwargs})
+    """A trainer with `callbacks`, a `BestCheckpoint` among them given its last.ckpt and helpers as the CLI does."""
+    wired = [
+        c
+        for callback in callbacks
+        for c in (checkpoint_callbacks(callback) if isinstance(callback, BestCheckpoint) else [callback])
+    ]
+    return quiet_trainer(root, callbacks=wired, **{"max_epochs": 3, "enable_checkpointing": True, **kwargs})
 
 
 class RecordsValidationWeights(Seq2SeqTransformer):
@@ -58,7 +64,7 @@ def ema_run(tmp_path_factory):
     L.seed_everything(0)
     dm = ToyTranslationDataModule(batch_size=3, repeats=8)
     model = RecordsValidationWeights(tokenizers=dm.tokenizers, **TINY)
-    checkpoint = BestAndLastCheckpoint(dirpath=root, monitor="val/bleu", mode="max", save_last=True)
+    checkpoint = BestCheckpoint(dirpath=root, monitor="val/bleu", mode="max", save_last=True)
     ema = EMA(decay=0.9)
     trainer = _trainer(root, [ema, checkpoint])
     trainer.fit(model, datamodule=dm)
@@ -83,7 +89,7 @@ def test_ema_checkpoint_holds_both_and_reloads_the_average(ema_run, tmp_path):
     for name, tensor in reloaded.state_dict().items():
         assert torch.equal(tensor, average[name]), name
     # After fit the module holds the average of the last step (Lightning copies it in at train end).
-    last = torch.load(checkpoint.last_model_path, map_location="cpu", weights_only=True)
+    last = torch.load(last_path(trainer), map_location="cpu", weights_only=True)
     assert torch.equal(model.net.generator.weight, last["state_dict"]["net.generator.weight"])
 
 
@@ -101,12 +107,13 @@ def test_best_checkpoint_waits_for_a_metric_computed_every_n_epochs(tmp_path):
     L.seed_everything(0)
     dm = ToyTranslationDataModule(batch_size=3, repeats=2)
     model = Seq2SeqTransformer(tokenizers=dm.tokenizers, **{**TINY, "bleu_every_n_epochs": 2})
-    checkpoint = BestAndLastCheckpoint(
+    checkpoint = BestCheckpoint(
         dirpath=tmp_path, monitor="val/bleu", mode="max", save_last=True, filename="epoch{epoch}", auto_insert_metric_name=False
     )
-    _trainer(tmp_path, [checkpoint], max_epochs=3).fit(model, datamodule=dm)  # BLEU after epochs 1 only
+    trainer = _trainer(tmp_path, [checkpoint], max_epochs=3)
+    trainer.fit(model, datamodule=dm)  # BLEU after epochs 1 only
     assert Path(checkpoint.best_model_path).name == "epoch1.ckpt"
-    assert torch.load(checkpoint.last_model_path, weights_only=True)["epoch"] == 2
+    assert torch.load(last_path(trainer), weights_only=True)["epoch"] == 2
 
 
 class ScriptedScore(L.LightningModule):
@@ -133,9 +140,9 @@ class ScriptedScore(L.LightningModule):
     val_dataloader = train_dataloader
 
 
-def _scored_checkpoint(root: Path, **kwargs) -> BestAndLastCheckpoint:
+def _scored_checkpoint(root: Path, **kwargs) -> BestCheckpoint:
     """Keeps checkpoints by ScriptedScore's val/score, named e<epoch>.ckpt."""
-    return BestAndLastCheckpoint(
+    return BestCheckpoint(
         dirpath=root, monitor="val/score", filename="e{epoch}", auto_insert_metric_name=False, **{"mode": "max", **kwargs}
     )
 
@@ -157,7 +164,7 @@ def test_ties_go_to_the_later_checkpoint(tmp_path, mode, save_top_k):
     assert sorted(p.name for p in tmp_path.glob("e*.ckpt")) == sorted(f"e{e}.ckpt" for e in kept)
     assert Path(checkpoint.best_model_path).name == f"e{ranked[0]}.ckpt"
     saved = torch.load(checkpoint.best_model_path, weights_only=True)["callbacks"]
-    (state,) = [v for k, v in saved.items() if k.startswith("BestAndLastCheckpoint")]
+    (state,) = [v for k, v in saved.items() if k.startswith("BestCheckpoint")]
     assert Path(state["best_model_path"]).name == f"e{ranked[0]}.ckpt"  # what a resumed run starts from
 
 
@@ -180,7 +187,7 @@ def test_ties_can_go_to_the_earlier_checkpoint_as_in_lightning(tmp_path):
 
 def test_ties_setting_is_checked():
     with pytest.raises(ValueError, match='ties must be "later" or "earlier"'):
-        BestAndLastCheckpoint(monitor="val/score", ties="first")
+        BestCheckpoint(monitor="val/score", ties="first")
 
 
 # ---------------------------------------------------------------------------------------------- shared vocabulary

@@ -5,6 +5,7 @@ one under a regular file, a GPU asked for where there is none, a loss that becom
 checkpoints, and the temporary files of killed saves. Each ends with one line on stderr, no
 traceback, the exit status it should have, and every earlier checkpoint byte for byte as it was."""
 
+import csv
 import hashlib
 import json
 import os
@@ -516,6 +517,55 @@ def test_nan_loss_with_per_step_checkpoints_keeps_the_last_finite_one(tmp_path):
     assert state["global_step"] == 4
     assert max(v.abs().max().item() for v in state["state_dict"].values() if v.is_floating_point()) < 1e3
     assert [p.name for p in last.parent.iterdir()] == ["last.ckpt"]  # no kept copy left behind
+
+
+def test_nan_loss_after_two_saves_at_one_step_goes_back_past_both(tmp_path):
+    # Step 16 ends epoch 0: last.ckpt is written there twice, every 8 steps and at the epoch's end, with the
+    # enormous weights of step 16. Both are of the diverged weights: last.ckpt must go back to step 8.
+    result = fit(
+        tmp_path,
+        "--trainer.logger",
+        "false",
+        "--checkpoint.every_n_train_steps",
+        "8",
+        callback_arg(ScaleWeightsAt, step=16),
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    line = one_line(result, "error:")
+    assert "at step 16 (epoch 1)" in line and line.endswith(f"the last checkpoint is {last} (step 8, its loss was finite)"), line
+    assert torch.load(last, weights_only=True)["global_step"] == 8
+    assert sorted(p.name for p in last.parent.iterdir()) == ["epoch000-step16.ckpt", "last.ckpt"]
+
+
+OLD_CHECKPOINT = ROOT / "tests" / "data" / "toy-last-7ae343f.ckpt"  # scripts/fit.py at 7ae343f, 2 epochs (below)
+OLD_RUN = ["--model.init_args.d_model", "16", "--model.init_args.dim_feedforward", "32", "--model.init_args.nhead", "2"]
+
+
+def test_a_checkpoint_written_before_the_checkpoint_callbacks_were_split_resumes_with_its_best_score(tmp_path):
+    # Written by `scripts/fit.py --trainer.max_epochs 2 --trainer.logger CSVLogger --test false` and OLD_RUN at
+    # 7ae343f, when one BestAndLastCheckpoint kept both the best and the last checkpoint.
+    from training.checkpointing import BestCheckpoint
+
+    old = torch.load(OLD_CHECKPOINT, weights_only=True)
+    (old_state,) = [v for k, v in old["callbacks"].items() if k.startswith("BestAndLastCheckpoint{")]
+    result = fit(tmp_path, *OLD_RUN, *CSV, "--trainer.max_epochs", "3", "--test", "false", "--ckpt_path", str(OLD_CHECKPOINT))
+    assert result.returncode == 0, result.stderr[-3000:]
+    (last,) = tmp_path.rglob("last.ckpt")
+    state = torch.load(last, weights_only=True)
+    assert state["global_step"] == old["global_step"] + 16 and state["epoch"] == 2
+    (best,) = [v for k, v in state["callbacks"].items() if k.startswith("BestCheckpoint{")]
+    (metrics,) = tmp_path.rglob("metrics.csv")
+    epoch2 = [float(row["val/loss"]) for row in csv.DictReader(metrics.open()) if row.get("val/loss")]
+    assert len(epoch2) == 1
+    # The old run's best score carried over: the best is the better of it and epoch 2's.
+    assert best["best_model_score"].item() == pytest.approx(min(old_state["best_model_score"].item(), epoch2[0]))
+    # And what carries it, on its own: the old callback's state reaches the callback of today's name.
+    callback = BestCheckpoint(monitor="val/loss", dirpath=tmp_path / "new")
+    callback.on_load_checkpoint(None, None, old)
+    callback.load_state_dict(old["callbacks"][callback.state_key])
+    assert callback.best_model_score == old_state["best_model_score"]
+    assert callback.best_k_models == old_state["best_k_models"]
 
 
 @pytest.mark.slow

@@ -1,13 +1,10 @@
-"""Lightning's private state that training/ reads (training/lightning_internals.py) and the protected
-`ModelCheckpoint` methods `BestAndLastCheckpoint` overrides or calls (training/checkpointing.py): each by
-name, type and signature on the installed Lightning, and what each function of lightning_internals answers
-against what a run of known shape must give. An upgrade that changes any of them fails here, by name,
-rather than making checkpoints or resumes wrong in silence."""
+"""Lightning's private state that training/ reads (training/lightning_internals.py), by name and type on the
+installed Lightning, and what each function of lightning_internals answers against what a run of known shape
+must give; and the documented `ModelCheckpoint` behaviour training/checkpointing.py builds on. An upgrade that
+changes any of them fails here, by name, rather than making checkpoints or resumes wrong in silence."""
 
-import inspect
 
 import lightning as L
-import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.demos.boring_classes import BoringModel
@@ -98,22 +95,56 @@ class ChosenIO(CheckpointIO):
         pass
 
 
-# The protected ModelCheckpoint methods and attributes BestAndLastCheckpoint overrides or calls, with the
-# parameters it passes.
-PROTECTED = {
-    "_save_topk_checkpoint": ["self", "trainer", "monitor_candidates"],
-    "_save_last_checkpoint": ["self", "trainer", "monitor_candidates"],
-    "_should_skip_saving_checkpoint": ["self", "trainer"],
-    "_should_save_on_train_epoch_end": ["self", "trainer"],
-    "_monitor_candidates": ["self", "trainer"],
-}
+# What training/checkpointing.py takes from Lightning's documented behaviour, checked here so that an upgrade
+# that changes it fails by name.
 
 
-@pytest.mark.parametrize("name", sorted(PROTECTED))
-def test_the_protected_model_checkpoint_methods_are_there(name):
-    method = getattr(ModelCheckpoint, name)
-    assert list(inspect.signature(method).parameters) == PROTECTED[name]
+class SeesLast(Callback):
+    """Records, in each hook where a checkpoint may be written, the step last.ckpt holds at that moment."""
+
+    def __init__(self, folder):
+        self.folder, self.seen = folder, []
+
+    def _see(self, trainer, hook):
+        path = self.folder / "last.ckpt"
+        step = torch.load(path, weights_only=True)["global_step"] if path.exists() else None
+        self.seen.append((hook, trainer.global_step, step))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self._see(trainer, "batch")
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self._see(trainer, "epoch")
 
 
-def test_the_every_n_train_steps_setting_is_kept_where_read():
-    assert ModelCheckpoint(every_n_train_steps=7)._every_n_train_steps == 7
+def test_a_plain_model_checkpoint_keeps_one_last_file_and_runs_after_other_callbacks(tmp_path):
+    # checkpointing.last_checkpoints: no monitor, save_top_k=1, no version counter: one file, last.ckpt,
+    # overwritten at each epoch's end and every n steps; KeepLastUntilFinite and StopAtStep: a
+    # ModelCheckpoint runs after every other callback of a hook, whatever the order it was given in.
+    same = dict(dirpath=tmp_path, filename="last", monitor=None, save_top_k=1, enable_version_counter=False)
+    epochs = ModelCheckpoint(**same, every_n_epochs=1)
+    steps = ModelCheckpoint(**same, every_n_train_steps=3)
+    probe = SeesLast(tmp_path)
+    trainer = L.Trainer(
+        default_root_dir=tmp_path,
+        max_epochs=2,
+        limit_train_batches=BATCHES,
+        limit_val_batches=1,
+        callbacks=[epochs, steps, probe],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(BoringModel())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+    assert torch.load(tmp_path / "last.ckpt", weights_only=True)["global_step"] == 2 * BATCHES
+    # Each hook sees last.ckpt as it was before that hook's saves: steps 3, 6 and 9 by `steps`, 5 and 10 by `epochs`.
+    expected, last = [], None
+    for step in range(1, 2 * BATCHES + 1):
+        expected.append(("batch", step, last))
+        last = step if step % 3 == 0 else last
+        if step % BATCHES == 0:
+            expected.append(("epoch", step, last))
+            last = step
+    assert probe.seen == expected

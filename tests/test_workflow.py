@@ -368,7 +368,7 @@ def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(tmp_path, kind):
     a_state, b_state = torch.load(a_last, weights_only=True), torch.load(b_last, weights_only=True)
     # The best score so far carried over the resume (into a new folder): the same best as run A's.
     (a_best,), (b_best,) = (
-        [v for k, v in s["callbacks"].items() if k.startswith("BestAndLastCheckpoint")] for s in (a_state, b_state)
+        [v for k, v in s["callbacks"].items() if k.startswith("BestCheckpoint")] for s in (a_state, b_state)
     )
     assert a_best["best_model_score"] == b_best["best_model_score"]
     for key in ("state_dict", "current_model_state", "averaging_state"):  # the average, the training weights
@@ -440,7 +440,7 @@ def _at_epoch(loader, epoch):
 
 
 def test_interrupted_checkpoint_write_keeps_the_old_checkpoint(tmp_path, monkeypatch):
-    from training.checkpointing import AtomicCheckpointIO
+    from training.checkpoint_io import AtomicCheckpointIO
 
     io, path = AtomicCheckpointIO(), tmp_path / "last.ckpt"
     io.save_checkpoint({"state_dict": {"w": torch.ones(3)}, "epoch": 1}, path)
@@ -461,7 +461,7 @@ def test_interrupted_checkpoint_write_keeps_the_old_checkpoint(tmp_path, monkeyp
 def test_fit_writes_checkpoints_atomically(tmp_path):
     from lightning.pytorch import Trainer
 
-    from training.checkpointing import AtomicCheckpointIO
+    from training.checkpoint_io import AtomicCheckpointIO
     from training.cli import TransformerCLI
 
     cli = TransformerCLI(
@@ -476,7 +476,7 @@ def test_fit_writes_checkpoints_atomically(tmp_path):
     )
     assert isinstance(cli.trainer, Trainer) and isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
     names = {type(c).__name__ for c in cli.trainer.callbacks}
-    assert {"RngStateCallback", "LoaderStateRestore", "FiniteLossCheck", "BestAndLastCheckpoint", "WandbRunId"} <= names
+    assert {"RngStateCallback", "LoaderStateRestore", "FiniteLossCheck", "BestCheckpoint", "KeepLastUntilFinite", "StopAtStep", "WandbRunId"} <= names
 
 
 # ---------------------------------------------------------------------------------------------- scale, precision

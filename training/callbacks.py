@@ -31,7 +31,8 @@ from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
 
-from .checkpointing import TrainingDivergedError, check_writable
+from .checkpoint_io import check_writable
+from .checkpointing import StoppedMidEpoch, TrainingDivergedError
 from .lightning_internals import hand_over_loader_states
 from .loggers import run_folder
 
@@ -206,6 +207,12 @@ class EMA(EMAWeightAveraging):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._average_model is not None and trainer.state.fn == TrainerFn.FITTING:
             self._swap_models(pl_module)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        # A stop in the middle of an epoch (a time limit, max_steps) ends training as its end does: the model
+        # is left holding the average.
+        if isinstance(exception, StoppedMidEpoch):
+            self.on_train_end(trainer, pl_module)
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         if trainer.state.fn == TrainerFn.FITTING:

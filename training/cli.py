@@ -30,7 +30,8 @@ from .callbacks import (
     StepTimer,
     evaluated_label,
 )
-from .checkpointing import AtomicCheckpointIO, BestAndLastCheckpoint, StoppedMidEpoch
+from .checkpoint_io import AtomicCheckpointIO
+from .checkpointing import BestCheckpoint, StoppedMidEpoch, checkpoint_callbacks, last_checkpoint, last_path
 from .lightning_internals import checkpoint_io_chosen
 from .loading import read_checkpoint
 from .loggers import AutoWandbLogger, WandbRunId, continue_wandb_run, run_dir, run_folder, sync_command
@@ -105,8 +106,9 @@ class TransformerCLI(LightningCLI):
             help="keep an exponential moving average of the weights with this decay (e.g. 0.999); it is "
             "validated, checkpointed and tested instead of the training weights (null: off)",
         )
-        # One checkpoint callback for every recipe; metric names keep "/" out of file names.
-        parser.add_lightning_class_args(BestAndLastCheckpoint, "checkpoint")
+        # The best checkpoints and, from the same options, last.ckpt (checkpointing.checkpoint_callbacks), for
+        # every recipe; metric names keep "/" out of file names.
+        parser.add_lightning_class_args(BestCheckpoint, "checkpoint")
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/loss",
@@ -153,6 +155,9 @@ class TransformerCLI(LightningCLI):
         except MisconfigurationException as err:
             # Devices the machine lacks (`--trainer.devices 4` on one GPU, ...): Lightning's message, first line.
             raise HyperparameterError(f"Trainer: {str(err).strip().splitlines()[0]}") from None
+        for best in [c for c in trainer.callbacks if isinstance(c, BestCheckpoint)]:
+            at = trainer.callbacks.index(best)
+            trainer.callbacks[at : at + 1] = checkpoint_callbacks(best)
         decay = self.config_init.get("ema_decay")
         if decay is not None:
             trainer.callbacks.insert(0, EMA(decay=decay))  # ahead of the ModelCheckpoints, which must run last
@@ -247,8 +252,7 @@ def report_time_limit(trainer: L.Trainer, resume: str) -> None:
     timer = _time_limit(trainer)
     if timer is None or timer.time_remaining() > 0:
         return
-    callback = trainer.checkpoint_callback
-    last = getattr(callback, "last_model_path", "") or "none written"
+    last = last_checkpoint(trainer) or "none written"
     elapsed = timedelta(seconds=int(timer.time_elapsed("train")))
     print(
         f"time limit reached (--trainer.max_time; {elapsed} of training, counting the runs this one resumes) at "
@@ -365,7 +369,7 @@ def summarize(
         "best_checkpoint": best or None,
         "monitor": callback.monitor if callback else None,
         "best_score": score.item() if score is not None else None,
-        "last_checkpoint": (callback.last_model_path or None) if callback else None,
+        "last_checkpoint": str(last) if (last := last_path(trainer)) and last.is_file() else None,
         "tested": tested,  # which checkpoint, weights and precision the test metrics are of
         "test": {name: value.item() for name, value in sorted(trainer.callback_metrics.items()) if name.startswith("test/")},
         "test_bleu_signature": getattr(model, "bleu_signatures", {}).get("test"),

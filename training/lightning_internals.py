@@ -1,8 +1,8 @@
-"""The one place outside `BestAndLastCheckpoint`'s overrides of `ModelCheckpoint` (training/checkpointing.py)
-that reads or writes Lightning's private state. Each function answers one question Lightning's public API has
-no answer for on the version pinned in pyproject.toml (lightning>=2.6.6,<2.7), and says why.
-tests/test_lightning_internals.py checks every attribute used here, by name and type, so an upgrade that
-renames or retypes one fails there at once rather than making checkpoints or resumes wrong in silence.
+"""The one place in the project that reads or writes Lightning's private state. Each function answers one
+question Lightning's public API has no answer for on the version pinned in pyproject.toml (lightning>=2.6.6,<2.7),
+and says why. tests/test_lightning_internals.py checks every attribute used here, by name and type, so an
+upgrade that renames or retypes one fails there at once rather than making checkpoints or resumes wrong in
+silence.
 
 - `validation_or_epoch_end_follows`: whether the epoch's end or a validation follows this step (the loop's
   `_num_ready_batches_reached`, `_should_check_val_fx`, `_data_fetcher`): a stop at a step (a signal, a time

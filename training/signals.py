@@ -12,9 +12,8 @@ Ctrl-C into exit status 1 after stopping wherever the step was. Here:
 - While training (the callback `StopOnSignal`, from `on_train_start` to `on_train_end`), the first
   signal is only noted (`received()`). At the end of that step (or, when the step ends an epoch or is
   followed by a validation, once the checkpoints of the epoch's end or of that validation are written),
-  `StopOnSignal` has the checkpoint callback write last.ckpt at the step if it was not
-  (`BestAndLastCheckpoint.write_last`) and raises `Stopped`, so the checkpoint is one an exact resume
-  starts from. A second signal raises `Stopped` at once: whatever was being saved is left as it was
+  `StopOnSignal` writes last.ckpt at the step if it was not (`checkpointing.write_last`) and raises
+  `Stopped`, so the checkpoint is one an exact resume starts from. A second signal raises `Stopped` at once: whatever was being saved is left as it was
   (saves are atomic), and the last checkpoint is the one before.
 - `exit_on_stop(resume)`, around everything scripts/fit.py runs: `Stopped` becomes one line on stderr
   (`stop_message`: where it stopped, the checkpoint, the command that resumes) and the exit status.
@@ -185,9 +184,15 @@ def exit_on_stop(resume: str = ""):
         if stop.step is None and trainer is not None and trainer.global_step > 0:
             stop.epoch, stop.step = trainer.current_epoch, trainer.global_step
         if trainer is None or trainer.is_global_zero:
-            last = getattr(trainer.checkpoint_callback, "last_model_path", None) if trainer is not None else None
+            last = _last_checkpoint(trainer) if trainer is not None else None
             print(stop_message(stop, last, resume), file=sys.stderr, flush=True)
         raise SystemExit(stop.exit_status) from None
+
+
+def _last_checkpoint(trainer) -> str | None:
+    from .checkpointing import last_checkpoint  # Lightning is imported by now: a trainer exists
+
+    return last_checkpoint(trainer)
 
 
 def __getattr__(name: str):
@@ -202,6 +207,7 @@ def __getattr__(name: str):
 def _stop_on_signal_class() -> type:
     from lightning.pytorch.callbacks import Callback
 
+    from .checkpointing import write_last
     from .lightning_internals import validation_or_epoch_end_follows
 
     class StopOnSignal(Callback):
@@ -243,8 +249,7 @@ def _stop_on_signal_class() -> type:
             signum = _received
             if not trainer.strategy.reduce_boolean_decision(signum is not None, all=False):
                 return
-            callback = trainer.checkpoint_callback
-            written = callback.write_last(trainer) if hasattr(callback, "write_last") else None
+            written = write_last(trainer)
             forget()
             raise Stopped(signum or signal.SIGTERM, trainer.current_epoch, trainer.global_step, written)
 
