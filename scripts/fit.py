@@ -90,5 +90,6 @@ def _last_kept(cli) -> str:
         return "no checkpoint of this run was kept"
     return f"the last checkpoint is {path} (step {checkpoint_step(path)}, its loss was finite)"
 
+
 if __name__ == "__main__":
     main()

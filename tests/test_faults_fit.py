@@ -538,7 +538,7 @@ def test_nan_loss_after_two_saves_at_one_step_goes_back_past_both(tmp_path):
     assert sorted(p.name for p in last.parent.iterdir()) == ["epoch000-step16.ckpt", "last.ckpt"]
 
 
-OLD_CHECKPOINT = ROOT / "tests" / "data" / "toy-last-7ae343f.ckpt"  # scripts/fit.py at 7ae343f, 2 epochs (below)
+OLD_CHECKPOINT = ROOT / "tests" / "fixtures" / "toy-last-7ae343f.ckpt"  # scripts/fit.py at 7ae343f, 2 epochs (below)
 OLD_RUN = ["--model.init_args.d_model", "16", "--model.init_args.dim_feedforward", "32", "--model.init_args.nhead", "2"]
 
 

@@ -3,7 +3,6 @@ installed Lightning, and what each function of lightning_internals answers again
 must give; and the documented `ModelCheckpoint` behaviour training/checkpointing.py builds on. An upgrade that
 changes any of them fails here, by name, rather than making checkpoints or resumes wrong in silence."""
 
-
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint

@@ -13,8 +13,9 @@ Ctrl-C into exit status 1 after stopping wherever the step was. Here:
   signal is only noted (`received()`). At the end of that step (or, when the step ends an epoch or is
   followed by a validation, once the checkpoints of the epoch's end or of that validation are written),
   `StopOnSignal` writes last.ckpt at the step if it was not (`checkpointing.write_last`) and raises
-  `Stopped`, so the checkpoint is one an exact resume starts from. A second signal raises `Stopped` at once: whatever was being saved is left as it was
-  (saves are atomic), and the last checkpoint is the one before.
+  `Stopped`, so the checkpoint is one an exact resume starts from. A second signal raises `Stopped` at
+  once: whatever was being saved is left as it was (saves are atomic), and the last checkpoint is the one
+  before.
 - `exit_on_stop(resume)`, around everything scripts/fit.py runs: `Stopped` becomes one line on stderr
   (`stop_message`: where it stopped, the checkpoint, the command that resumes) and the exit status.
 - Lightning's handler for SLURM's requeue signal (SIGUSR1) is never touched. Its SIGTERM handler
