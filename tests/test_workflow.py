@@ -83,16 +83,35 @@ def test_a_fit_run_prints_nothing_a_user_cannot_act_on(tmp_path):
         assert noise not in out, noise
 
 
+class ReadsTheBar(Callback):
+    def __init__(self):
+        self.descriptions = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        bar = trainer.progress_bar_callback
+        self.descriptions += [t.description.strip() for t in bar.progress.tasks if t.id == bar.train_progress_bar_id]
+
+
 @pytest.mark.parametrize("max_epochs, description", [(-1, "Epoch 0"), (3, "Epoch 0/2")])
 def test_the_bar_of_a_run_bounded_by_steps_counts_no_epochs(tmp_path, max_epochs, description):
-    from training.cli import TransformerCLI
+    from lightning import Trainer
+    from lightning.pytorch.demos.boring_classes import BoringModel
 
-    args = ["--config", str(ROOT / "configs" / "toy_translation.yaml"), "--trainer.default_root_dir", str(tmp_path)]
-    args += ["--trainer.logger", "false", "--trainer.enable_progress_bar", "true", "--trainer.max_steps", "5"]
-    cli = TransformerCLI(args=[*args, "--trainer.max_epochs", str(max_epochs)])
-    bar = cli.trainer.progress_bar_callback
-    bar._trainer = cli.trainer  # what its setup hook does when fitting starts
-    assert bar._get_train_description(0).strip() == description
+    from training.progress import EpochBar
+
+    reader = ReadsTheBar()
+    trainer = Trainer(
+        default_root_dir=tmp_path,
+        max_steps=3,
+        max_epochs=max_epochs,
+        callbacks=[EpochBar(), reader],
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
+    trainer.fit(BoringModel())
+    assert reader.descriptions == [description] * 3
 
 
 def test_resumed_run_continues_the_same_wandb_run_in_its_recipe_group(tmp_path):

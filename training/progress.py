@@ -78,10 +78,22 @@ class ProgressLog(Callback):
 
 class EpochBar(RichProgressBar):
     """Lightning's rich bar (on a terminal), whose "Epoch 3/24" (the last epoch's index) reads "Epoch 0/-2"
-    when `max_epochs` is -1 (a recipe bounded by `max_steps`, as WMT's): there, "Epoch 0" alone."""
+    when `max_epochs` is -1 (a recipe bounded by `max_steps`, as WMT's): there, "Epoch 0" alone. The task
+    Lightning names is renamed through rich's `Progress.update`, where Lightning names it: at an epoch's
+    start, and at a step's end when a run resumed mid-epoch has no task yet."""
 
-    def _get_train_description(self, current_epoch: int) -> str:
-        description = super()._get_train_description(current_epoch)
-        if self.trainer.max_epochs is not None and self.trainer.max_epochs < 0:
-            description = description.replace(f"Epoch {current_epoch}/{self.trainer.max_epochs - 1}", f"Epoch {current_epoch}")
-        return description
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_epoch_start(trainer, pl_module)
+        self._count_no_epochs(trainer)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        self._count_no_epochs(trainer)
+
+    def _count_no_epochs(self, trainer: L.Trainer) -> None:
+        if trainer.max_epochs is None or trainer.max_epochs >= 0 or self.progress is None:
+            return
+        bound = f"Epoch {trainer.current_epoch}/{trainer.max_epochs - 1}"
+        for task in self.progress.tasks:
+            if task.id == self.train_progress_bar_id and bound in task.description:
+                self.progress.update(task.id, description=task.description.replace(bound, f"Epoch {trainer.current_epoch}"))
