@@ -85,7 +85,8 @@ class BestCheckpoint(ModelCheckpoint):
         super().setup(trainer, pl_module, stage)
         self._fitting = stage == "fit"
         if self._fitting and trainer.is_global_zero and self.dirpath and "://" not in str(self.dirpath):
-            check_writable(self.dirpath, f"{LAST}.ckpt" if self.keeps_last else "its checkpoints")
+            first = f"{LAST}.ckpt" if self.keeps_last else Path(self.format_checkpoint_name({"epoch": 0, "step": 0})).name
+            check_writable(self.dirpath, first)
             remove_stale_temporaries(self.dirpath)
 
     def check_monitor_top_k(self, trainer: L.Trainer, current: torch.Tensor | None = None) -> bool:
