@@ -18,9 +18,10 @@ unchanged; `greedy` and `beam` below size the buffers for the steps asked and ca
     out = decoder.greedy(src, bos_id, eos_id, max_len)
     out = decoder.beam(src, bos_id, eos_id, max_len, beam_size=4)
 
-Outputs are token for token those of the growing cache (tests/test_static_cache.py; under bf16 autocast
-too, except with a relative position bias, where one row was seen to depart): the buffer's unwritten
-positions get attention weight exactly 0. Modes:
+Outputs are token for token those of the growing cache (tests/test_static_cache.py): the buffer's
+unwritten positions get attention weight exactly 0. Under bf16 autocast the attention over the whole
+buffer rounds otherwise than over the positions written, by up to one bf16 step in the logits: the tokens
+are the same in every configuration tested, but a search may part where its top two logits are that close. Modes:
   - "eager": no capture (the reference; on a CPU about the speed of the growing cache);
   - "compile": `torch.compile` of the step; on CUDA with mode="reduce-overhead" (CUDA graphs), on
     the CPU the inductor's default mode. One compilation per (rows, source length, buffer length);

@@ -10,6 +10,7 @@ from torch import nn
 from models import Seq2SeqNet
 from models.decoding import beam_search, greedy_decode
 from models.static_cache import StaticDecoder
+from tests.test_variants import spread_learned_biases
 
 PAD, BOS, EOS = 0, 1, 2
 OPTIONS = [
@@ -34,7 +35,7 @@ def make_net(options: dict, dtype=torch.float32, eos_bias: float = 0.2, seed: in
         generator.bias.zero_()
         generator.bias[EOS] = eos_bias
     net.generator = generator
-    return net.to(dtype).eval()
+    return spread_learned_biases(net).to(dtype).eval()  # T5's table starts at zero: a bias there to be sliced wrong
 
 
 def sources(lengths, seed: int = 0) -> torch.Tensor:
@@ -81,10 +82,7 @@ def test_beam_equals_growing_cache(options, beam_size, length_penalty):
         assert torch.equal(decoder.beam(src, BOS, EOS, max_len, **kwargs), expected)
 
 
-# Not the relative biases: under bf16 autocast, with a t5 bias, one row of five departs from the growing cache's greedy
-# tokens after 10 steps (seen on the CPU, 2026-11-25; cause not found: a replay of that decode feeding both caches the
-# same tokens gives identical logits at every step). In fp32 and fp64 (above) they are equal.
-@pytest.mark.parametrize("options", OPTIONS[:4])
+@pytest.mark.parametrize("options", OPTIONS)
 def test_under_bf16_autocast_equals_growing_cache_with_bf16_buffers(options):
     net, src = make_net(options), sources(BATCHES[1])
     decoder = StaticDecoder(net, length_multiple=8)
@@ -92,6 +90,25 @@ def test_under_bf16_autocast_equals_growing_cache_with_bf16_buffers(options):
         assert torch.equal(decoder.greedy(src, BOS, EOS, 20), greedy_decode(net, src, BOS, EOS, 20))
         assert torch.equal(decoder.beam(src, BOS, EOS, 12, beam_size=3), beam_search(net, src, BOS, EOS, 12, beam_size=3))
     assert {key[3] for key in decoder._states} == {torch.bfloat16}  # the buffers hold what the projections give
+
+
+# Under bf16 the whole buffer's attention (unwritten positions masked) rounds otherwise than the growing cache's over
+# the positions written, by up to one bf16 step in the logits, so greedy tokens may part where the top two logits are
+# that close: seen in a net with no position information at all (no positional table, T5's table at its zero start),
+# 0.8281 against 0.8242 at step 10 of one row in five (2026-11-25). The logits themselves are checked here.
+@pytest.mark.parametrize("options", OPTIONS)
+def test_under_bf16_autocast_each_step_gives_the_growing_caches_logits_within_rounding(options):
+    net, src = make_net(options), sources(BATCHES[1])
+    decoder = StaticDecoder(net, length_multiple=8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ys = greedy_decode(net, src, BOS, EOS, 20)  # the tokens both caches are fed, one step at a time
+        memory, src_pad = net.encode(src)
+        growing, static = net.core.new_cache(), decoder.new_cache()
+        for t in range(ys.size(1) - 1):
+            expected = net.decode(ys[:, t : t + 1], memory, src_pad, growing)[:, -1].float()  # (N, V)
+            got = decoder.decode(ys[:, t : t + 1], memory, src_pad, static)[:, -1].float()
+            # Two bf16 steps (8 significant bits) at the logits' size, about 1: rounding, not a wrong bias or mask.
+            torch.testing.assert_close(got, expected, atol=2**-6, rtol=2**-7, msg=lambda m, t=t: f"step {t}: {m}")
 
 
 def test_one_decoder_serves_many_shapes_and_reuses_its_buffers():
