@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from _common import device_or_exit, environment, padded_ids, print_table, sync, write_json
 
-from models import Seq2SeqNet
+from models import Seq2SeqConfig, Seq2SeqNet
 from models.decoding import greedy_decode
 
 
@@ -73,15 +73,23 @@ def batch(B, S, V, device, seed):
     return src.to(device), tgt.to(device)
 
 
+def sized_config(args, **options) -> Seq2SeqConfig:
+    """The network of the command line's sizes: one vocabulary, as many decoder layers as encoder ones."""
+    return Seq2SeqConfig(
+        src_vocab_size=args.vocab,
+        tgt_vocab_size=args.vocab,
+        d_model=args.d_model,
+        nhead=args.nhead,
+        num_encoder_layers=args.layers,
+        num_decoder_layers=args.layers,
+        dim_feedforward=args.ff,
+        **options,
+    )
+
+
 def train_check(args, device) -> tuple[list[list], list[dict]]:
     torch.manual_seed(0)
-    make = lambda: (
-        Seq2SeqNet(
-            args.vocab, args.vocab, args.d_model, args.nhead, args.layers, args.layers, args.ff, max_len=max(args.lengths) + 8
-        )
-        .to(device)
-        .train()
-    )
+    make = lambda: Seq2SeqNet(sized_config(args, max_len=max(args.lengths) + 8)).to(device).train()
     eager = make()
     compiled_net = make()
     compiled_net.load_state_dict(eager.state_dict())
@@ -151,20 +159,7 @@ def train_check(args, device) -> tuple[list[list], list[dict]]:
 
 def decode_check(args, device) -> tuple[list[list], list[dict]]:
     torch.manual_seed(1)
-    net = (
-        Seq2SeqNet(
-            args.vocab,
-            args.vocab,
-            args.d_model,
-            args.nhead,
-            args.layers,
-            args.layers,
-            args.ff,
-            max_len=max(args.lengths + args.decode_lengths) + 8,
-        )
-        .to(device)
-        .eval()
-    )
+    net = Seq2SeqNet(sized_config(args, max_len=max(args.lengths + args.decode_lengths) + 8)).to(device).eval()
     dynamic = {"true": True, "false": False, "auto": None}[args.dynamic]
     eager_encode, eager_decode = net.encode, net.decode
     compiled_encode = torch.compile(eager_encode, dynamic=dynamic, backend=args.backend)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from _common import device_or_exit, environment, padded_ids, print_table, write_json
 from torch.profiler import ProfilerActivity, profile
 
-from models import Seq2SeqNet
+from models import Seq2SeqConfig, Seq2SeqNet
 
 SIZES = {
     "toy": dict(d_model=64, nhead=4, layers=2, ff=256, batch=3, src_len=12, tgt_len=12, vocab=100),
@@ -53,13 +53,15 @@ def make_step(size: dict, device):
     torch.manual_seed(0)
     net = (
         Seq2SeqNet(
-            size["vocab"],
-            size["vocab"],
-            size["d_model"],
-            size["nhead"],
-            size["layers"],
-            size["layers"],
-            size["ff"],
+            Seq2SeqConfig(
+                src_vocab_size=size["vocab"],
+                tgt_vocab_size=size["vocab"],
+                d_model=size["d_model"],
+                nhead=size["nhead"],
+                num_encoder_layers=size["layers"],
+                num_decoder_layers=size["layers"],
+                dim_feedforward=size["ff"],
+            )
         )
         .to(device)
         .train()

@@ -40,6 +40,7 @@ import torch
 from datamodules.batching import frame_source, map_in_length_batches
 from datamodules.tokenizers import SubwordTokenizer, tokenizer_from_dict
 from datamodules.vocab import PAD, SPECIAL_TOKENS
+from models.config import Seq2SeqConfig
 from models.decoding import Hypothesis, length_penalty_factor
 from models.errors import InputError
 from models.positional import SinusoidalPositionalEncoding
@@ -64,21 +65,23 @@ def _ctranslate2():
     return ctranslate2
 
 
-def check_exportable(hparams: dict) -> None:
-    """Raise `ExportError` naming the first option of a checkpoint that CTranslate2 cannot run as we do."""
-    if hparams.get("positional", "sinusoidal") == "rotary":
+def check_exportable(config: Seq2SeqConfig) -> None:
+    """Raise `ExportError` naming the first setting of a network (`model.net.config`) that CTranslate2 cannot
+    run as we do."""
+    if config.positional == "rotary":
         raise ExportError("rotary positions (positional=rotary) cannot be exported to CTranslate2's encoder–decoder")
-    if hparams.get("positional", "sinusoidal") == "none":
+    if config.positional == "none":
         raise ExportError("a model without absolute positions (positional=none) cannot be exported to CTranslate2")
-    if hparams.get("relative_bias") is not None:
+    if config.relative_bias is not None:
         raise ExportError(
-            f"relative position biases (relative_bias={hparams['relative_bias']}) cannot be exported to CTranslate2's "
-            "encoder–decoder"
+            f"relative position biases (relative_bias={config.relative_bias}) cannot be exported to CTranslate2's encoder–decoder"
         )
-    if hparams.get("qk_norm", False):
+    if config.qk_norm:
         raise ExportError("query/key norms (qk_norm=True) cannot be exported to CTranslate2")
-    if hparams.get("activation", "relu") not in ("relu", "gelu", "silu", "swiglu", "geglu"):
-        raise ExportError(f"activation {hparams['activation']!r} has no CTranslate2 equivalent")
+    if config.activation not in ("relu", "gelu", "silu", "swiglu", "geglu"):
+        raise ExportError(f"activation {config.activation!r} has no CTranslate2 equivalent")
+    if not config.bias:
+        raise ExportError("a model without biases (bias=False) is not exported to CTranslate2: its conversion is untried")
 
 
 def vocabulary(tokenizer) -> list[str]:
@@ -112,34 +115,35 @@ def build_spec(model):
     _ctranslate2()
     from ctranslate2.specs import common_spec, transformer_spec
 
-    hp, net = model.hparams, model.net
-    check_exportable(hp)
-    activation = hp.get("activation", "relu")
-    rms = hp.get("norm", "layernorm") == "rmsnorm"
-    kv_heads = hp.get("num_kv_heads") or hp["nhead"]
+    net = model.net
+    config = net.config
+    check_exportable(config)
+    activation = config.activation
+    rms = config.norm == "rmsnorm"
+    kv_heads = config.num_kv_heads or config.nhead
     act = common_spec.Activation.GELU if activation in ("gelu", "geglu") else common_spec.Activation.RELU
     if activation in ("swiglu", "silu"):
         act = common_spec.Activation.SWISH
-    final_norm = hp.get("final_norm", True)
+    final_norm = config.final_norm
     options = dict(
         pre_norm=final_norm,  # declares each stack's final norm; post-norm models set pre_norm back below
         activation=act,
         ffn_glu=activation in ("swiglu", "geglu"),
         rms_norm=rms,
-        num_heads_kv=kv_heads if kv_heads != hp["nhead"] else None,
+        num_heads_kv=kv_heads if kv_heads != config.nhead else None,
     )
-    encoder = transformer_spec.TransformerEncoderSpec(hp["num_encoder_layers"], hp["nhead"], **options)
-    decoder = transformer_spec.TransformerDecoderSpec(hp["num_decoder_layers"], hp["nhead"], **options)
+    encoder = transformer_spec.TransformerEncoderSpec(config.num_encoder_layers, config.nhead, **options)
+    decoder = transformer_spec.TransformerDecoderSpec(config.num_decoder_layers, config.nhead, **options)
     for stack in (encoder, decoder):
         # Our post-norm stacks end with a norm too (see the module docstring): the spec, built as
         # pre-norm, declared it; the flag the layers read says post-norm.
-        stack.pre_norm = hp["norm_first"]
+        stack.pre_norm = config.norm_first
     spec = transformer_spec.TransformerSpec(encoder, decoder)
 
     # Copies: CTranslate2 quantizes the spec's arrays in place, which must not touch the model's weights.
     state = {k: v.detach().to("cpu", torch.float32, copy=True) for k, v in net.state_dict().items()}
-    _set_embeddings(encoder, state, "src_embed", net.src_pos, hp.get("scale_embeddings", True))
-    _set_embeddings(decoder, state, "tgt_embed", net.tgt_pos, hp.get("scale_embeddings", True))
+    _set_embeddings(encoder, state, "src_embed", net.src_pos, config.scale_embeddings)
+    _set_embeddings(decoder, state, "tgt_embed", net.tgt_pos, config.scale_embeddings)
     if final_norm:
         _set_norm(encoder.layer_norm, state, "core.encoder_norm")
         _set_norm(decoder.layer_norm, state, "core.decoder_norm")
@@ -164,7 +168,7 @@ def build_spec(model):
     tgt, names = model.tgt_tokenizer, vocabulary(model.tgt_tokenizer)
     spec.config.bos_token, spec.config.eos_token, spec.config.unk_token = (names[i] for i in (tgt.bos_id, tgt.eos_id, tgt.unk_id))
     spec.config.decoder_start_token = names[tgt.bos_id]
-    spec.config.layer_norm_epsilon = 1e-5  # models.transformer's default, the only one we build
+    spec.config.layer_norm_epsilon = config.layer_norm_eps
     spec.register_source_vocabulary(vocabulary(model.src_tokenizer))
     spec.register_target_vocabulary(vocabulary(model.tgt_tokenizer))
     return spec
@@ -228,7 +232,7 @@ def export_ctranslate2(model, out_dir: str | Path, quantization: str | None = No
     out_dir = Path(out_dir)
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ExportError(f"quantization must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}")
-    check_exportable(model.hparams)
+    check_exportable(model.net.config)
     if out_dir.exists():
         if not force:
             raise ExportError(f"{out_dir} exists; pass --force to replace an earlier export")
@@ -242,7 +246,7 @@ def export_ctranslate2(model, out_dir: str | Path, quantization: str | None = No
     hp = model.hparams
     meta = {
         "tokenizers": {"src": model.src_tokenizer.to_dict(), "tgt": model.tgt_tokenizer.to_dict()},
-        "max_len": hp["max_len"],
+        "max_len": model.net.config.max_len,
         "max_len_a": hp["max_len_a"],
         "max_len_b": hp["max_len_b"],
         "length_penalty": hp["length_penalty"],

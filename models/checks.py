@@ -15,9 +15,6 @@ from numbers import Real
 from typing import Any
 
 from .errors import HyperparameterError
-from .layers import ACTIVATIONS
-from .norms import NORMS
-from .positional import POSITIONALS
 
 Check = Callable[[Any], "str | None"]  # a value → what is wrong with it, or None
 Relation = Callable[[Mapping[str, Any]], "str | bool | None"]  # all values → what is wrong, or True/None
@@ -77,36 +74,5 @@ def no_more_than(a: str, b: str) -> Relation:
     return lambda h: h[a] <= h[b] or f"{b}={h[b]} must be at least {a}={h[a]}"
 
 
-# The sizes and rates of the core `models.Transformer` and its optimiser, shared by every task module
-# (which adds TRANSFORMER_RELATIONS and its own arguments).
-TRANSFORMER = {
-    "d_model": at_least(1),
-    "nhead": at_least(1),
-    "num_encoder_layers": at_least(1),
-    "num_decoder_layers": at_least(1),
-    "dim_feedforward": at_least(1),
-    "dropout": fraction,
-    "activation": one_of(tuple(ACTIVATIONS)),
-    "positional": one_of(POSITIONALS),
-    "norm": one_of(NORMS),
-    "qk_norm": boolean,
-    "num_kv_heads": at_least(1),
-    "lr": above(0),
-    "weight_decay": at_least(0),
-    "label_smoothing": fraction,
-}
-
-
-def _rotary_head_dim(h: Mapping[str, Any]) -> str | bool:
-    head_dim = h["d_model"] // h["nhead"]  # (an indivisible d_model is divisible()'s error)
-    return (
-        h.get("positional") != "rotary"
-        or h["d_model"] % h["nhead"] != 0
-        or head_dim % 2 == 0
-        or f"positional='rotary' needs an even head dimension, d_model/nhead={head_dim}"
-    )
-
-
-# The relations between the core's sizes, shared by every task module: each head gets d_model / nhead
-# dimensions, each key/value head serves nhead / num_kv_heads query heads, rotary pairs up dimensions.
-TRANSFORMER_RELATIONS = (divisible("d_model", "nhead"), divisible("nhead", "num_kv_heads"), _rotary_head_dim)
+# The optimiser's settings, shared by the task modules (a network's own are checked by its config, models/config.py).
+OPTIMISER = {"lr": above(0), "weight_decay": at_least(0), "label_smoothing": fraction}

@@ -6,12 +6,17 @@ Every norm is `norm` (LayerNorm or RMSNorm, models.norms); the attention options
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .attention import MultiHeadAttention
 from .norms import make_norm
+
+if TYPE_CHECKING:
+    from .config import TransformerConfig
 
 # Name → the nonlinearity; the gated ones (GLU variants) apply it to a gate that multiplies a value.
 # "silu" (swish) ungated is Marian's (OPUS-MT's) feed-forward.
@@ -54,39 +59,25 @@ class _Layer(nn.Module):
     """What both layers hold: self-attention (and, in a decoder, cross-attention), the feed-forward,
     one norm per sublayer and the residual dropout, created in that order (seeded inits depend on it)."""
 
-    def __init__(
-        self,
-        d_model,
-        nhead,
-        dim_feedforward,
-        dropout,
-        activation,
-        layer_norm_eps,
-        norm_first,
-        bias,
-        norm="layernorm",
-        qk_norm=False,
-        num_kv_heads=None,
-        *,
-        cross: bool,
-    ):
+    def __init__(self, config: TransformerConfig, *, cross: bool):
         super().__init__()
-        self.norm_first = norm_first
-        attn = dict(num_kv_heads=num_kv_heads, qk_norm=qk_norm, norm=norm, eps=layer_norm_eps)
-        self.self_attn = MultiHeadAttention(d_model, nhead, dropout, bias, **attn)
+        c = config
+        self.norm_first = c.norm_first
+        attn = dict(num_kv_heads=c.num_kv_heads, qk_norm=c.qk_norm, norm=c.norm, eps=c.layer_norm_eps)
+        self.self_attn = MultiHeadAttention(c.d_model, c.nhead, c.dropout, c.bias, **attn)
         if cross:
-            self.cross_attn = MultiHeadAttention(d_model, nhead, dropout, bias, cross=True, **attn)
-        self.ff = FeedForward(d_model, dim_feedforward, dropout, activation, bias)
-        self.norm1 = make_norm(norm, d_model, layer_norm_eps, bias)
-        self.norm2 = make_norm(norm, d_model, layer_norm_eps, bias)
+            self.cross_attn = MultiHeadAttention(c.d_model, c.nhead, c.dropout, c.bias, cross=True, **attn)
+        self.ff = FeedForward(c.d_model, c.dim_feedforward, c.dropout, c.activation, c.bias)
+        self.norm1 = make_norm(c.norm, c.d_model, c.layer_norm_eps, c.bias)
+        self.norm2 = make_norm(c.norm, c.d_model, c.layer_norm_eps, c.bias)
         if cross:
-            self.norm3 = make_norm(norm, d_model, layer_norm_eps, bias)
-        self.dropout = nn.Dropout(dropout)
+            self.norm3 = make_norm(c.norm, c.d_model, c.layer_norm_eps, c.bias)
+        self.dropout = nn.Dropout(c.dropout)
 
 
 class EncoderLayer(_Layer):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs, cross=False)
+    def __init__(self, config: TransformerConfig):
+        super().__init__(config, cross=False)
 
     def _sa(self, x, mask, rope, bias):
         return self.dropout(self.self_attn(x, attn_mask=mask, rope=rope, attn_bias=bias)[0])
@@ -101,8 +92,8 @@ class EncoderLayer(_Layer):
 
 
 class DecoderLayer(_Layer):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs, cross=True)
+    def __init__(self, config: TransformerConfig):
+        super().__init__(config, cross=True)
 
     def forward(
         self,

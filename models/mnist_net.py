@@ -22,141 +22,88 @@ every stem convolution, as their stem has (conv, BN, activation); a convolution 
     encoded image (the seed's design, with a learned query instead of a constant one);
   - "cls": a learned class token is prepended to the encoder input and read out (ViT);
   - "mean": the encoder outputs are averaged.
+Each of these settings is a field of `models.config.MnistNetConfig`, which checks them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 from torch import nn
 
+from .config import IMAGE_SIZE, MnistNetConfig
 from .positional import positional_encoding
 from .positional2d import AxialRotaryEmbedding, SinCos2dPositionalEncoding
-from .relative import TEXT_RELATIVE_BIASES, SwinRelativeBias2d, relative_bias_1d
+from .relative import SwinRelativeBias2d, relative_bias_1d
 from .transformer import Transformer
-
-IMAGE_SIZE = 28
-TOKENIZERS = ("rows", "patches")
-HEADS = ("decoder", "cls", "mean")
-POSITIONALS_2D = ("sincos2d", "rotary2d")  # beside models.positional's 1-D ones
-RELATIVE_BIASES_2D = ("2d",)  # beside models.relative's 1-D ones
 
 
 class MnistNet(nn.Module):
-    def __init__(
-        self,
-        tokens: str = "patches",  # "rows" or "patches"
-        patch_size: int = 7,  # side of a square patch, must divide 28; ignored for rows
-        head: str = "decoder",  # "decoder", "cls" or "mean"
-        num_queries: int = 1,  # decoder head: learned query tokens, their outputs are averaged
-        d_model: int = 128,
-        nhead: int = 4,
-        num_encoder_layers: int = 4,
-        num_decoder_layers: int = 1,  # decoder head only; pooling heads build no decoder
-        dim_feedforward: int = 256,
-        dropout: float = 0.1,
-        activation: str = "gelu",
-        norm_first: bool = True,  # pre-norm trains small models from scratch more reliably
-        num_classes: int = 10,
-        positional: str = "learned",  # "learned", "sinusoidal", "rotary" (1-D, reading order), "sincos2d", "rotary2d", "none"
-        norm: str = "layernorm",  # the core's options: see models.transformer.Transformer
-        qk_norm: bool = False,
-        num_kv_heads: int | None = None,
-        stem_channels: int = 0,  # feature maps of the convolutional stem; 0 = no stem, tokens are pixels
-        stem_layers: int = 2,  # 3×3 convolutions (each followed by GELU) in the stem, or in each strided stage
-        strided_stem: bool = False,  # stride-2 stages that reduce a patch to one token (see above); patches only
-        stem_norm: bool = False,  # BatchNorm2d after each stem convolution (needs a stem)
-        relative_bias: str | None = None,  # "2d": Swin's bias over the token grid; "t5", "alibi": 1-D (reading order)
-    ):
+    def __init__(self, config: MnistNetConfig = MnistNetConfig()):  # noqa: B008 (frozen: one shared default is safe)
+        """`config`: the tokens, head, stem and positions, and the stack's settings (models/config.py)."""
         super().__init__()
-        if tokens not in TOKENIZERS:
-            raise ValueError(f"tokens must be one of {TOKENIZERS}, got {tokens!r}")
-        if head not in HEADS:
-            raise ValueError(f"head must be one of {HEADS}, got {head!r}")
-        if tokens == "patches" and IMAGE_SIZE % patch_size:
-            raise ValueError(f"patch_size must divide {IMAGE_SIZE}, got {patch_size}")
-        if stem_channels < 0 or stem_layers < 1:
-            raise ValueError(f"need stem_channels >= 0 and stem_layers >= 1, got {stem_channels} and {stem_layers}")
-        if strided_stem and (not stem_channels or tokens != "patches" or patch_size < 2):
-            raise ValueError(
-                f"strided_stem needs stem_channels > 0, tokens='patches' and patch_size >= 2, "
-                f"got {stem_channels}, {tokens!r} and {patch_size}"
-            )
-        if stem_norm and not stem_channels:
-            raise ValueError("stem_norm normalises the stem's convolutions: it needs stem_channels > 0")
-        if relative_bias not in (None, *RELATIVE_BIASES_2D, *TEXT_RELATIVE_BIASES):
-            raise ValueError(
-                f"relative_bias must be one of {RELATIVE_BIASES_2D + TEXT_RELATIVE_BIASES} or None, got {relative_bias!r}"
-            )
-        if head == "decoder" and (num_decoder_layers < 1 or num_queries < 1):
-            raise ValueError("the decoder head needs num_decoder_layers >= 1 and num_queries >= 1")
+        self.config = c = config
         # A row is a 1×28 patch, so both layouts share one tokenizer.
-        self.patch = (1, IMAGE_SIZE) if tokens == "rows" else (patch_size, patch_size)
+        self.patch = (1, IMAGE_SIZE) if c.tokens == "rows" else (c.patch_size, c.patch_size)
         self.grid = (IMAGE_SIZE // self.patch[0], IMAGE_SIZE // self.patch[1])  # (h, w) of the tokens
         self.num_tokens = self.grid[0] * self.grid[1]
-        self.head_kind = head
+        self.head_kind = c.head
 
         stem, channels = [], 1
 
         def conv(out: int, stride: int = 1) -> list[nn.Module]:  # 3×3, grid kept (stride 1) or halved (2)
-            norm = [nn.BatchNorm2d(out)] if stem_norm else []
-            return [nn.Conv2d(channels, out, 3, stride=stride, padding=1, bias=not stem_norm), *norm, nn.GELU()]
+            norm = [nn.BatchNorm2d(out)] if c.stem_norm else []
+            return [nn.Conv2d(channels, out, 3, stride=stride, padding=1, bias=not c.stem_norm), *norm, nn.GELU()]
 
-        if strided_stem:
-            stages = math.ceil(math.log2(patch_size))  # each stage halves the grid (ceil: 7 → 4 for a 7×7 grid)
-            grid = IMAGE_SIZE // patch_size
+        if c.strided_stem:
+            stages = math.ceil(math.log2(c.patch_size))  # each stage halves the grid (ceil: 7 → 4 for a 7×7 grid)
+            grid = IMAGE_SIZE // c.patch_size
             stem.append(nn.ZeroPad2d((grid * 2**stages - IMAGE_SIZE) // 2))  # 28 → grid·2^stages, centred
             for stage in range(stages):
-                out = stem_channels * 2**stage
-                for layer in range(stem_layers):
+                out = c.stem_channels * 2**stage
+                for layer in range(c.stem_layers):
                     stem += conv(out, stride=2 if layer == 0 else 1)
                     channels = out
             self.patch = (1, 1)  # the stem's last map is grid × grid: a token is one position of it
         else:
-            for _ in range(stem_layers if stem_channels else 0):
-                stem += conv(stem_channels)  # keeps the 28×28 grid
-                channels = stem_channels
+            for _ in range(c.stem_layers if c.stem_channels else 0):
+                stem += conv(c.stem_channels)  # keeps the 28×28 grid
+                channels = c.stem_channels
         self.stem = nn.Sequential(*stem)  # empty (the identity, no parameters) without a stem
-        self.embed = nn.Linear(channels * self.patch[0] * self.patch[1], d_model)  # a token's C·ph·pw values → D
-        extra = 1 if head == "cls" else 0
-        if positional == "sincos2d":
-            self.pos = SinCos2dPositionalEncoding(d_model, *self.grid, extra_tokens=extra)
-        elif positional == "rotary2d":  # in the encoder's attention; nothing added
+        self.embed = nn.Linear(channels * self.patch[0] * self.patch[1], c.d_model)  # a token's C·ph·pw values → D
+        extra = 1 if c.head == "cls" else 0
+        if c.positional == "sincos2d":
+            self.pos = SinCos2dPositionalEncoding(c.d_model, *self.grid, extra_tokens=extra)
+        elif c.positional == "rotary2d":  # in the encoder's attention; nothing added
             self.pos = None
         else:
-            self.pos = positional_encoding(positional, d_model, self.num_tokens + extra)  # None for rotary, none
-        self.dropout = nn.Dropout(dropout)
+            self.pos = positional_encoding(c.positional, c.d_model, self.num_tokens + extra)  # None for rotary, none
+        self.dropout = nn.Dropout(c.dropout)
         self.core = Transformer(
-            d_model=d_model,
-            nhead=nhead,
-            num_encoder_layers=num_encoder_layers,
-            num_decoder_layers=num_decoder_layers if head == "decoder" else 0,
-            dim_feedforward=dim_feedforward,
-            dropout=dropout,
-            activation=activation,
-            norm_first=norm_first,
-            norm=norm,
-            qk_norm=qk_norm,
-            num_kv_heads=num_kv_heads,
-            rotary=positional == "rotary",  # the decoder head's queries get positions 0 … Q-1 too
+            # The pooling heads build no decoder.
+            c if c.head == "decoder" else dataclasses.replace(c, num_decoder_layers=0),
+            rotary=c.positional == "rotary",  # the decoder head's queries get positions 0 … Q-1 too
             encoder_bias=(
-                SwinRelativeBias2d(nhead, *self.grid, num_layers=num_encoder_layers, extra_tokens=extra)
-                if relative_bias == "2d"
-                else relative_bias_1d(relative_bias, nhead, causal=False)
+                SwinRelativeBias2d(c.nhead, *self.grid, num_layers=c.num_encoder_layers, extra_tokens=extra)
+                if c.relative_bias == "2d"
+                else relative_bias_1d(c.relative_bias, c.nhead, causal=False)
             ),
             decoder_bias=(
-                relative_bias_1d(relative_bias, nhead, causal=True) if relative_bias != "2d" and head == "decoder" else None
+                relative_bias_1d(c.relative_bias, c.nhead, causal=True)
+                if c.relative_bias != "2d" and c.head == "decoder"
+                else None
             ),
             encoder_rotary=(
-                AxialRotaryEmbedding(d_model // nhead, *self.grid, extra_tokens=extra) if positional == "rotary2d" else None
+                AxialRotaryEmbedding(c.d_model // c.nhead, *self.grid, extra_tokens=extra) if c.positional == "rotary2d" else None
             ),
         )
-        if head == "decoder":
-            self.queries = nn.Parameter(torch.randn(1, num_queries, d_model) * 0.02)  # (1, Q, D)
-        elif head == "cls":
-            self.cls_token = nn.Parameter(torch.randn(1, 1, d_model) * 0.02)  # (1, 1, D)
-        self.classifier = nn.Linear(d_model, num_classes)
+        if c.head == "decoder":
+            self.queries = nn.Parameter(torch.randn(1, c.num_queries, c.d_model) * 0.02)  # (1, Q, D)
+        elif c.head == "cls":
+            self.cls_token = nn.Parameter(torch.randn(1, 1, c.d_model) * 0.02)  # (1, 1, D)
+        self.classifier = nn.Linear(c.d_model, c.num_classes)
 
     def tokenize(self, images: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) → (B, N, C * ph * pw), tokens in reading order (left to right, top to bottom)."""

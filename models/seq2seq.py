@@ -8,87 +8,43 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .config import Seq2SeqConfig
 from .positional import positional_encoding
 from .relative import relative_bias_1d
 from .transformer import DecoderCache, Transformer
 
 
 class Seq2SeqNet(nn.Module):
-    def __init__(
-        self,
-        src_vocab_size: int,
-        tgt_vocab_size: int,
-        d_model: int = 512,
-        nhead: int = 8,
-        num_encoder_layers: int = 6,
-        num_decoder_layers: int = 6,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        activation: str = "relu",
-        norm_first: bool = False,
-        max_len: int = 256,
-        positional: str = "sinusoidal",
-        tie_embeddings: bool = False,
-        share_embeddings: bool = False,
-        pad_id: int = 0,
-        norm: str = "layernorm",
-        qk_norm: bool = False,
-        num_kv_heads: int | None = None,
-        src_token_dropout: float = 0.0,
-        relative_bias: str | None = None,
-        scale_embeddings: bool = True,
-        final_norm: bool = True,
-        generator_bias: bool = False,
-    ):
-        """`positional`: "sinusoidal" | "sinusoidal_halves" | "learned" (added to the embeddings) | "rotary"
-        (RoPE in the encoder's and the decoder's self-attention, none in cross-attention, nothing added) | "none".
-        `relative_bias`: None | "t5" | "alibi", a bias on the logits of the encoder's and the decoder's
-        self-attention (models.relative; T5's and ALiBi's own models take it with `positional="none"`). `norm`,
-        `qk_norm`, `num_kv_heads`, `final_norm` and the `activation`s: see models.transformer.Transformer.
-        `src_token_dropout`: in training, each source token's whole embedding is dropped with this
-        probability (word dropout, Sennrich & Zhang 2019), before its position is added.
-        `scale_embeddings`: multiply the token embeddings by sqrt(d_model) (the paper's rule; off in a Marian
-        model whose config says `scale_embedding: false`). `generator_bias`: a bias on the output layer,
-        zero at start (Marian's `final_logits_bias`)."""
+    def __init__(self, config: Seq2SeqConfig):
+        """`config`: the vocabulary sizes, the positions and embeddings, and the stack's settings, each field
+        explained in models/config.py."""
         super().__init__()
-        self.pad_id, self.max_len, self.d_model = pad_id, max_len, d_model
-        self.src_token_dropout = src_token_dropout
-        self.src_embed = nn.Embedding(src_vocab_size, d_model, padding_idx=pad_id)
-        if share_embeddings and src_vocab_size != tgt_vocab_size:
-            raise ValueError(f"share_embeddings needs one vocabulary; got sizes {src_vocab_size} and {tgt_vocab_size}")
+        self.config = c = config
+        self.pad_id, self.max_len, self.d_model = c.pad_id, c.max_len, c.d_model
+        self.src_token_dropout = c.src_token_dropout
+        self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
         # share_embeddings: one table for both sides (a joint subword vocabulary); with tie_embeddings
         # too, the generator reads the same table (three-way tying, as fairseq's share_all_embeddings).
-        self.tgt_embed = self.src_embed if share_embeddings else nn.Embedding(tgt_vocab_size, d_model, padding_idx=pad_id)
-        self.src_pos = positional_encoding(positional, d_model, max_len)  # None for rotary
-        self.tgt_pos = positional_encoding(positional, d_model, max_len)
-        self.embed_dropout = nn.Dropout(dropout)
+        self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
+        self.src_pos = positional_encoding(c.positional, c.d_model, c.max_len)  # None for rotary
+        self.tgt_pos = positional_encoding(c.positional, c.d_model, c.max_len)
+        self.embed_dropout = nn.Dropout(c.dropout)
         self.core = Transformer(
-            d_model,
-            nhead,
-            num_encoder_layers,
-            num_decoder_layers,
-            dim_feedforward,
-            dropout,
-            activation,
-            norm_first=norm_first,
-            norm=norm,
-            qk_norm=qk_norm,
-            num_kv_heads=num_kv_heads,
-            rotary=positional == "rotary",
-            encoder_bias=relative_bias_1d(relative_bias, nhead, causal=False),
-            decoder_bias=relative_bias_1d(relative_bias, nhead, causal=True),
-            final_norm=final_norm,
+            c,
+            rotary=c.positional == "rotary",
+            encoder_bias=relative_bias_1d(c.relative_bias, c.nhead, causal=False),
+            decoder_bias=relative_bias_1d(c.relative_bias, c.nhead, causal=True),
         )
-        self.generator = nn.Linear(d_model, tgt_vocab_size, bias=generator_bias)
-        if generator_bias:
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=c.generator_bias)
+        if c.generator_bias:
             nn.init.zeros_(self.generator.bias)
         for emb in dict.fromkeys((self.src_embed, self.tgt_embed)):  # once each, in order, when shared
             # Scaled by sqrt(d_model) in forward, so start at unit variance / sqrt(d_model).
-            nn.init.normal_(emb.weight, std=d_model**-0.5)
-            emb.weight.data[pad_id].zero_()
-        if tie_embeddings:
+            nn.init.normal_(emb.weight, std=c.d_model**-0.5)
+            emb.weight.data[c.pad_id].zero_()
+        if c.tie_embeddings:
             self.generator.weight = self.tgt_embed.weight
-        self.embed_scale = math.sqrt(d_model) if scale_embeddings else 1.0
+        self.embed_scale = math.sqrt(c.d_model) if c.scale_embeddings else 1.0
 
     def _check_len(self, length: int) -> None:
         if length > self.max_len:

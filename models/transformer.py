@@ -1,11 +1,11 @@
 """The encoder–decoder Transformer on embeddings (Vaswani et al., 2017), batch-first.
 
-Argument names and defaults follow `torch.nn.Transformer`, including its final LayerNorm after
-each stack (present in post-norm too), so `Transformer.from_torch` can copy its weights.
-The research options after them (`norm`, gated `activation`s, `qk_norm`, `num_kv_heads`,
-`rotary`, the relative position biases `encoder_bias` and `decoder_bias`) are off by default, which is
-`torch.nn.Transformer` exactly; so is `final_norm=False` (no norm after either stack, as in Marian /
-OPUS-MT models, models/marian.py).
+Its settings are a `models.config.TransformerConfig`, whose names and defaults follow `torch.nn.Transformer`,
+including its final LayerNorm after each stack (present in post-norm too), so `Transformer.from_torch` can
+copy its weights. The research options (`norm`, gated `activation`s, `qk_norm`, `num_kv_heads`, and here the
+rotary positions and the relative position biases `encoder_bias` and `decoder_bias`, which the network on top
+builds) are off by default, which is `torch.nn.Transformer` exactly; so is `final_norm=False` (no norm after
+either stack, as in Marian / OPUS-MT models, models/marian.py).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .config import TransformerConfig
 from .layers import DecoderLayer, EncoderLayer
 from .masks import causal_mask, padding_mask
 from .norms import make_norm
@@ -57,38 +58,27 @@ class DecoderCache:
 class Transformer(nn.Module):
     def __init__(
         self,
-        d_model: int = 512,
-        nhead: int = 8,
-        num_encoder_layers: int = 6,
-        num_decoder_layers: int = 6,
-        dim_feedforward: int = 2048,
-        dropout: float = 0.1,
-        activation: str = "relu",
-        layer_norm_eps: float = 1e-5,
-        norm_first: bool = False,
-        bias: bool = True,
-        norm: str = "layernorm",  # or "rmsnorm": every norm, the final ones included (models.norms)
-        qk_norm: bool = False,  # normalise queries and keys per head (models.attention)
-        num_kv_heads: int | None = None,  # grouped-query attention; None = nhead
+        config: TransformerConfig = TransformerConfig(),  # noqa: B008 (frozen: one shared default is safe)
+        *,
         rotary: bool = False,  # rotary positions in self-attention (the embeddings then carry none)
         encoder_bias: nn.Module | None = None,  # a relative position bias of self-attention (models.relative)
         decoder_bias: nn.Module | None = None,  # the decoder's, over the new queries and every cached key
         encoder_rotary: nn.Module | None = None,  # the encoder's own rotary tables (MnistNet's 2-D ones)
-        final_norm: bool = True,  # a norm after each stack, as torch.nn.Transformer; Marian (OPUS-MT) has none
     ):
+        """`config`: the stack's sizes and options. The position schemes are modules or flags that the network on
+        top derives from its own config (its `positional` and `relative_bias`), not settings of the stack."""
         super().__init__()
-        layer_args = (d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, norm_first, bias)
-        options = dict(norm=norm, qk_norm=qk_norm, num_kv_heads=num_kv_heads)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args, **options) for _ in range(num_encoder_layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args, **options) for _ in range(num_decoder_layers))
-        self.encoder_norm = make_norm(norm, d_model, layer_norm_eps, bias) if final_norm else nn.Identity()
-        self.decoder_norm = make_norm(norm, d_model, layer_norm_eps, bias) if final_norm else nn.Identity()
+        self.config = c = config
+        self.encoder_layers = nn.ModuleList(EncoderLayer(c) for _ in range(c.num_encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.num_decoder_layers))
+        self.encoder_norm = make_norm(c.norm, c.d_model, c.layer_norm_eps, c.bias) if c.final_norm else nn.Identity()
+        self.decoder_norm = make_norm(c.norm, c.d_model, c.layer_norm_eps, c.bias) if c.final_norm else nn.Identity()
         # One table of (cos, sin) per forward pass, shared by every layer (as the masks are).
-        self.rotary = RotaryEmbedding(d_model // nhead) if rotary else None
+        self.rotary = RotaryEmbedding(c.d_model // c.nhead) if rotary else None
         self.encoder_rotary = encoder_rotary
         # Called once per forward pass too: (L or 1, H, T, S), layer i takes slice i (or the shared one).
         self.encoder_bias, self.decoder_bias = encoder_bias, decoder_bias
-        self.d_model, self.nhead = d_model, nhead
+        self.d_model, self.nhead = c.d_model, c.nhead
 
     def _rope(self, x: torch.Tensor, offset: int = 0):
         """Rotary tables of x's T positions after `offset` (the cache's length), or None."""
@@ -162,7 +152,7 @@ class Transformer(nn.Module):
         """A `Transformer` with the weights of a batch-first or sequence-first `torch.nn.Transformer`."""
         enc0 = module.encoder.layers[0]
         attn = enc0.self_attn
-        model = cls(
+        config = TransformerConfig(
             d_model=attn.embed_dim,
             nhead=attn.num_heads,
             num_encoder_layers=len(module.encoder.layers),
@@ -174,6 +164,7 @@ class Transformer(nn.Module):
             norm_first=enc0.norm_first,
             bias=attn.in_proj_bias is not None,
         )
+        model = cls(config)
         model.to(device=attn.in_proj_weight.device, dtype=attn.in_proj_weight.dtype)
         model.load_state_dict(_convert_torch_state_dict(module.state_dict()))
         return model

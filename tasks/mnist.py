@@ -15,10 +15,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from models.checks import TRANSFORMER, TRANSFORMER_RELATIONS, at_least, check_hparams, fraction, one_of
-from models.mnist_net import HEADS, IMAGE_SIZE, POSITIONALS_2D, RELATIVE_BIASES_2D, TOKENIZERS, MnistNet
-from models.positional import POSITIONALS
-from models.relative import TEXT_RELATIVE_BIASES
+from models.checks import OPTIMISER, at_least, check_hparams, fraction
+from models.config import MnistNetConfig
+from models.mnist_net import MnistNet
 
 from .figures import save_and_log_figure
 from .schedules import adamw_with_warmup
@@ -43,6 +42,9 @@ class MnistSequenceClassifier(L.LightningModule):
         norm: Literal["layernorm", "rmsnorm"] = "layernorm",
         qk_norm: bool = False,
         num_kv_heads: int | None = None,
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,  # biases in the linear layers and norms
+        final_norm: bool = True,  # a norm after the encoder (and the decoder head)
         stem_channels: int = 0,  # a convolutional stem's feature maps (0 = none: tokens are raw pixels)
         stem_layers: int = 2,  # its 3×3 convolutions (per stage if strided); see models/mnist_net.py
         strided_stem: bool = False,  # stride-2 stages bring each patch down to one token (patches only)
@@ -56,75 +58,22 @@ class MnistSequenceClassifier(L.LightningModule):
         num_misclassified_shown: int = 64,  # test digits in the misclassified grid
     ):
         super().__init__()
+        # The network's settings are checked by its config's rules (models/config.py), in the same line as this
+        # module's own options, under this module's name.
         check_hparams(
             self,
             locals(),
             {
-                **TRANSFORMER,
-                "tokens": one_of(TOKENIZERS),
-                "patch_size": at_least(1),
-                "head": one_of(HEADS),
-                "num_queries": at_least(1),
-                "num_decoder_layers": at_least(0),
+                **MnistNetConfig.CHECKS,
+                **OPTIMISER,
                 "warmup_fraction": fraction,
                 "mixup": at_least(0),
-                "stem_channels": at_least(0),
-                "stem_layers": at_least(1),
                 "num_misclassified_shown": at_least(0),
-                "positional": one_of(POSITIONALS + POSITIONALS_2D),
-                "relative_bias": one_of(RELATIVE_BIASES_2D + TEXT_RELATIVE_BIASES),
             },
-            *TRANSFORMER_RELATIONS,
-            lambda h: (
-                h["tokens"] != "patches"
-                or IMAGE_SIZE % h["patch_size"] == 0
-                or f"patch_size={h['patch_size']} must divide the image side, {IMAGE_SIZE}"
-            ),
-            lambda h: (
-                not h["strided_stem"]
-                or (h["stem_channels"] > 0 and h["tokens"] == "patches" and h["patch_size"] >= 2)
-                or "strided_stem needs stem_channels > 0, tokens='patches' and patch_size >= 2"
-            ),
-            lambda h: not h["stem_norm"] or h["stem_channels"] > 0 or "stem_norm needs a stem: stem_channels > 0",
-            lambda h: (
-                h["positional"] != "rotary2d"
-                or h["d_model"] % h["nhead"] != 0
-                or (h["d_model"] // h["nhead"]) % 4 == 0
-                or f"positional='rotary2d' needs a head dimension divisible by 4, d_model/nhead={h['d_model'] // h['nhead']}"
-            ),
-            lambda h: (
-                h["positional"] != "sincos2d"
-                or h["d_model"] % 4 == 0
-                or f"positional='sincos2d' needs d_model divisible by 4 (sin and cos for each axis), got {h['d_model']}"
-            ),
-            lambda h: (
-                h["head"] != "decoder" or h["num_decoder_layers"] >= 1 or "head='decoder' needs num_decoder_layers of at least 1"
-            ),
+            *MnistNetConfig.RELATIONS,
         )
         self.save_hyperparameters()  # plain str/int/float/bool only: checkpoints load with weights_only=True
-        self.net = MnistNet(
-            tokens=tokens,
-            patch_size=patch_size,
-            head=head,
-            num_queries=num_queries,
-            d_model=d_model,
-            nhead=nhead,
-            num_encoder_layers=num_encoder_layers,
-            num_decoder_layers=num_decoder_layers,
-            dim_feedforward=dim_feedforward,
-            dropout=dropout,
-            activation=activation,
-            norm_first=norm_first,
-            positional=positional,
-            norm=norm,
-            qk_norm=qk_norm,
-            num_kv_heads=num_kv_heads,
-            stem_channels=stem_channels,
-            stem_layers=stem_layers,
-            strided_stem=strided_stem,
-            stem_norm=stem_norm,
-            relative_bias=relative_bias,
-        )
+        self.net = MnistNet(MnistNetConfig.from_hparams(self.hparams, num_classes=10))
         # One metric object per stage: their running states must not mix.
         self.train_acc = MulticlassAccuracy(num_classes=10, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes=10, average="micro")

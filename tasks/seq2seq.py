@@ -17,10 +17,10 @@ import datamodules
 from datamodules.batching import Seq2SeqBatch, frame_source, map_in_length_batches, pad_sequences
 from datamodules.tokenizers import tokenizer_from_dict
 from models import Seq2SeqNet
-from models.checks import TRANSFORMER, TRANSFORMER_RELATIONS, at_least, check_hparams, fraction, one_of
+from models.checks import OPTIMISER, at_least, check_hparams, fraction, one_of
+from models.config import Seq2SeqConfig
 from models.decoding import Constraints, Hypothesis, align, beam_search, beam_search_nbest, greedy_decode, sample, score_targets
 from models.errors import CheckpointError, HyperparameterError, InputError
-from models.relative import TEXT_RELATIVE_BIASES
 from models.static_cache import StaticDecoder
 from training.callbacks import evaluated_label
 from training.loading import read_checkpoint
@@ -68,6 +68,8 @@ class Seq2SeqTransformer(L.LightningModule):
         norm: str = "layernorm",
         qk_norm: bool = False,
         num_kv_heads: int | None = None,
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,  # biases in the linear layers and norms
         max_len: int = 256,
         tie_embeddings: bool = False,
         share_embeddings: bool = False,
@@ -100,14 +102,14 @@ class Seq2SeqTransformer(L.LightningModule):
         fused_adamw: bool = False,  # one fused kernel for AdamW's update (tasks.fast_paths)
     ):
         super().__init__()
+        # The network's settings are checked by its config's rules (models/config.py), in the same line as this
+        # module's own options, under this module's name.
         check_hparams(
             self,
             locals(),
             {
-                **TRANSFORMER,
-                "max_len": at_least(3),
-                "src_token_dropout": fraction,
-                "relative_bias": one_of(TEXT_RELATIVE_BIASES),
+                **Seq2SeqConfig.CHECKS,
+                **OPTIMISER,
                 "betas": fraction,
                 "warmup_steps": at_least(0),
                 "lr_schedule": one_of(get_args(Schedule)),
@@ -119,7 +121,7 @@ class Seq2SeqTransformer(L.LightningModule):
                 "eval_batch_size": at_least(1),
                 "pad_to_multiple": at_least(1),
             },
-            *TRANSFORMER_RELATIONS,
+            *Seq2SeqConfig.RELATIONS,
         )
         if not tokenizers or set(tokenizers) != {"src", "tgt"}:
             raise HyperparameterError(
@@ -137,31 +139,11 @@ class Seq2SeqTransformer(L.LightningModule):
             raise HyperparameterError("Seq2SeqTransformer: the source and target tokenizers pad with different ids")
         self.pad_id, self.bos_id, self.eos_id = self.tgt_tokenizer.pad_id, self.tgt_tokenizer.bos_id, self.tgt_tokenizer.eos_id
         self.banned_ids = (self.pad_id,) if ban_pad else ()
-        self.net = Seq2SeqNet(
-            len(self.src_tokenizer),
-            len(self.tgt_tokenizer),
-            d_model,
-            nhead,
-            num_encoder_layers,
-            num_decoder_layers,
-            dim_feedforward,
-            dropout,
-            activation,
-            norm_first,
-            max_len,
-            positional,
-            tie_embeddings,
-            share_embeddings,
-            pad_id=self.pad_id,
-            norm=norm,
-            qk_norm=qk_norm,
-            num_kv_heads=num_kv_heads,
-            src_token_dropout=src_token_dropout,
-            relative_bias=relative_bias,
-            scale_embeddings=scale_embeddings,
-            final_norm=final_norm,
-            generator_bias=generator_bias,
+        # The network's config: every hyperparameter named like one of its fields, and what the data decides.
+        config = Seq2SeqConfig.from_hparams(
+            self.hparams, src_vocab_size=len(self.src_tokenizer), tgt_vocab_size=len(self.tgt_tokenizer), pad_id=self.pad_id
         )
+        self.net = Seq2SeqNet(config)
         n_classes = len(self.tgt_tokenizer)
         self.train_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=self.pad_id)
         self.val_acc = MulticlassAccuracy(n_classes, average="micro", ignore_index=self.pad_id)

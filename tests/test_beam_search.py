@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from models import Seq2SeqNet
+from models import Seq2SeqConfig, Seq2SeqNet
 from models.decoding import beam_search, greedy_decode, length_penalty_factor
 
 PAD, BOS, EOS = 0, 1, 2
@@ -28,16 +28,18 @@ def make_net(seed: int, tgt_vocab: int = 8, eos_bias: float = 0.3, max_len: int 
     torch.manual_seed(seed)
     net = (
         Seq2SeqNet(
-            12,
-            tgt_vocab,
-            d_model=16,
-            nhead=2,
-            num_encoder_layers=1,
-            num_decoder_layers=2,
-            dim_feedforward=32,
-            dropout=0.0,
-            max_len=max_len,
-            pad_id=PAD,
+            Seq2SeqConfig(
+                src_vocab_size=12,
+                tgt_vocab_size=tgt_vocab,
+                d_model=16,
+                nhead=2,
+                num_encoder_layers=1,
+                num_decoder_layers=2,
+                dim_feedforward=32,
+                dropout=0.0,
+                max_len=max_len,
+                pad_id=PAD,
+            )
         )
         .double()
         .eval()

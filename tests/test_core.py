@@ -3,12 +3,21 @@
 import pytest
 import torch
 
-from models import Seq2SeqNet, SinusoidalPositionalEncoding, Transformer, attention
+from models import Seq2SeqConfig, Seq2SeqNet, SinusoidalPositionalEncoding, Transformer, TransformerConfig, attention
 from models.attention import MultiHeadAttention
 from models.decoding import greedy_decode
 from models.masks import padding_mask
 
 D, H = 32, 4
+
+
+def small_core(num_encoder_layers: int, num_decoder_layers: int, **options) -> Transformer:
+    """An untrained D-wide, H-head core with a 64-wide feed-forward and no dropout, in eval mode."""
+    config = TransformerConfig(
+        d_model=D, nhead=H, num_encoder_layers=num_encoder_layers, num_decoder_layers=num_decoder_layers,
+        dim_feedforward=64, dropout=0.0, **options,
+    )  # fmt: skip
+    return Transformer(config).eval()
 
 
 def torch_reference(norm_first: bool, activation: str, layers: int = 2) -> torch.nn.Transformer:
@@ -72,7 +81,7 @@ def test_from_torch_without_bias_and_sequence_first():
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_padding_changes_nothing(norm_first):
-    model = Transformer(D, H, 2, 2, 64, dropout=0.0, norm_first=norm_first).eval()
+    model = small_core(2, 2, norm_first=norm_first)
     src, tgt = torch.randn(1, 5, D), torch.randn(1, 4, D)
     alone = model(src, tgt)
     # The same pair inside a batch, padded on both sides by a longer neighbour.
@@ -88,7 +97,7 @@ def test_padding_changes_nothing(norm_first):
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_future_is_invisible(norm_first):
-    model = Transformer(D, H, 2, 2, 64, dropout=0.0, norm_first=norm_first).eval()
+    model = small_core(2, 2, norm_first=norm_first)
     src, tgt = torch.randn(2, 5, D), torch.randn(2, 6, D)
     changed = tgt.clone()
     changed[:, 4] = torch.randn(2, D)  # change target token 4 only
@@ -98,7 +107,7 @@ def test_future_is_invisible(norm_first):
 
 
 def test_cached_steps_equal_full_decoder():
-    model = Transformer(D, H, 2, 3, 64, dropout=0.0).eval()
+    model = small_core(2, 3)
     src, tgt = torch.randn(2, 5, D), torch.randn(2, 6, D)
     src_pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
     memory = model.encode(src, src_pad)
@@ -113,7 +122,7 @@ def test_cached_steps_equal_full_decoder():
 
 
 def test_cache_reorder_selects_rows():
-    model = Transformer(D, H, 1, 2, 64, dropout=0.0).eval()
+    model = small_core(1, 2)
     memory = model.encode(torch.randn(3, 4, D))
     cache = model.new_cache()
     model.decode(torch.randn(3, 2, D), memory, cache=cache)
@@ -124,9 +133,9 @@ def test_cache_reorder_selects_rows():
 
 def small_net(**kwargs) -> Seq2SeqNet:
     """An untrained 20 → 30-token translator: it decodes long, so decoding tests cover many steps."""
-    return Seq2SeqNet(
-        20,
-        30,
+    config = Seq2SeqConfig(
+        src_vocab_size=20,
+        tgt_vocab_size=30,
         d_model=32,
         nhead=4,
         num_encoder_layers=2,
@@ -136,6 +145,7 @@ def small_net(**kwargs) -> Seq2SeqNet:
         max_len=40,
         **kwargs,
     )
+    return Seq2SeqNet(config)
 
 
 def padded_source_ids() -> torch.Tensor:
@@ -184,7 +194,9 @@ def test_query_with_only_padded_keys_is_finite(dtype):
 
 
 def test_bf16_autocast_with_heavy_padding_is_finite():
-    net = Seq2SeqNet(20, 20, d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64)
+    config = Seq2SeqConfig(src_vocab_size=20, tgt_vocab_size=20, d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2,
+                           dim_feedforward=64)  # fmt: skip
+    net = Seq2SeqNet(config)
     src = torch.randint(4, 20, (4, 16))
     src[:, 1:] = 0  # 15 of 16 source tokens are padding
     tgt = torch.randint(4, 20, (4, 12))
@@ -198,7 +210,7 @@ def test_bf16_autocast_with_heavy_padding_is_finite():
 
 
 def test_attention_weights_match_sdpa_path_and_sum_to_one():
-    model = Transformer(D, H, 1, 2, 64, dropout=0.0).eval()
+    model = small_core(1, 2)
     src, tgt = torch.randn(2, 5, D), torch.randn(2, 4, D)
     src_pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
     memory = model.encode(src, src_pad)
@@ -220,14 +232,18 @@ def test_sinusoidal_positions_are_a_float32_buffer():
 
 
 def test_tied_embeddings_share_one_tensor():
-    net = Seq2SeqNet(
-        10, 12, d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32, tie_embeddings=True
-    )
+    config = Seq2SeqConfig(
+        src_vocab_size=10, tgt_vocab_size=12, d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1,
+        dim_feedforward=32, tie_embeddings=True,
+    )  # fmt: skip
+    net = Seq2SeqNet(config)
     assert net.generator.weight is net.tgt_embed.weight
 
 
 def test_sequence_longer_than_positions_is_refused():
-    net = Seq2SeqNet(10, 10, d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32, max_len=8)
+    config = Seq2SeqConfig(src_vocab_size=10, tgt_vocab_size=10, d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1,
+                           dim_feedforward=32, max_len=8)  # fmt: skip
+    net = Seq2SeqNet(config)
     with pytest.raises(ValueError, match="max_len=8"):
         net(torch.randint(4, 10, (1, 9)), torch.randint(4, 10, (1, 3)))
 

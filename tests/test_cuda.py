@@ -16,7 +16,7 @@ from models.decoding import beam_search, greedy_decode
 from models.masks import padding_mask
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
 from tests.helpers import fit, quiet_trainer
-from tests.test_core import D, H, padded_inputs, padded_source_ids, small_net, torch_reference
+from tests.test_core import D, H, padded_inputs, padded_source_ids, small_core, small_net, torch_reference
 from tests.test_mnist import random_digits
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -50,7 +50,7 @@ def test_from_torch_matches_torch_transformer_on_cuda(norm_first, train):
 
 
 def test_cuda_forward_equals_cpu_forward():
-    model = Transformer(D, H, 2, 2, 64, dropout=0.0).eval()
+    model = small_core(2, 2)
     src, tgt, src_pad, tgt_pad = padded_inputs()
     on_cpu = model(src, tgt, src_pad, tgt_pad)
     on_gpu = model.to(CUDA)(src.to(CUDA), tgt.to(CUDA), src_pad.to(CUDA), tgt_pad.to(CUDA))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import re
 import struct
 import urllib.error
 from pathlib import Path
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from datamodules.mnist import BACKGROUND, MEAN, RAW_FILES, STD, MNISTDataModule, random_affine, smooth_noise
+from models.config import MnistNetConfig
 from models.errors import DataNotFoundError, HyperparameterError
 from models.mnist_net import MnistNet
 from tasks.mnist import MnistSequenceClassifier
@@ -194,7 +196,7 @@ def test_failed_download_gives_the_same_error_without_urllib_traceback(tmp_path,
 @pytest.mark.parametrize("tokens, patch_size, num_tokens", [("rows", 7, 28), ("patches", 4, 49), ("patches", 7, 16)])
 @pytest.mark.parametrize("head", ["decoder", "cls", "mean"])
 def test_every_layout_and_head_gives_logits(tokens, patch_size, num_tokens, head):
-    net = MnistNet(tokens=tokens, patch_size=patch_size, head=head, **TINY)
+    net = MnistNet(MnistNetConfig(tokens=tokens, patch_size=patch_size, head=head, **TINY))
     assert net.num_tokens == num_tokens
     logits = net(torch.randn(3, 1, 28, 28))
     assert logits.shape == (3, 10) and torch.isfinite(logits).all()
@@ -202,15 +204,15 @@ def test_every_layout_and_head_gives_logits(tokens, patch_size, num_tokens, head
 
 
 def test_decoder_head_with_several_queries():
-    net = MnistNet(head="decoder", num_queries=4, **TINY)
+    net = MnistNet(MnistNetConfig(head="decoder", num_queries=4, **TINY))
     assert net(torch.randn(2, 1, 28, 28)).shape == (2, 10)
 
 
 def test_tokens_are_rows_or_patches_in_reading_order():
     image = torch.arange(28 * 28.0).reshape(1, 1, 28, 28)
-    rows = MnistNet(tokens="rows", **TINY).tokenize(image)  # (1, 28, 28)
+    rows = MnistNet(MnistNetConfig(tokens="rows", **TINY)).tokenize(image)  # (1, 28, 28)
     torch.testing.assert_close(rows[0], image[0, 0])
-    patches = MnistNet(tokens="patches", patch_size=7, **TINY).tokenize(image)  # (1, 16, 49)
+    patches = MnistNet(MnistNetConfig(tokens="patches", patch_size=7, **TINY)).tokenize(image)  # (1, 16, 49)
     torch.testing.assert_close(patches[0, 0], image[0, 0, :7, :7].flatten())
     torch.testing.assert_close(patches[0, 1], image[0, 0, :7, 7:14].flatten())  # left to right first
     torch.testing.assert_close(patches[0, 4], image[0, 0, 7:14, :7].flatten())
@@ -231,7 +233,11 @@ def tokens_changed_by(net: MnistNet, pixel: tuple[int, int]) -> torch.Tensor:
 def test_a_stem_token_sees_its_patch_and_only_a_stem_deep_border_around_it(tokens, patch_size, stem_layers, pixel):
     # Oracle: with L 3×3 convolutions before patching, token (i, j) reads the pixels of its patch widened by
     # L on each side, and nothing else. A wrong layout in `tokenize` would move the changed tokens.
-    net = MnistNet(tokens=tokens, patch_size=patch_size, stem_channels=3, stem_layers=stem_layers, **TINY).double().eval()
+    net = (
+        MnistNet(MnistNetConfig(tokens=tokens, patch_size=patch_size, stem_channels=3, stem_layers=stem_layers, **TINY))
+        .double()
+        .eval()
+    )
     changed = tokens_changed_by(net, pixel)  # (N,)
     ph, pw = net.patch
     grid_w = 28 // pw
@@ -255,9 +261,10 @@ def test_a_strided_stem_token_sees_exactly_its_receptive_field(patch_size, stem_
     # rows [s·a - 1, s·b + 1] for output rows [a, b]; walking back from a token's position through every
     # convolution, then undoing the zero padding, gives the pixels it sees. Brute force over pixels checks it.
     # In eval mode a BatchNorm is a per-channel affine map: it must not widen what a token sees.
-    net = MnistNet(
+    config = MnistNetConfig(
         patch_size=patch_size, stem_channels=2, stem_layers=stem_layers, strided_stem=True, stem_norm=stem_norm, **TINY
     )
+    net = MnistNet(config)
     net = net.double().eval()
     norms = [m for m in net.stem if isinstance(m, torch.nn.BatchNorm2d)]
     assert len(norms) == (stem_layers * math.ceil(math.log2(patch_size)) if stem_norm else 0)
@@ -284,27 +291,29 @@ def test_a_strided_stem_token_sees_exactly_its_receptive_field(patch_size, stem_
 
 def test_without_a_stem_there_is_none_and_seeded_weights_are_unchanged():
     torch.manual_seed(0)
-    plain = MnistNet(**TINY).state_dict()
+    plain = MnistNet(MnistNetConfig(**TINY)).state_dict()
     torch.manual_seed(0)
-    explicit = MnistNet(stem_channels=0, stem_layers=3, **TINY).state_dict()
+    explicit = MnistNet(MnistNetConfig(stem_channels=0, stem_layers=3, **TINY)).state_dict()
     assert plain.keys() == explicit.keys() and not any(key.startswith("stem.") for key in plain)
     assert all(torch.equal(plain[key], explicit[key]) for key in plain)
 
 
-def test_bad_settings_are_refused():
-    with pytest.raises(ValueError, match="stem_channels"):
-        MnistNet(stem_channels=-1)
-    with pytest.raises(ValueError, match="stem_layers"):
-        MnistNet(stem_channels=8, stem_layers=0)
-    with pytest.raises(ValueError, match="patch_size"):
-        MnistNet(patch_size=5)
-    for no_strided_stem in [dict(stem_channels=0), dict(stem_channels=8, tokens="rows"), dict(stem_channels=8, patch_size=1)]:
-        with pytest.raises(ValueError, match="strided_stem"):
-            MnistNet(strided_stem=True, **no_strided_stem)
-    with pytest.raises(ValueError, match="stem_norm"):
-        MnistNet(stem_norm=True)  # no stem to normalise
-    with pytest.raises(ValueError, match="head"):
-        MnistNet(head="max")
+def test_bad_settings_are_refused_by_the_config():
+    """The network's config checks its own values, in one line naming it, before any module is built."""
+    bad = [
+        (dict(stem_channels=-1), "stem_channels=-1"),
+        (dict(stem_channels=8, stem_layers=0), "stem_layers=0"),
+        (dict(patch_size=5), "patch_size=5 must divide the image side"),
+        (dict(stem_norm=True), "stem_norm needs a stem"),  # no stem to normalise
+        (dict(head="max"), "head='max'"),
+        (dict(head="decoder", num_decoder_layers=0), "needs num_decoder_layers of at least 1"),
+    ]
+    bad += [(dict(strided_stem=True, **other), "strided_stem needs") for other in
+            (dict(stem_channels=0), dict(stem_channels=8, tokens="rows"), dict(stem_channels=8, patch_size=1))]  # fmt: skip
+    for options, words in bad:
+        with pytest.raises(HyperparameterError, match=f"^MnistNetConfig: .*{re.escape(words)}"):
+            MnistNetConfig(**options)
+    assert len(MnistNet(MnistNetConfig(head="mean", num_decoder_layers=0)).core.decoder_layers) == 0  # pooling: no decoder
 
 
 # ---- Lightning task ----------------------------------------------------------------------------

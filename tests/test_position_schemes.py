@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from models import MnistNet, Transformer
+from models import MnistNet, MnistNetConfig, Transformer, TransformerConfig
 from models.attention import MultiHeadAttention
 from models.errors import HyperparameterError
 from models.masks import with_bias
@@ -73,7 +73,7 @@ def test_sincos2d_table_is_maes(dim, height, width, cls_token):
 
 @pytest.mark.parametrize("tokens, head, grid", [("patches", "cls", (4, 4)), ("rows", "mean", (28, 1))])
 def test_mnist_sincos2d_is_a_buffer_on_the_token_grid(tokens, head, grid):
-    net = MnistNet(tokens=tokens, head=head, positional="sincos2d", **TINY)
+    net = MnistNet(MnistNetConfig(tokens=tokens, head=head, positional="sincos2d", **TINY))
     assert net.grid == grid and not any("pos" in name for name, _ in net.named_parameters())
     assert "pos.pe" not in net.state_dict()  # derived from the grid, not saved
     extra = int(head == "cls")
@@ -122,7 +122,7 @@ def test_axial_rotary_scores_depend_on_the_row_and_column_offsets_only():
 
 
 def test_mnist_rotary2d_rotates_the_encoder_only():
-    net = MnistNet(positional="rotary2d", head="decoder", **TINY)
+    net = MnistNet(MnistNetConfig(positional="rotary2d", head="decoder", **TINY))
     assert net.pos is None and net.core.rotary is None and net.core.encoder_rotary.grid == (4, 4)
     assert torch.isfinite(net(torch.randn(2, 1, 28, 28))).all()
     with pytest.raises(HyperparameterError, match="divisible by 4"):
@@ -170,7 +170,7 @@ def test_swin_bias_reads_each_layers_table_and_the_class_token_entries():
 
 
 def test_mnist_relative_2d_gives_every_encoder_layer_its_own_table():
-    net = MnistNet(head="mean", relative_bias="2d", positional="none", **TINY)
+    net = MnistNet(MnistNetConfig(head="mean", relative_bias="2d", positional="none", **TINY))
     assert net.pos is None and net.core.encoder_bias.table.shape == (2, 7 * 7, 4)
     layers = []
 
@@ -220,7 +220,7 @@ def test_image_schemes_stay_finite_in_half_precision(dtype, head, positional):
     torch.manual_seed(0)
     options = dict(positional=positional, relative_bias="2d", head=head, **TINY)
     images = torch.randn(3, 1, 28, 28)
-    net = MnistNet(**options).eval()
+    net = MnistNet(MnistNetConfig(**options)).eval()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert torch.isfinite(net(images)).all()
     logits = net.to(dtype)(images.to(dtype))
@@ -338,7 +338,7 @@ def test_a_relative_bias_without_absolute_positions_ignores_a_shift_of_the_seque
     torch.manual_seed(0)
     D, k_src, k_tgt = 32, 6, 3
     core = Transformer(
-        D, 4, 2, 2, 48, dropout=0.0,
+        TransformerConfig(d_model=D, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=48, dropout=0.0),
         encoder_bias=make_bias(scheme, causal=False), decoder_bias=make_bias(scheme, causal=True),
     ).eval()  # fmt: skip
     src, tgt = torch.randn(2, 5, D), torch.randn(2, 4, D)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from models import Seq2SeqNet
+from models import Seq2SeqConfig, Seq2SeqNet
 from models.decoding import beam_search, greedy_decode
 from models.static_cache import StaticDecoder
 from tests.test_variants import spread_learned_biases
@@ -27,8 +27,9 @@ def make_net(options: dict, dtype=torch.float32, eos_bias: float = 0.2, seed: in
     """An untrained 20 → 12-token net; `eos_bias` on the `<eos>` logit makes some sentences finish early
     and others run to the end (a generator with a bias: both decoders read `net.generator`)."""
     torch.manual_seed(seed)
-    net = Seq2SeqNet(20, 12, d_model=32, nhead=4, num_encoder_layers=1, num_decoder_layers=2, dim_feedforward=64,
-                     dropout=0.0, max_len=40, pad_id=PAD, **options)  # fmt: skip
+    net = Seq2SeqNet(Seq2SeqConfig(src_vocab_size=20, tgt_vocab_size=12, d_model=32, nhead=4, num_encoder_layers=1,
+                                   num_decoder_layers=2, dim_feedforward=64, dropout=0.0, max_len=40, pad_id=PAD,
+                                   **options))  # fmt: skip
     generator = nn.Linear(32, 12)
     with torch.no_grad():
         generator.weight.copy_(net.generator.weight)

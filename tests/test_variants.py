@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from datamodules import ToyTranslationDataModule
 from datamodules.toy import TOY_PAIRS
-from models import MnistNet, Seq2SeqNet
+from models import MnistNet, MnistNetConfig, Seq2SeqConfig, Seq2SeqNet
 from models.attention import MultiHeadAttention
 from models.decoding import beam_search, greedy_decode
 from models.layers import FeedForward
@@ -54,9 +54,9 @@ params = [VARIANTS[k] for k in ids]
 
 def make_net(options: dict, seed: int = 0, vocab: int = 24) -> Seq2SeqNet:
     torch.manual_seed(seed)
-    net = Seq2SeqNet(
-        vocab,
-        vocab,
+    config = Seq2SeqConfig(
+        src_vocab_size=vocab,
+        tgt_vocab_size=vocab,
         d_model=32,
         nhead=4,
         num_encoder_layers=2,
@@ -66,7 +66,8 @@ def make_net(options: dict, seed: int = 0, vocab: int = 24) -> Seq2SeqNet:
         max_len=40,
         pad_id=PAD,
         **options,
-    ).eval()
+    )
+    net = Seq2SeqNet(config).eval()
     spread_learned_biases(net)
     return net
 
@@ -332,7 +333,8 @@ def test_rotary_net_has_no_additive_positions_and_cross_attention_has_no_rotatio
 
 
 def test_mnist_rotary_net_reads_positions_from_attention_only():
-    net = MnistNet(d_model=32, nhead=4, num_encoder_layers=1, dim_feedforward=48, head="mean", positional="rotary")
+    config = MnistNetConfig(d_model=32, nhead=4, num_encoder_layers=1, dim_feedforward=48, head="mean", positional="rotary")
+    net = MnistNet(config)
     assert net.pos is None and net.core.rotary is not None
 
 

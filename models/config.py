@@ -1,0 +1,225 @@
+"""Each network's settings, declared once: one typed, frozen dataclass per network that checks its own values.
+
+    net = Seq2SeqNet(Seq2SeqConfig(src_vocab_size=8000, tgt_vocab_size=8000, d_model=256, nhead=4))
+
+`TransformerConfig` is the encoder–decoder stack (`models.transformer.Transformer`); `Seq2SeqConfig` (the
+translation network, `models.seq2seq.Seq2SeqNet`) and `MnistNetConfig` (`models.mnist_net.MnistNet`) add their
+own fields to it, so each network's config is also its core's. Defaults are each network's own: the paper's
+sizes for the translation network, smaller ones for MNIST; the task modules (tasks/) ship smaller ones still and
+build a config from their hyperparameters by field name (`from_hparams`), so `--model.init_args.d_model` on the
+command line, a recipe's `d_model:` and a checkpoint's `hyper_parameters` all set `config.d_model`.
+
+A bad value or combination is one `HyperparameterError` line naming the config (models.checks); a task module
+runs the same `CHECKS` and `RELATIONS` over its arguments first, so that its own options' mistakes are reported
+in the same line, under its own name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from .checks import Check, Relation, at_least, boolean, check_hparams, divisible, fraction, one_of
+from .layers import ACTIVATIONS
+from .norms import NORMS
+from .positional import POSITIONALS
+from .relative import TEXT_RELATIVE_BIASES
+
+IMAGE_SIZE = 28  # MNIST's side, in pixels
+TOKENIZERS = ("rows", "patches")  # MnistNet's ways of cutting an image into tokens
+HEADS = ("decoder", "cls", "mean")  # MnistNet's ways of reading a class out of the encoder
+POSITIONALS_2D = ("sincos2d", "rotary2d")  # beside models.positional's 1-D ones
+RELATIVE_BIASES_2D = ("2d",)  # beside models.relative's 1-D ones
+
+
+def _rotary_head_dim(h: Mapping[str, Any]) -> str | bool:
+    """Rotary positions rotate pairs of dimensions: each head needs an even number of them."""
+    head_dim = h["d_model"] // h["nhead"]  # (an indivisible d_model is divisible()'s error)
+    return (
+        h.get("positional") != "rotary"
+        or h["d_model"] % h["nhead"] != 0
+        or head_dim % 2 == 0
+        or f"positional='rotary' needs an even head dimension, d_model/nhead={head_dim}"
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransformerConfig:
+    """The encoder–decoder stack. Names and defaults follow `torch.nn.Transformer` (the paper's sizes); the
+    research options after them are off by default, which is `torch.nn.Transformer` exactly."""
+
+    d_model: int = 512  # the width of every token's vector
+    nhead: int = 8  # attention heads; each gets d_model / nhead dimensions
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6  # 0: an encoder alone (MnistNet's pooling heads)
+    dim_feedforward: int = 2048  # the feed-forward's hidden width (of the gate and of the value when gated)
+    dropout: float = 0.1  # on attention weights, the feed-forward's hidden units and each sublayer's output
+    # "relu", "gelu", "silu" (Marian's swish) or the gated "swiglu", "geglu" (models.layers.FeedForward)
+    activation: str = "relu"
+    layer_norm_eps: float = 1e-5  # every norm's epsilon
+    norm_first: bool = False  # pre-norm (each sublayer's input normalised) instead of the paper's post-norm
+    bias: bool = True  # biases in the linear layers and LayerNorms
+    norm: str = "layernorm"  # or "rmsnorm": every norm, the final ones included (models.norms)
+    qk_norm: bool = False  # normalise queries and keys per head (models.attention)
+    num_kv_heads: int | None = (
+        None  # grouped-query attention: key/value heads shared by nhead / num_kv_heads queries; None = nhead
+    )
+    final_norm: bool = True  # a norm after each stack, as torch.nn.Transformer; Marian (OPUS-MT) has none
+
+    # What each field may hold, and how fields relate (models.checks); subclasses extend both.
+    CHECKS: ClassVar[Mapping[str, Check]] = {
+        "d_model": at_least(1),
+        "nhead": at_least(1),
+        "num_encoder_layers": at_least(1),
+        "num_decoder_layers": at_least(0),
+        "dim_feedforward": at_least(1),
+        "dropout": fraction,
+        "activation": one_of(tuple(ACTIVATIONS)),
+        "layer_norm_eps": at_least(0),
+        "norm": one_of(NORMS),
+        "qk_norm": boolean,
+        "num_kv_heads": at_least(1),
+    }
+    # Each head gets d_model / nhead dimensions; each key/value head serves nhead / num_kv_heads query heads.
+    RELATIONS: ClassVar[tuple[Relation, ...]] = (divisible("d_model", "nhead"), divisible("nhead", "num_kv_heads"))
+
+    def __post_init__(self) -> None:
+        check_hparams(self, self.as_dict(), self.CHECKS, *self.RELATIONS)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field's value, by name."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_hparams(cls, hparams: Mapping[str, Any], **derived: Any):
+        """The config of a task module's hyperparameters: each of `hparams` that names a field (the others are the
+        task's own, and ignored), then `derived` (what comes from the data: vocabulary sizes, the padding id).
+        A field that `hparams` lacks (a checkpoint older than the field) keeps its default."""
+        names = set(cls.field_names())
+        return cls(**{k: v for k, v in hparams.items() if k in names}, **derived)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Seq2SeqConfig(TransformerConfig):
+    """The translation network: token embeddings + positions → the stack → vocabulary logits."""
+
+    src_vocab_size: int  # from the data: the source tokenizer's size
+    tgt_vocab_size: int  # from the data: the target tokenizer's size
+    pad_id: int = 0  # from the data: the padding token's id (both sides pad alike)
+    num_decoder_layers: int = 6  # at least 1: the decoder writes the translation
+    max_len: int = 256  # the longest sequence, in tokens, either side (positions are tabled up to it)
+    # "sinusoidal" | "sinusoidal_halves" (Marian's [sin | cos] layout) | "learned" (added to the embeddings) |
+    # "rotary" (RoPE in the encoder's and the decoder's self-attention, none in cross-attention, nothing added) | "none"
+    positional: str = "sinusoidal"
+    tie_embeddings: bool = False  # the output layer reads the target embedding table
+    # one table for both sides (a joint subword vocabulary); with tie_embeddings too, the output layer reads it as
+    # well (three-way tying, as fairseq's share_all_embeddings)
+    share_embeddings: bool = False
+    # in training, each source token's whole embedding is dropped with this probability (word dropout,
+    # Sennrich & Zhang 2019), before its position is added
+    src_token_dropout: float = 0.0
+    # None | "t5" | "alibi": a bias on the logits of the encoder's and the decoder's self-attention
+    # (models.relative; T5's and ALiBi's own models take it with positional="none")
+    relative_bias: str | None = None
+    # multiply the token embeddings by sqrt(d_model) (the paper's rule; off in a Marian model whose config says
+    # `scale_embedding: false`)
+    scale_embeddings: bool = True
+    generator_bias: bool = False  # a bias on the output layer, zero at start (Marian's final_logits_bias)
+
+    CHECKS: ClassVar[Mapping[str, Check]] = {
+        **TransformerConfig.CHECKS,
+        "src_vocab_size": at_least(1),
+        "tgt_vocab_size": at_least(1),
+        "pad_id": at_least(0),
+        "num_decoder_layers": at_least(1),
+        "max_len": at_least(3),  # <bos>, a token, <eos>
+        "positional": one_of(POSITIONALS),
+        "src_token_dropout": fraction,
+        "relative_bias": one_of(TEXT_RELATIVE_BIASES),
+    }
+    RELATIONS: ClassVar[tuple[Relation, ...]] = (
+        *TransformerConfig.RELATIONS,
+        _rotary_head_dim,
+        # (the sizes come from the data: a task module checks its tokenizers instead, before they are known)
+        lambda h: (
+            not h["share_embeddings"]
+            or h.get("src_vocab_size") == h.get("tgt_vocab_size")
+            or f"share_embeddings=True needs one vocabulary; got sizes {h['src_vocab_size']} and {h['tgt_vocab_size']}"
+        ),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MnistNetConfig(TransformerConfig):
+    """The MNIST classifier: image → tokens → encoder → head (models/mnist_net.py tells the schemes apart).
+    Smaller than the paper's and pre-norm, which trains small models from scratch more reliably."""
+
+    tokens: str = "patches"  # "rows" (28 tokens of 28 pixels) or "patches" (square ones)
+    patch_size: int = 7  # side of a square patch, must divide 28; ignored for rows
+    head: str = "decoder"  # "decoder" (learned queries through the decoder), "cls" (a class token, ViT) or "mean"
+    num_queries: int = 1  # decoder head: learned query tokens, their outputs are averaged
+    d_model: int = 128
+    nhead: int = 4
+    num_encoder_layers: int = 4
+    num_decoder_layers: int = 1  # decoder head only; pooling heads build no decoder
+    dim_feedforward: int = 256
+    activation: str = "gelu"
+    norm_first: bool = True
+    num_classes: int = 10  # from the data: the digits
+    # "learned", "sinusoidal", "rotary" (1-D, reading order), "sincos2d" (MAE's fixed 2-D table), "rotary2d"
+    # (axial RoPE in the encoder), "none"
+    positional: str = "learned"
+    stem_channels: int = 0  # feature maps of the convolutional stem; 0 = no stem, tokens are pixels
+    stem_layers: int = 2  # 3×3 convolutions (each followed by GELU) in the stem, or in each strided stage
+    strided_stem: bool = False  # stride-2 stages that reduce a patch to one token; patches only
+    stem_norm: bool = False  # BatchNorm2d after each stem convolution (Xiao et al.'s stem; needs a stem)
+    # "2d": Swin's learned bias over the token grid; "t5", "alibi": 1-D ones, over the reading order
+    relative_bias: str | None = None
+
+    CHECKS: ClassVar[Mapping[str, Check]] = {
+        **TransformerConfig.CHECKS,
+        "tokens": one_of(TOKENIZERS),
+        "patch_size": at_least(1),
+        "head": one_of(HEADS),
+        "num_queries": at_least(1),
+        "num_classes": at_least(1),
+        "positional": one_of(POSITIONALS + POSITIONALS_2D),
+        "stem_channels": at_least(0),
+        "stem_layers": at_least(1),
+        "relative_bias": one_of(RELATIVE_BIASES_2D + TEXT_RELATIVE_BIASES),
+    }
+    RELATIONS: ClassVar[tuple[Relation, ...]] = (
+        *TransformerConfig.RELATIONS,
+        _rotary_head_dim,
+        lambda h: (
+            h["tokens"] != "patches"
+            or IMAGE_SIZE % h["patch_size"] == 0
+            or f"patch_size={h['patch_size']} must divide the image side, {IMAGE_SIZE}"
+        ),
+        lambda h: (
+            not h["strided_stem"]
+            or (h["stem_channels"] > 0 and h["tokens"] == "patches" and h["patch_size"] >= 2)
+            or "strided_stem needs stem_channels > 0, tokens='patches' and patch_size >= 2"
+        ),
+        lambda h: not h["stem_norm"] or h["stem_channels"] > 0 or "stem_norm needs a stem: stem_channels > 0",
+        lambda h: (
+            h["positional"] != "rotary2d"
+            or h["d_model"] % h["nhead"] != 0
+            or (h["d_model"] // h["nhead"]) % 4 == 0
+            or f"positional='rotary2d' needs a head dimension divisible by 4, d_model/nhead={h['d_model'] // h['nhead']}"
+        ),
+        lambda h: (
+            h["positional"] != "sincos2d"
+            or h["d_model"] % 4 == 0
+            or f"positional='sincos2d' needs d_model divisible by 4 (sin and cos for each axis), got {h['d_model']}"
+        ),
+        lambda h: (
+            h["head"] != "decoder" or h["num_decoder_layers"] >= 1 or "head='decoder' needs num_decoder_layers of at least 1"
+        ),
+    )
