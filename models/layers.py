@@ -63,11 +63,16 @@ class _Layer(nn.Module):
         super().__init__()
         c = config
         self.norm_first = c.norm_first
-        attn = dict(num_kv_heads=c.num_kv_heads, qk_norm=c.qk_norm, norm=c.norm, eps=c.layer_norm_eps)
-        self.self_attn = MultiHeadAttention(c.d_model, c.nhead, c.dropout, c.bias, **attn)
+        attn = dict(
+            d_model=c.d_model, nhead=c.nhead, dropout=c.dropout, bias=c.bias, num_kv_heads=c.num_kv_heads,
+            qk_norm=c.qk_norm, norm=c.norm, eps=c.layer_norm_eps,
+        )  # fmt: skip
+        self.self_attn = MultiHeadAttention(**attn)
         if cross:
-            self.cross_attn = MultiHeadAttention(c.d_model, c.nhead, c.dropout, c.bias, cross=True, **attn)
-        self.ff = FeedForward(c.d_model, c.dim_feedforward, c.dropout, c.activation, c.bias)
+            self.cross_attn = MultiHeadAttention(**attn, cross=True)
+        self.ff = FeedForward(
+            d_model=c.d_model, dim_feedforward=c.dim_feedforward, dropout=c.dropout, activation=c.activation, bias=c.bias
+        )
         self.norm1 = make_norm(c.norm, c.d_model, c.layer_norm_eps, c.bias)
         self.norm2 = make_norm(c.norm, c.d_model, c.layer_norm_eps, c.bias)
         if cross:
