@@ -20,7 +20,7 @@ class Seq2SeqNet(nn.Module):
         explained in models/config.py."""
         super().__init__()
         self.config = c = config
-        self.pad_id, self.max_len, self.d_model = c.pad_id, c.max_len, c.d_model
+        self.pad_id, self.max_len, self.d_model = c.pad_id, c.max_len, c.d_model  # what the searches read (models.decoding)
         self.src_token_dropout = c.src_token_dropout
         self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
         # share_embeddings: one table for both sides (a joint subword vocabulary); with tie_embeddings
