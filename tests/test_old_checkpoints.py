@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import torch
 
+from datamodules.mnist import MEAN, STD
 from models.config import MnistNetConfig, Seq2SeqConfig
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
 from tests.helpers import ROOT, script
+from tests.test_mnist import fake_mnist
 from training.loading import load_checkpoint
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -68,6 +70,18 @@ def test_old_mnist_checkpoint_loads_and_classifies_as_it_did():
     config = model.net.config
     assert isinstance(config, MnistNetConfig)
     assert (config.activation, config.positional, config.stem_channels, config.num_queries) == ("swiglu", "sinusoidal", 2, 2)
+
+
+def test_old_mnist_checkpoint_scores_through_evaluate_mnist(tmp_path):
+    """The script loads it too, and scores what the loaded model (checked against its recorded logits above) predicts."""
+    test_x, test_y = fake_mnist(tmp_path / "data", n_train=60, n_test=40)
+    images = (test_x.unsqueeze(1).float() / 255 - MEAN) / STD  # (N, 1, 28, 28), as the data module reads them
+    model = load_checkpoint(MnistSequenceClassifier, MNIST).eval()
+    with torch.no_grad():
+        expected = 100 * float(model(images).argmax(-1).eq(test_y).float().mean())
+    result = script("evaluate_mnist", "--ckpt", str(MNIST), "--data-dir", str(tmp_path / "data"), "--val-size", "10")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"test accuracy: {expected:.2f} % (40 images)" in result.stdout
 
 
 def test_old_checkpoint_translates_and_scores_through_the_scripts(tmp_path):
