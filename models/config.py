@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from .checks import Check, Relation, at_least, boolean, check_hparams, divisible, fraction, one_of
 from .layers import ACTIVATIONS
@@ -32,6 +32,8 @@ TOKENIZERS = ("rows", "patches")  # MnistNet's ways of cutting an image into tok
 HEADS = ("decoder", "cls", "mean")  # MnistNet's ways of reading a class out of the encoder
 POSITIONALS_2D = ("sincos2d", "rotary2d")  # beside models.positional's 1-D ones
 RELATIVE_BIASES_2D = ("2d",)  # beside models.relative's 1-D ones
+
+C = TypeVar("C", bound="TransformerConfig")
 
 
 def _rotary_head_dim(h: Mapping[str, Any]) -> str | bool:
@@ -63,9 +65,8 @@ class TransformerConfig:
     bias: bool = True  # biases in the linear layers and LayerNorms
     norm: str = "layernorm"  # or "rmsnorm": every norm, the final ones included (models.norms)
     qk_norm: bool = False  # normalise queries and keys per head (models.attention)
-    num_kv_heads: int | None = (
-        None  # grouped-query attention: key/value heads shared by nhead / num_kv_heads queries; None = nhead
-    )
+    # grouped-query attention: key/value heads, each shared by nhead / num_kv_heads query heads; None = nhead
+    num_kv_heads: int | None = None
     final_norm: bool = True  # a norm after each stack, as torch.nn.Transformer; Marian (OPUS-MT) has none
 
     # What each field may hold, and how fields relate (models.checks); subclasses extend both.
@@ -97,7 +98,7 @@ class TransformerConfig:
         return tuple(f.name for f in dataclasses.fields(cls))
 
     @classmethod
-    def from_hparams(cls, hparams: Mapping[str, Any], **derived: Any):
+    def from_hparams(cls: type[C], hparams: Mapping[str, Any], **derived: Any) -> C:
         """The config of a task module's hyperparameters: each of `hparams` that names a field (the others are the
         task's own, and ignored), then `derived` (what comes from the data: vocabulary sizes, the padding id).
         A field that `hparams` lacks (a checkpoint older than the field) keeps its default."""
