@@ -19,8 +19,9 @@ import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from models.errors import DataCacheError
 from models.files import remove_stale_temporaries, temporary_name
+
+from .errors import DataCacheError
 
 FORMAT_VERSION = 1  # bump when the layout of a prepared folder changes
 META = "meta.json"

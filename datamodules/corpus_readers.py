@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from models.errors import CorpusFormatError
+from .errors import CorpusFormatError
 
 Pair = tuple[str, str]
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.errors import DataCacheError
 from models.files import fsync
 
 from .batching import Seq2SeqBatch
+from .errors import DataCacheError
 from .vocab import PAD
 
 

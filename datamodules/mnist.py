@@ -29,8 +29,9 @@ from torch.utils.data import DataLoader, Subset, TensorDataset
 from torchvision import datasets
 
 from models.checks import at_least, check_hparams
-from models.errors import DataFormatError, DataNotFoundError, HyperparameterError
+from models.errors import HyperparameterError
 
+from .errors import DataFormatError, DataNotFoundError
 from .resumable import ResumableDataLoader, ShuffleSampler, shard_of
 
 MEAN, STD = 0.1307, 0.3081  # of the 60,000 training images' pixels, scaled to [0, 1]

@@ -1,4 +1,6 @@
-"""The project's errors for bad input, in the lowest layer so that every other one may raise and catch them.
+"""The errors the model layer raises for bad input, in the lowest layer so that every other one may raise
+and catch them. The data files' errors are in datamodules/errors.py, the checkpoints' in training/errors.py;
+`training.faults.USER_ERRORS` gathers them all.
 
 Each is one short line that names what is wrong and where; the scripts print it after "error: " and exit
 with status 2 (`training.faults.exit_on_user_error`). Raise them `from None`: the user needs the path or
@@ -15,32 +17,3 @@ class HyperparameterError(ValueError):
 
 class InputError(ValueError):
     """Input that a script or `translate` refuses (an empty sentence, say); the message says why."""
-
-
-class CheckpointError(Exception):
-    """A checkpoint is missing, unreadable, damaged, or not of the task that was asked for."""
-
-
-class DataNotFoundError(FileNotFoundError):
-    """The data files are not where the data module looks, and could not be downloaded.
-
-    The message names the folder that was searched and the files expected there."""
-
-
-class DataFormatError(ValueError):
-    """A data file is there but unreadable: not the encoding, format or size it should have, or
-    holding no examples. The message is one line that names the file and says where it goes wrong."""
-
-
-class CorpusFormatError(DataFormatError):
-    """A corpus file is malformed; the message names the file and the line number (or the line counts)."""
-
-
-class DataCacheError(OSError):
-    """The prepared (tokenized, memory-mapped) copy of a corpus cannot be written: the cache folder is
-    read-only, under a regular file, or its disk is full. The message names the folder and the way out.
-    An environment fault, not bad input: the scripts exit with status 1."""
-
-
-# DataFormatError covers CorpusFormatError.
-USER_ERRORS = (CheckpointError, InputError, DataNotFoundError, DataFormatError, HyperparameterError)

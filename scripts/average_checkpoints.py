@@ -23,8 +23,8 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` 
 
 import torch  # noqa: E402
 
-from models.errors import CheckpointError  # noqa: E402
 from training.averaging import average_checkpoints, last_checkpoints  # noqa: E402
+from training.errors import CheckpointError  # noqa: E402
 from training.faults import atomic_output, exit_on_user_error  # noqa: E402
 from training.loading import add_weights_argument, read_checkpoint  # noqa: E402
 

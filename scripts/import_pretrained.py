@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
-from models.errors import CheckpointError  # noqa: E402
+from training.errors import CheckpointError  # noqa: E402
 from training.faults import atomic_torch_save, exit_on_user_error  # noqa: E402
 
 

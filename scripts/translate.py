@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
 from datamodules.corpus_readers import LineDecodeError, decode_lines, iter_lines  # noqa: E402
+from datamodules.errors import DataNotFoundError  # noqa: E402
 from deploy.engines import (  # noqa: E402
     add_decoding_arguments,
     add_engine_arguments,
@@ -55,7 +56,7 @@ from deploy.engines import (  # noqa: E402
     load_ensemble,
     load_translator,
 )
-from models.errors import DataNotFoundError, InputError  # noqa: E402
+from models.errors import InputError  # noqa: E402
 from training.faults import exit_on_user_error, writing_to  # noqa: E402
 
 

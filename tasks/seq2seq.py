@@ -20,9 +20,10 @@ from models import Seq2SeqNet
 from models.checks import OPTIMISER, at_least, check_hparams, fraction, one_of
 from models.config import Seq2SeqConfig
 from models.decoding import Constraints, Hypothesis, align, beam_search, beam_search_nbest, greedy_decode, sample, score_targets
-from models.errors import CheckpointError, HyperparameterError, InputError
+from models.errors import HyperparameterError, InputError
 from models.static_cache import StaticDecoder
 from training.callbacks import evaluated_label
+from training.errors import CheckpointError
 from training.loading import read_checkpoint
 from training.loggers import log_text
 

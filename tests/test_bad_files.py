@@ -20,7 +20,8 @@ import torch
 
 from datamodules import MNISTDataModule, ParallelCorpusDataModule, ToyTranslationDataModule
 from datamodules.corpus_readers import read_aligned, read_tatoeba
-from models.errors import CorpusFormatError, DataFormatError, HyperparameterError
+from datamodules.errors import CorpusFormatError, DataFormatError
+from models.errors import HyperparameterError
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
 from tests.test_mnist import fake_mnist
 

@@ -17,9 +17,9 @@ import torch
 
 import datamodules.preparation as preparation
 from datamodules.corpus import ParallelCorpusDataModule
+from datamodules.errors import CorpusFormatError, DataCacheError, DataNotFoundError
 from datamodules.samplers import TokenBudgetBatchSampler, pack_sorted, padding_waste
 from datamodules.sources import AlignedFiles
-from models.errors import CorpusFormatError, DataCacheError, DataNotFoundError
 from tests.helpers import ENV, ROOT, fit, script
 
 GERMAN = ["Ein Hund rennt.", "Zwei Männer spielen Fußball.", "Eine Frau liest ein Buch im Park.", "Kinder lachen laut."]

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from models.errors import CheckpointError
 from tests.helpers import ENV, ROOT
 from tests.test_bad_input import assert_one_line_error, ckpts  # noqa: F401 (ckpts: the toy checkpoint fixture)
+from training.errors import CheckpointError
 from training.faults import OutputError, atomic_output, atomic_write_text, fault_message
 from training.loading import read_checkpoint
 

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import torch
 
-from models.errors import CheckpointError
-
+from .errors import CheckpointError
 from .loading import read_checkpoint, weights_of
 
 STEP_IN_NAME = re.compile(r"step(\d+)")  # the recipes' file names: epoch{epoch:03d}-step{step}.ckpt

@@ -29,10 +29,10 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from models.errors import CheckpointError
 from models.files import remove_stale_temporaries, temporary_name
 
 from .checkpoint_io import check_writable
+from .errors import CheckpointError
 from .lightning_internals import logged_in_running_loop, validation_or_epoch_end_follows
 from .loading import read_checkpoint
 

@@ -16,7 +16,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from datamodules.progress import is_terminal
-from models.errors import CheckpointError, HyperparameterError
+from models.errors import HyperparameterError
 from models.files import remove_stale_temporaries
 
 from . import signals
@@ -32,6 +32,7 @@ from .callbacks import (
 )
 from .checkpoint_io import AtomicCheckpointIO
 from .checkpointing import BestCheckpoint, StoppedMidEpoch, checkpoint_callbacks, last_checkpoint, last_path
+from .errors import CheckpointError
 from .lightning_internals import checkpoint_io_chosen
 from .loading import read_checkpoint
 from .loggers import AutoWandbLogger, WandbRunId, continue_wandb_run, run_dir, run_folder, sync_command

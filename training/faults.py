@@ -29,8 +29,15 @@ from pathlib import Path
 
 import torch
 
-from models.errors import USER_ERRORS
+from datamodules.errors import DataFormatError, DataNotFoundError
+from models.errors import HyperparameterError, InputError
 from models.files import fsync, temporary_name
+
+from .errors import CheckpointError
+
+# Bad input, exit status 2: gathered here, where it is caught, from the layer of each (DataFormatError
+# covers CorpusFormatError; DataCacheError is an environment fault, an OSError: status 1).
+USER_ERRORS = (CheckpointError, InputError, DataNotFoundError, DataFormatError, HyperparameterError)
 
 
 class OutputError(OSError):

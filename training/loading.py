@@ -15,8 +15,7 @@ from typing import TypeVar
 import lightning as L
 import torch
 
-from models.errors import CheckpointError
-
+from .errors import CheckpointError
 from .faults import _reason
 
 M = TypeVar("M", bound=L.LightningModule)
