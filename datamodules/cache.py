@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from models.files import remove_stale_temporaries, temporary_name
+from models.files import fsync, remove_stale_temporaries, temporary_name
 
 from .errors import DataCacheError
 
@@ -115,8 +115,7 @@ def open_or_build(
             meta = {"format_version": FORMAT_VERSION, **build(tmp)}
             with open(tmp / META, "w") as f:
                 json.dump(meta, f, indent=1)
-                f.flush()
-                os.fsync(f.fileno())  # meta.json, the mark of a complete folder, reaches the disk before the rename
+            fsync(tmp / META)  # meta.json, the mark of a complete folder, reaches the disk before the rename
             if folder.exists():  # an incomplete or damaged copy under the same key
                 shutil.rmtree(folder)
             os.replace(tmp, folder)
