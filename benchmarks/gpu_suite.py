@@ -80,7 +80,7 @@ def fit_command(args) -> list[str]:
     if args.tiny:  # the toy recipe with the recipe's fast paths, a few steps, on the device asked
         accel = "gpu" if args.device == "cuda" else "cpu"
         return [*fit, "--config", str(ROOT / "configs" / "toy_translation.yaml"), "--trainer.max_steps", "6",
-                "--trainer.accelerator", accel, "--model.init_args.pad_to_multiple", "8",
+                "--trainer.accelerator", accel, "--data.init_args.pad_to_multiple", "8",
                 "--model.init_args.fused_adamw", "true", *root]  # fmt: skip
     return [*fit, "--config", str(ROOT / "configs" / "multi30k_gpu.yaml"), "--data.init_args.data_dir", args.data_dir, *root]
 

@@ -1,4 +1,5 @@
-"""Turning (source, target) sentence pairs into padded id tensors."""
+"""Turning (source, target) sentence pairs into padded id tensors, their lengths padded up to a multiple
+when asked (length bucketing, as fairseq's `pad_to_multiple`: a compiled model sees a few static lengths)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 
 from .vocab import BOS, EOS, PAD, Tokenizer
 
@@ -41,9 +43,30 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD) -> torch.Ten
     return out
 
 
-def collate_pairs(pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Seq2SeqBatch:
-    """A list of already-encoded (src_ids, tgt_ids) pairs → one padded batch."""
-    return Seq2SeqBatch(pad_sequences([p[0] for p in pairs]), pad_sequences([p[1] for p in pairs]))
+def pad_to_multiple(ids: torch.Tensor, multiple: int, pad_id: int = PAD) -> torch.Tensor:
+    """(B, T) right-padded ids → (B, ⌈T / multiple⌉ · multiple), the new columns padding."""
+    extra = -ids.size(1) % multiple
+    return F.pad(ids, (0, extra), value=pad_id) if extra else ids
+
+
+def bucket_batch(src: torch.Tensor, tgt: torch.Tensor, multiple: int, pad_id: int = PAD) -> Seq2SeqBatch:
+    """The batch with source lengths and target-input lengths (T - 1: the model sees tgt[:, :-1]) in buckets
+    of `multiple`. The new positions are padding, which the masks hide and the loss ignores: the loss and
+    gradients are the unpadded batch's (tests/test_fast_paths.py)."""
+    if multiple <= 1:
+        return Seq2SeqBatch(src, tgt)
+    # The target is split into tgt[:, :-1] and tgt[:, 1:], both T - 1 long: that is the length to bucket.
+    tgt = F.pad(tgt, (0, -(tgt.size(1) - 1) % multiple), value=pad_id)
+    return Seq2SeqBatch(pad_to_multiple(src, multiple, pad_id), tgt)
+
+
+def collate_pairs(
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]], pad_to_multiple: int = 1, pad_id: int = PAD
+) -> Seq2SeqBatch:
+    """A list of already-encoded (src_ids, tgt_ids) pairs → one padded batch, in length buckets of
+    `pad_to_multiple` (`bucket_batch`)."""
+    src, tgt = pad_sequences([p[0] for p in pairs], pad_id), pad_sequences([p[1] for p in pairs], pad_id)
+    return bucket_batch(src, tgt, pad_to_multiple, pad_id)
 
 
 def map_in_length_batches(fn, texts: list[str], batch_size: int, on_batch=None) -> list:

@@ -6,6 +6,7 @@ token-budget batches: samplers.py.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -83,6 +84,7 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         dataset: str | None = None,  # format=hf: a Hugging Face hub dataset (wmt14); None reads local files in data_dir
         dataset_config: str | None = None,  # format=hf: its configuration (de-en)
         tokenizers_from: str | None = None,  # a checkpoint whose tokenizers to use, not trained ones (fine-tuning)
+        pad_to_multiple: int = 1,  # length bucketing: batch lengths padded up to a multiple (batching.bucket_batch)
     ):
         super().__init__()
         check_corpus_settings(locals(), type(self).__name__)
@@ -96,6 +98,12 @@ class ParallelCorpusDataModule(L.LightningDataModule):
             self.corpus.use_tokenizers(checkpoint_tokenizers(tokenizers_from))
         self._datasets: dict[str, TokenPairs] | None = None
         self._samplers: dict[tuple[str, int, int], TokenBudgetBatchSampler] = {}
+
+    @property
+    def pad_to_multiple(self) -> int:
+        """The multiple that batch lengths are padded up to, linked to the model's by scripts/fit.py (its
+        compiled graphs are one per length bucket)."""
+        return self.hparams.pad_to_multiple
 
     # -- tokenizers ----------------------------------------------------------------------------------------
 
@@ -185,7 +193,7 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         loader = loader_class(
             self._datasets[split],
             batch_sampler=batch_sampler,
-            collate_fn=collated,
+            collate_fn=functools.partial(collated, pad_to_multiple=self.pad_to_multiple, pad_id=self._datasets[split].pad_id),
             num_workers=self.hparams.num_workers,
             persistent_workers=self.hparams.num_workers > 0,
         )
@@ -238,6 +246,7 @@ def check_corpus_settings(values: Mapping[str, Any], owner: str = "ParallelCorpu
             "test_fraction": fraction,
             "num_workers": at_least(0),
             "tokenizer_sample": at_least(1),
+            "pad_to_multiple": at_least(1),
         },
         no_more_than("max_len", "max_tokens"),
         lambda h: (

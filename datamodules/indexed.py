@@ -17,7 +17,7 @@ import torch
 
 from models.files import fsync
 
-from .batching import Seq2SeqBatch
+from .batching import Seq2SeqBatch, bucket_batch
 from .errors import DataCacheError
 from .vocab import PAD
 
@@ -161,6 +161,7 @@ class TokenPairs(torch.utils.data.Dataset):
         return np.maximum(self.src.lengths(), self.tgt.lengths())
 
 
-def collated(batch: Seq2SeqBatch) -> Seq2SeqBatch:
-    """The collate function for `TokenPairs`: its `__getitems__` already built the batch."""
-    return batch
+def collated(batch: Seq2SeqBatch, pad_to_multiple: int = 1, pad_id: int = PAD) -> Seq2SeqBatch:
+    """The collate function for `TokenPairs`: its `__getitems__` already built the batch; its lengths are
+    padded up to a multiple of `pad_to_multiple` (`batching.bucket_batch`)."""
+    return bucket_batch(*batch, pad_to_multiple, pad_id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import lightning as L
 from torch.utils.data import DataLoader
 
@@ -23,9 +25,10 @@ class ToyTranslationDataModule(L.LightningDataModule):
     three pairs (there is nothing to hold out); `repeats` copies per epoch give the optimiser
     several steps per epoch instead of one."""
 
-    def __init__(self, batch_size: int = 3, repeats: int = 32, num_workers: int = 0):
+    def __init__(self, batch_size: int = 3, repeats: int = 32, num_workers: int = 0, pad_to_multiple: int = 1):
         super().__init__()
-        check_hparams(self, locals(), {"batch_size": at_least(1), "repeats": at_least(1), "num_workers": at_least(0)})
+        limits = {"batch_size": at_least(1), "repeats": at_least(1), "num_workers": at_least(0), "pad_to_multiple": at_least(1)}
+        check_hparams(self, locals(), limits)
         # Kept out of the loggers' hyper-parameters, which Lightning merges with the model's and refuses when a
         # name differs (data max_len 32 for a model of max_len 128 is a real experiment); the run's config.yaml
         # and W&B's `config` record the data's settings.
@@ -39,6 +42,15 @@ class ToyTranslationDataModule(L.LightningDataModule):
         """JSON-able tokenizers, linked to the model's `tokenizers` argument by scripts/fit.py."""
         return {"src": self.src_vocab.to_dict(), "tgt": self.tgt_vocab.to_dict()}
 
+    @property
+    def pad_to_multiple(self) -> int:
+        """The multiple that batch lengths are padded up to (`batching.bucket_batch`), linked to the model's
+        by scripts/fit.py."""
+        return self.hparams.pad_to_multiple
+
+    def _collate(self) -> functools.partial:
+        return functools.partial(collate_pairs, pad_to_multiple=self.pad_to_multiple)
+
     def _encoded(self) -> list[tuple[list[int], list[int]]]:
         return [(encode_source(self.src_vocab, s), encode_target(self.tgt_vocab, t)) for s, t in self.pairs]
 
@@ -50,12 +62,12 @@ class ToyTranslationDataModule(L.LightningDataModule):
             data,
             batch_size=self.hparams.batch_size,
             sampler=ShuffleSampler(data, None, *shard_of(self)),
-            collate_fn=collate_pairs,
+            collate_fn=self._collate(),
             num_workers=self.hparams.num_workers,
         )
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self._encoded(), batch_size=len(self.pairs), collate_fn=collate_pairs)
+        return DataLoader(self._encoded(), batch_size=len(self.pairs), collate_fn=self._collate())
 
     def val_pairs(self) -> list[tuple[str, str]]:
         """(source, reference) strings that the task translates and prints after fitting."""

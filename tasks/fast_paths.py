@@ -1,7 +1,9 @@
 """Training fast paths of `Seq2SeqTransformer`, each behind a flag that is off by default:
   - length bucketing (`pad_to_multiple`): every batch's source and target lengths padded up to a
-    multiple of m. The extra positions are padding, which the masks hide and the loss ignores, so the
-    loss and the gradients are those of the unpadded batch (tests/test_fast_paths.py);
+    multiple of m by the data module's collate function (`datamodules.batching.bucket_batch`, the data
+    module's `pad_to_multiple` linked to the task's by scripts/fit.py). The extra positions are padding,
+    which the masks hide and the loss ignores, so the loss and the gradients are those of the unpadded
+    batch (tests/test_fast_paths.py);
   - `torch.compile` over those buckets: the lengths stay static and only the batch size is symbolic,
     so the compiled graphs number at most (source buckets) × (target buckets), counted by
     `compiled_graphs()`; without bucketing the task compiles with dynamic shapes (`dynamic=True`);
@@ -13,22 +15,6 @@ bf16 is the trainer's (`--trainer.precision bf16-mixed`); it needs nothing here.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
-
-
-def pad_to_multiple(ids: torch.Tensor, multiple: int, pad_id: int) -> torch.Tensor:
-    """(B, T) right-padded ids → (B, ⌈T / multiple⌉ · multiple), the new columns padding."""
-    extra = -ids.size(1) % multiple
-    return F.pad(ids, (0, extra), value=pad_id) if extra else ids
-
-
-def bucket_batch(src: torch.Tensor, tgt: torch.Tensor, multiple: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The batch with source lengths and target-input lengths (T - 1: the model sees tgt[:, :-1]) in buckets of `multiple`."""
-    if multiple <= 1:
-        return src, tgt
-    # The target is split into tgt[:, :-1] and tgt[:, 1:], both T - 1 long: that is the length to bucket.
-    tgt = F.pad(tgt, (0, -(tgt.size(1) - 1) % multiple), value=pad_id)
-    return pad_to_multiple(src, multiple, pad_id), tgt
 
 
 def mark_bucketed(*tensors: torch.Tensor) -> None:

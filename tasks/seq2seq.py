@@ -27,7 +27,7 @@ from training.errors import CheckpointError
 from training.loading import read_checkpoint
 from training.loggers import log_text
 
-from .fast_paths import bucket_batch, compile_net, mark_bucketed
+from .fast_paths import compile_net, mark_bucketed
 from .figures import attention_figure, save_and_log_figure
 from .metrics import TokenMean, corpus_scores
 from .schedules import Schedule, adamw_with_warmup
@@ -186,8 +186,7 @@ class Seq2SeqTransformer(L.LightningModule):
 
     def _step(self, batch: Seq2SeqBatch, stage: str, accuracy: MulticlassAccuracy) -> torch.Tensor:
         """The summed loss of the batch's target tokens (see `on_before_optimizer_step` for its normalisation)."""
-        src, tgt = batch
-        src, tgt = bucket_batch(src, tgt, self.hparams.pad_to_multiple, self.pad_id)  # unchanged when pad_to_multiple is 1
+        src, tgt = batch  # lengths in buckets of pad_to_multiple: the data module's collate function padded them
         tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # teacher forcing: predict token t+1 from ≤ t
         if self.hparams.compile and self.hparams.pad_to_multiple > 1:
             mark_bucketed(src, tgt_in, tgt_out)

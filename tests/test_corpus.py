@@ -9,6 +9,7 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+import torch
 
 from datamodules.batching import Seq2SeqBatch
 from datamodules.corpus import ParallelCorpusDataModule
@@ -284,6 +285,22 @@ def test_data_module_end_to_end(tmp_path: Path) -> None:
     # The reverse direction evaluates on the same pairs, flipped.
     rev = _tiny_module(tmp_path, src_lang="en", tgt_lang="cmn", src_tokenizer="bpe", tgt_tokenizer="char")
     assert rev.test_pairs() == [(e, z) for z, e in dm.test_pairs()]
+
+
+def test_batches_in_length_buckets_are_the_unpadded_ones_with_padding_after(tmp_path: Path) -> None:
+    """`pad_to_multiple`: each batch of the memory-mapped splits has source and target-input lengths that are
+    multiples, and is the unpadded module's batch followed by padding (the loss's oracle: test_fast_paths.py)."""
+    plain, bucketed = _tiny_module(tmp_path), _tiny_module(tmp_path, pad_to_multiple=8)
+    for dm in (plain, bucketed):
+        dm.setup("fit")
+    pad = tokenizer_from_dict(plain.tokenizers["tgt"]).pad_id
+    for split in ("train", "val", "test"):
+        batches = zip(getattr(plain, f"{split}_dataloader")(), getattr(bucketed, f"{split}_dataloader")(), strict=True)
+        for (src0, tgt0), (src, tgt) in batches:
+            assert src.size(1) % 8 == 0 and (tgt.size(1) - 1) % 8 == 0, (split, src.shape, tgt.shape)
+            assert src.size(1) - src0.size(1) < 8 and tgt.size(1) - tgt0.size(1) < 8
+            assert torch.equal(src[:, : src0.size(1)], src0) and src[:, src0.size(1) :].eq(pad).all()
+            assert torch.equal(tgt[:, : tgt0.size(1)], tgt0) and tgt[:, tgt0.size(1) :].eq(pad).all()
 
 
 def test_overlong_pairs_dropped_from_training_but_kept_in_evaluation(tmp_path: Path) -> None:

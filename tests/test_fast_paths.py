@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from datamodules import ToyTranslationDataModule
+from datamodules.batching import bucket_batch
 from models.errors import HyperparameterError
 from tasks import Seq2SeqTransformer
-from tasks.fast_paths import bucket_batch, compiled_graphs
+from tasks.fast_paths import compiled_graphs
 from tasks.schedules import adamw_with_warmup
-from tests.helpers import TOY_MODEL
+from tests.helpers import ROOT, TOY_MODEL
 
 PAD = 0
 
@@ -55,8 +56,44 @@ def test_length_buckets_give_the_same_loss_and_gradients():
     src, tgt = bucket_batch(*data, 8, PAD)
     assert src.shape == (4, 16) and tgt.shape == (4, 9)  # the model sees tgt[:, :-1]: 8 positions, one bucket
     assert torch.equal(src[:, :9], data[0]) and src[:, 9:].eq(PAD).all() and tgt[:, 7:].eq(PAD).all()
-    plain = loss_and_grads(make_model(), data)
-    assert_same(loss_and_grads(make_model(pad_to_multiple=8), data), plain)
+    assert_same(loss_and_grads(make_model(), (src, tgt)), loss_and_grads(make_model(), data))
+
+
+@pytest.mark.filterwarnings("ignore:.*self.log.*")
+@pytest.mark.parametrize("multiple", [3, 8])
+def test_the_data_module_collates_length_buckets_with_the_loss_of_the_unpadded_batch(multiple):
+    """The toy module's batches with `pad_to_multiple`: source and target-input lengths are multiples, the
+    ids are the unpadded module's batch with padding after, and the loss and gradients are that batch's."""
+    plain = list(ToyTranslationDataModule(repeats=2).train_dataloader())  # the same shuffle: the run's seed and epoch
+    bucketed = list(ToyTranslationDataModule(repeats=2, pad_to_multiple=multiple).train_dataloader())
+    val = next(iter(ToyTranslationDataModule(pad_to_multiple=multiple).val_dataloader()))
+    assert len(bucketed) == len(plain) == 2
+    for (src, tgt), (src0, tgt0) in zip([*bucketed, val], [*plain, *ToyTranslationDataModule().val_dataloader()]):
+        assert src.size(1) % multiple == 0 and (tgt.size(1) - 1) % multiple == 0, (src.shape, tgt.shape)
+        assert src.size(1) - src0.size(1) < multiple and tgt.size(1) - tgt0.size(1) < multiple
+        assert torch.equal(src[:, : src0.size(1)], src0) and src[:, src0.size(1) :].eq(PAD).all()
+        assert torch.equal(tgt[:, : tgt0.size(1)], tgt0) and tgt[:, tgt0.size(1) :].eq(PAD).all()
+        assert_same(loss_and_grads(make_model(), (src, tgt)), loss_and_grads(make_model(), (src0, tgt0)))
+
+
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+def test_the_cli_gives_the_model_the_data_modules_multiple(capsys):
+    """scripts/fit.py links the data module's `pad_to_multiple` to the model's (which compiles one graph per
+    bucket); a data module without one (MNIST's) leaves its model as it is."""
+    from training.cli import TransformerCLI
+
+    quiet = ["--trainer.logger", "false", "--trainer.enable_progress_bar", "false"]
+    toy = ["--config", str(ROOT / "configs" / "toy_translation.yaml"), *quiet]
+    cli = TransformerCLI(args=[*toy, "--data.init_args.pad_to_multiple", "8"])
+    assert cli.datamodule.pad_to_multiple == 8 and cli.model.hparams.pad_to_multiple == 8
+    cli = TransformerCLI(args=toy)
+    assert cli.datamodule.pad_to_multiple == 1 and cli.model.hparams.pad_to_multiple == 1
+    # The model's own flag would be replaced by the data's without a word: refused, naming the data's.
+    with pytest.raises(SystemExit) as exit_:
+        TransformerCLI(args=[*toy, "--model.init_args.pad_to_multiple", "8"])
+    assert exit_.value.code == 2 and "pass --data.init_args.pad_to_multiple 8" in capsys.readouterr().err
+    cli = TransformerCLI(args=["--config", str(ROOT / "configs" / "mnist_subset.yaml"), *quiet])
+    assert not hasattr(cli.datamodule, "pad_to_multiple") and "pad_to_multiple" not in cli.model.hparams
 
 
 @pytest.mark.slow
@@ -67,7 +104,7 @@ def test_compiled_over_buckets_gives_the_same_loss_and_gradients_and_stops_compi
     eager, compiled = make_model(pad_to_multiple=8), make_model(pad_to_multiple=8, compile=True, compile_backend="aot_eager")
     graphs = []
     for seed, shape in enumerate([(4, 9, 7), (6, 12, 9), (3, 16, 5)]):  # rows and lengths change, the buckets (16, 8) do not
-        data = batch(*shape, seed=seed)
+        data = bucket_batch(*batch(*shape, seed=seed), 8, PAD)  # as the data module's collate function pads them
         assert_same(loss_and_grads(compiled, data), loss_and_grads(eager, data))
         graphs.append(compiled_graphs())
     # The second batch may recompile once (its batch size becomes symbolic); after that a bucket compiles nothing.

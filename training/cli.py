@@ -48,6 +48,19 @@ def _tokenizers_of(datamodule) -> dict | None:
     return getattr(datamodule, "tokenizers", None)
 
 
+def _check_pad_to_multiple(parser, config) -> None:
+    """The model's `pad_to_multiple` is the data module's (linked at instantiation, which would replace a value
+    given to the model without a word): one usage line for a model's that differs, naming the data's flag."""
+    model = config.model.get("init_args") or {}
+    data = config.data.get("init_args") or {}
+    given = model.get("pad_to_multiple")
+    if "pad_to_multiple" in data and given not in (None, 1, data["pad_to_multiple"]):
+        parser.error(
+            f"--model.init_args.pad_to_multiple {given}: the batches are padded where they are collated; pass "
+            f"--data.init_args.pad_to_multiple {given} (scripts/fit.py gives the model the data module's)"
+        )
+
+
 class TransformerCLI(LightningCLI):
     """Every recipe gets, without a line of YAML: W&B logging that goes offline by itself
     (`--trainer.logger CSVLogger` / `TensorBoardLogger` switch it), best and last checkpoints
@@ -123,6 +136,8 @@ class TransformerCLI(LightningCLI):
         parser.set_defaults({"trainer.logger": {"class_path": f"{AutoWandbLogger.__module__}.AutoWandbLogger"}})
         # Translation models get their tokenizers from the data module they are trained on.
         parser.link_arguments("data", "model.init_args.tokenizers", compute_fn=_tokenizers_of, apply_on="instantiate")
+        # Length buckets are made where the batches are collated; the model compiles one graph per bucket.
+        parser.link_arguments("data.pad_to_multiple", "model.init_args.pad_to_multiple", apply_on="instantiate")
 
     def before_instantiate_classes(self) -> None:
         # Loggers write under trainer.default_root_dir unless told otherwise.
@@ -131,6 +146,7 @@ class TransformerCLI(LightningCLI):
         if decay is not None and not 0.0 < decay < 1.0:
             self.parser.error(f"--ema_decay must lie strictly between 0 and 1 (or be null), got {decay}")
         check_accelerator(config.trainer.get("accelerator"))
+        _check_pad_to_multiple(self.parser, config)
         root = config.trainer.get("default_root_dir") or "."
         loggers = config.trainer.get("logger")
         for logger in loggers if isinstance(loggers, list) else [loggers]:
