@@ -18,6 +18,8 @@ if str(ROOT) not in sys.path:  # `python benchmarks/x.py` puts benchmarks/, not 
 
 import torch  # noqa: E402
 
+from models.config import Seq2SeqConfig  # noqa: E402
+
 
 def device_or_exit(name: str) -> torch.device:
     """The --device argument as a torch.device; one line and exit status 2 when it names a GPU that is not there."""
@@ -40,6 +42,21 @@ def parse_sized(parser, argv: list[str] | None, tiny: dict) -> argparse.Namespac
         for k, v in tiny.items():
             setattr(args, k, v)
     return args
+
+
+def sized_config(args: argparse.Namespace, **options) -> Seq2SeqConfig:
+    """The translation network of the command line's sizes (`parse_sized`'s --vocab, --d-model, --nhead,
+    --layers, --ff): one vocabulary, as many decoder layers as encoder ones; `options` set the rest."""
+    return Seq2SeqConfig(
+        src_vocab_size=args.vocab,
+        tgt_vocab_size=args.vocab,
+        d_model=args.d_model,
+        nhead=args.nhead,
+        num_encoder_layers=args.layers,
+        num_decoder_layers=args.layers,
+        dim_feedforward=args.ff,
+        **options,
+    )
 
 
 def row_lengths(batch: int, length: int, pad_frac: float) -> torch.Tensor:

@@ -20,9 +20,9 @@ import time
 
 import torch
 import torch.nn.functional as F
-from _common import device_or_exit, environment, padded_ids, print_table, sync, write_json
+from _common import device_or_exit, environment, padded_ids, print_table, sized_config, sync, write_json
 
-from models import Seq2SeqConfig, Seq2SeqNet
+from models import Seq2SeqNet
 from models.decoding import greedy_decode
 
 
@@ -71,20 +71,6 @@ def batch(B, S, V, device, seed):
     g = torch.Generator().manual_seed(seed)
     src, tgt = padded_ids(B, S, V, 0.25, generator=g), padded_ids(B, S + 4, V, 0.25, generator=g)
     return src.to(device), tgt.to(device)
-
-
-def sized_config(args, **options) -> Seq2SeqConfig:
-    """The network of the command line's sizes: one vocabulary, as many decoder layers as encoder ones."""
-    return Seq2SeqConfig(
-        src_vocab_size=args.vocab,
-        tgt_vocab_size=args.vocab,
-        d_model=args.d_model,
-        nhead=args.nhead,
-        num_encoder_layers=args.layers,
-        num_decoder_layers=args.layers,
-        dim_feedforward=args.ff,
-        **options,
-    )
 
 
 def train_check(args, device) -> tuple[list[list], list[dict]]:

@@ -18,9 +18,20 @@ import argparse
 import sys
 
 import torch
-from _common import device_or_exit, environment, padded_ids, parse_sized, print_table, ratio_summary, summary, timed, write_json
+from _common import (
+    device_or_exit,
+    environment,
+    padded_ids,
+    parse_sized,
+    print_table,
+    ratio_summary,
+    sized_config,
+    summary,
+    timed,
+    write_json,
+)
 
-from models import Seq2SeqConfig, Seq2SeqNet
+from models import Seq2SeqNet
 from models.decoding import beam_search, greedy_decode
 
 TINY = dict(d_model=32, nhead=4, layers=1, ff=64, batch=2, src_len=6, vocab=40, lengths=[4, 8], repeats=2, beam_lengths=[4])
@@ -62,24 +73,7 @@ BOS, EOS_NEVER, PAD = 1, -1, 0
 def build(args, device):
     torch.manual_seed(args.seed)
     max_pos = max(args.lengths + args.beam_lengths + [args.src_len]) + 2
-    net = (
-        Seq2SeqNet(
-            Seq2SeqConfig(
-                src_vocab_size=args.vocab,
-                tgt_vocab_size=args.vocab,
-                d_model=args.d_model,
-                nhead=args.nhead,
-                num_encoder_layers=args.layers,
-                num_decoder_layers=args.layers,
-                dim_feedforward=args.ff,
-                max_len=max(256, max_pos),
-                pad_id=PAD,
-                num_kv_heads=args.num_kv_heads,
-            )
-        )
-        .to(device)
-        .eval()
-    )
+    net = Seq2SeqNet(sized_config(args, max_len=max(256, max_pos), pad_id=PAD, num_kv_heads=args.num_kv_heads)).to(device).eval()
     return net, padded_ids(args.batch, args.src_len, args.vocab, args.pad_frac, PAD).to(device)
 
 

@@ -26,13 +26,14 @@ from _common import (
     parse_sized,
     print_table,
     ratio_summary,
+    sized_config,
     summary,
     sync,
     timed,
     write_json,
 )
 
-from models import Seq2SeqConfig, Seq2SeqNet
+from models import Seq2SeqNet
 from models.decoding import beam_search, greedy_decode
 from models.static_cache import StaticDecoder
 
@@ -92,11 +93,7 @@ def run(args) -> dict:
     device = device_or_exit(args.device)
     torch.manual_seed(args.seed)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
-    config = Seq2SeqConfig(
-        src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, d_model=args.d_model, nhead=args.nhead,
-        num_encoder_layers=args.layers, num_decoder_layers=args.layers, dim_feedforward=args.ff, dropout=0.0,
-        max_len=max(256, args.out_len + 2), pad_id=PAD,
-    )  # fmt: skip
+    config = sized_config(args, dropout=0.0, max_len=max(256, args.out_len + 2), pad_id=PAD)
     net = Seq2SeqNet(config)
     net = net.to(device, dtype).eval()
     src = padded_ids(args.batch, args.src_len, args.vocab, args.pad_frac, PAD).to(device)
