@@ -3,6 +3,9 @@
 - Lightning's `💡 Tip: ... litlogger` line, printed at every Trainer: an advertisement (no setting turns it off).
 - Lightning's "Trainer already configured with model summary callbacks: [...]. Skipping setting a default
   `ModelSummary` callback.", printed because the CLI passes its own summary (callbacks.ModelSummaryWithoutZeroFlops).
+- Lightning's "The dirpath has changed from ... won't be reloaded", from each `last.ckpt` callback
+  (training/checkpointing.last_checkpoints) of a resumed run: a resumed run writes to a new folder by design
+  (training/cli.keep_earlier_checkpoints), and those callbacks have nothing to carry over but their one file.
 - torch's `isinstance(treespec, LeafSpec)` FutureWarning, raised by Lightning's own `utilities/_pytree.py`
   (torch 2.14 deprecated the class that Lightning 2.6 still builds); nothing in this project calls it.
 
@@ -33,3 +36,4 @@ def silence() -> None:
         if _TIP_FILTER not in logger.filters:
             logger.addFilter(_TIP_FILTER)
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=r"The dirpath has changed from .* won't be reloaded")
