@@ -26,13 +26,15 @@ CTranslate2 in bfloat16 (and int8 weights with bfloat16 activations). MFU = 6 ·
 model's parameters counted once (tied tables once), tokens the source plus target tokens of the batch that
 are not padding; the peak is the GPU's dense bf16 rate (H100 SXM: 989 TFLOPS, NVIDIA H100 Tensor Core GPU
 datasheet; H100 PCIe 756) or --peak-tflops.
-Needs the optional peers: pip install -e ".[bench]".
+The peers are optional (pip install -e ".[bench]", or docs/guide.md's offline wheels): a missing one is named in one
+line on stderr and its rows are left out; torch.nn.Transformer is always there.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import math
 import sys
 import tempfile
@@ -67,6 +69,12 @@ TINY = dict(d_model=32, nhead=4, layers=1, ff=64, vocab=60, batch=2, src_len=6, 
 PAD, BOS, EOS = 0, 1, 2
 EOS_NEVER = -1  # an id argmax never returns: our searches then run exactly out_len steps
 
+# The optional peers by import name: (pip name, the contenders they provide).
+OPTIONAL_PEERS = {
+    "transformers": ("transformers", "HF Marian"),
+    "x_transformers": ("x-transformers", "x-transformers"),
+    "ctranslate2": ("ctranslate2", "CTranslate2"),
+}
 DIFFERENCES = {
     "torch.nn.Transformer": "our architecture exactly (post-norm, final norms, biases), with our embeddings and generator",
     "HF Marian": "no final norm after either stack; a final-logits bias; sinusoids laid out as [sin | cos] halves",
@@ -119,6 +127,18 @@ def parse_args(argv=None):
 
 def autocast(args):
     return torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
+
+
+def missing_peers() -> list[str]:
+    """The import names of the optional peers that are not installed."""
+    return [module for module in OPTIONAL_PEERS if not installed(module)]
+
+
+def installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a parent package that fails to import, or a module hidden from this interpreter
+        return False
 
 
 def peak_tflops(args) -> float | None:
@@ -263,28 +283,22 @@ class TrainContender:
         return loss
 
 
-def train_contenders(args, ours, batch):
+def train_contenders(args, ours, batch, missing: list[str]):
     torch_model = TorchTransformerSeq2Seq(args).to(args.device)
-    hf = marian(args).to(args.device)
-    xt = x_transformer(args).to(args.device)
     contenders = [
         TrainContender("ours", ours.net, ours.net, args, batch, packed=True),
         TrainContender("torch.nn.Transformer", torch_model, torch_model, args, batch),
-        TrainContender(
-            "HF Marian",
-            hf,
-            lambda s, t: hf(input_ids=s, attention_mask=s.ne(PAD), decoder_input_ids=t).logits,
-            args,
-            batch,
-        ),
-        TrainContender(
-            "x-transformers",
-            xt,
-            lambda s, t: xt.decoder.net(t, context=xt.encoder(s, mask=s.ne(PAD), return_embeddings=True), context_mask=s.ne(PAD)),
-            args,
-            batch,
-        ),
     ]
+    if "transformers" not in missing:
+        hf = marian(args).to(args.device)
+        hf_logits = lambda s, t: hf(input_ids=s, attention_mask=s.ne(PAD), decoder_input_ids=t).logits
+        contenders.append(TrainContender("HF Marian", hf, hf_logits, args, batch))
+    if "x_transformers" not in missing:
+        xt = x_transformer(args).to(args.device)
+        xt_logits = lambda s, t: xt.decoder.net(
+            t, context=xt.encoder(s, mask=s.ne(PAD), return_embeddings=True), context_mask=s.ne(PAD)
+        )  # fmt: skip
+        contenders.append(TrainContender("x-transformers", xt, xt_logits, args, batch))
     if args.compile:
         compiled = torch.compile(ours.net, dynamic=False)
         contenders.append(TrainContender("ours, torch.compile", ours.net, compiled, args, batch, packed=True))
@@ -340,8 +354,8 @@ def model_size(args) -> str:
     return f"d_model {args.d_model}, {args.nhead} heads, {args.layers}+{args.layers} layers, ff {args.ff}, vocab {args.vocab}"
 
 
-def run_train(args, ours, src, tgt) -> dict:
-    contenders = train_contenders(args, ours, (src, tgt))
+def run_train(args, ours, src, tgt, missing: list[str]) -> dict:
+    contenders = train_contenders(args, ours, (src, tgt), missing)
     if args.compile:
         start = timed(contenders[-1].step, "cpu")
         print(f"torch.compile: first step {start:.1f} s (compilation included)", file=sys.stderr)
@@ -372,27 +386,14 @@ class DecodeContender:
         self.peak_bytes = None
 
 
-def decode_contenders(args, ours, src, ct2_dir: str):
-    """For beam sizes 1 and 4, the four decoders, each a function of the beam size; the models and
-    CTranslate2 translators are built once for both."""
-    import ctranslate2
-
-    from deploy.ctranslate2 import vocabulary
+def decode_contenders(args, ours, src, ct2_dir: str | None, missing: list[str]):
+    """For beam sizes 1 and 4, the decoders (ours, with the static cache, HF generate, CTranslate2 in two
+    compute types; those of a missing peer left out), each a function of the beam size; the models and
+    CTranslate2 translators are built once for both. `ct2_dir`: our weights converted (None without CTranslate2)."""
     from models.static_cache import StaticDecoder
 
     net = ours.net.eval()
-    hf = marian(args).to(args.device).eval()
-    words = vocabulary(ours.src_tokenizer)
-    tokens = [[words[i] for i in row if i != PAD] for row in src.tolist()]  # each ends with <eos>, as ours
-    n, threads = args.out_len, torch.get_num_threads()
-    if args.device == "cpu":
-        kinds = ("float32", "int8")
-    else:
-        kinds = ("bfloat16", "int8_bfloat16") if args.dtype == "bf16" else ("float32", "int8_float32")
-    ct2 = {
-        ct: ctranslate2.Translator(ct2_dir, device=args.device, compute_type=ct, inter_threads=1, intra_threads=threads)
-        for ct in kinds
-    }
+    n = args.out_len
     static = StaticDecoder(net, args.static_cache) if args.static_cache else None
 
     def run_ours(beam, decoder=None):
@@ -405,6 +406,8 @@ def decode_contenders(args, ours, src, ct2_dir: str):
                 return greedy_decode(net, src, BOS, EOS_NEVER, n)
             return beam_search(net, src, BOS, EOS_NEVER, n, beam_size=beam, length_penalty=1.0)
 
+    hf = None if "transformers" in missing else marian(args).to(args.device).eval()
+
     def run_hf(beam):
         with torch.no_grad(), autocast(args):
             return hf.generate(
@@ -412,30 +415,54 @@ def decode_contenders(args, ours, src, ct2_dir: str):
                 do_sample=False, length_penalty=1.0,
             )  # fmt: skip
 
-    def run_ct2(kind):
-        return lambda beam: ct2[kind].translate_batch(
-            tokens, beam_size=beam, max_decoding_length=n, min_decoding_length=n, length_penalty=1.0 if beam > 1 else 0.0
-        )  # fmt: skip
-
     decoders = {"ours": run_ours}
     if static is not None:
         decoders[f"ours, static cache ({args.static_cache})"] = functools.partial(run_ours, decoder=static)
-    decoders["HF Marian generate"] = run_hf
-    decoders |= {f"CTranslate2 {kind} (our weights)": run_ct2(kind) for kind in kinds}
+    if hf is not None:
+        decoders["HF Marian generate"] = run_hf
+    if ct2_dir is not None:
+        decoders |= ct2_decoders(args, ours, src, ct2_dir)
     return decoders
 
 
-def run_decode(args, ours, sources: dict[int, torch.Tensor]) -> dict:
+def ct2_decoders(args, ours, src, ct2_dir: str) -> dict:
+    """CTranslate2 running our converted weights in two compute types, each a function of the beam size."""
+    import ctranslate2
+
+    from deploy.ctranslate2 import vocabulary
+
+    words = vocabulary(ours.src_tokenizer)
+    tokens = [[words[i] for i in row if i != PAD] for row in src.tolist()]  # each ends with <eos>, as ours
+    n, threads = args.out_len, torch.get_num_threads()
+    if args.device == "cpu":
+        kinds = ("float32", "int8")
+    else:
+        kinds = ("bfloat16", "int8_bfloat16") if args.dtype == "bf16" else ("float32", "int8_float32")
+
+    def run_ct2(kind):
+        translator = ctranslate2.Translator(
+            ct2_dir, device=args.device, compute_type=kind, inter_threads=1, intra_threads=threads
+        )  # fmt: skip
+        return lambda beam: translator.translate_batch(
+            tokens, beam_size=beam, max_decoding_length=n, min_decoding_length=n, length_penalty=1.0 if beam > 1 else 0.0
+        )  # fmt: skip
+
+    return {f"CTranslate2 {kind} (our weights)": run_ct2(kind) for kind in kinds}
+
+
+def run_decode(args, ours, sources: dict[int, torch.Tensor], missing: list[str]) -> dict:
     """Greedy and beam 4 at every batch size of `sources` ({batch: (batch, S) ids}); results per beam, each row
     with its batch."""
-    from deploy.ctranslate2 import export_ctranslate2
-
     tables, results = [], {}
     with tempfile.TemporaryDirectory() as tmp:
-        ct2_dir = str(export_ctranslate2(ours.cpu().eval(), f"{tmp}/ct2"))
-        ours.to(args.device)
+        ct2_dir = None
+        if "ctranslate2" not in missing:
+            from deploy.ctranslate2 import export_ctranslate2
+
+            ct2_dir = str(export_ctranslate2(ours.cpu().eval(), f"{tmp}/ct2"))
+            ours.to(args.device)
         for src in sources.values():
-            decoders = decode_contenders(args, ours, src, ct2_dir)
+            decoders = decode_contenders(args, ours, src, ct2_dir, missing)
             for beam in (1, 4):
                 tables.append(decode_table(args, decoders, beam, src, results))
     return {"tables": tables, "results": results}
@@ -505,25 +532,32 @@ def run(args) -> dict:
         tgt = padded_ids(args.batch, args.tgt_len + 1, args.vocab, args.pad_frac, PAD, g)
         tgt[:, 0] = BOS
     src, tgt = src.to(args.device), tgt.to(args.device)
-    payload = {"benchmark": "peers", "config": vars(args), "environment": environment(args.device)}
+    missing = missing_peers()
+    payload = {"benchmark": "peers", "config": vars(args), "environment": environment(args.device), "missing_peers": missing}
     if args.task in ("train", "both"):
-        payload["train"] = run_train(args, ours, src, tgt)
+        payload["train"] = run_train(args, ours, src, tgt, missing)
     if args.task in ("decode", "both"):
         if args.corpus:  # b sentences in length order from the middle of the split, as translate_many groups them
             middle = len(by_length) // 2
             batches = {b: pad_rows(by_length[middle : middle + b]).to(args.device) for b in args.decode_batches}
         else:
             batches = {b: src if b == args.batch else sources(args, b, g) for b in args.decode_batches}
-        payload["decode"] = run_decode(args, ours, batches)
+        payload["decode"] = run_decode(args, ours, batches, missing)
+    ran = [r["name"] for r in payload.get("train", {}).get("results", [])]
+    ran += [r["name"] for rows in payload.get("decode", {}).get("results", {}).values() for r in rows]
+    differences = {name: text for name, text in DIFFERENCES.items() if any(r.startswith(name) for r in ran)}
     print("\nWhat differs from ours:")
-    for name, text in DIFFERENCES.items():
+    for name, text in differences.items():
         print(f"  - {name}: {text}")
-    payload["differences"] = DIFFERENCES
+    payload["differences"] = differences
     return payload
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    for module in missing_peers():
+        pip_name, contender = OPTIONAL_PEERS[module]
+        print(f"peers: {pip_name} is not installed: {contender} left out (pip install {pip_name})", file=sys.stderr)
     payload = run(args)
     write_json(args.json, payload)
     return payload

@@ -116,6 +116,24 @@ def test_peers(tmp_path, capsys):
         assert all(r["sentences_per_s"] > 0 for r in rows)
 
 
+def test_peers_without_the_optional_peers_leave_their_rows_out(tmp_path, capsys, monkeypatch):
+    peers = importlib.import_module("peers")
+    monkeypatch.setattr(peers, "missing_peers", lambda: ["transformers", "x_transformers", "ctranslate2"])
+    out = tmp_path / "peers.json"
+    peers.main(["--tiny", "--json", str(out)])
+    captured = capsys.readouterr()
+    data = json.loads(out.read_text())
+    assert [r["name"] for r in data["train"]["results"]] == ["ours", "torch.nn.Transformer"]
+    assert all([r["name"] for r in rows] == ["ours"] for rows in data["decode"]["results"].values())
+    assert list(data["differences"]) == ["torch.nn.Transformer"] and "HF Marian" not in captured.out
+    named = [line for line in captured.err.splitlines() if line.startswith("peers: ")]
+    assert named == [
+        "peers: transformers is not installed: HF Marian left out (pip install transformers)",
+        "peers: x-transformers is not installed: x-transformers left out (pip install x-transformers)",
+        "peers: ctranslate2 is not installed: CTranslate2 left out (pip install ctranslate2)",
+    ]
+
+
 def test_peers_real_batches_are_the_samplers_median_batch():
     from types import SimpleNamespace
 
