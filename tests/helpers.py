@@ -51,6 +51,13 @@ def run(cmd: list[str], timeout: int = 900, env: dict | None = None, **kwargs) -
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env or ENV, timeout=timeout, **kwargs)
 
 
+def env_hiding(*modules: str) -> dict:
+    """ENV with the top-level `modules` hidden from the interpreter and its children, as if they were not installed
+    (tests/hide_packages/sitecustomize.py, put first on PYTHONPATH)."""
+    path = [str(ROOT / "tests" / "hide_packages"), str(ROOT), *filter(None, [ENV.get("PYTHONPATH")])]
+    return {**ENV, "PYTHONPATH": os.pathsep.join(path), "HIDE_PACKAGES": ",".join(modules)}
+
+
 def script(name: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
     """Run scripts/<name>.py with `args` (see `run`)."""
     return run([sys.executable, str(ROOT / "scripts" / f"{name}.py"), *args], **kwargs)

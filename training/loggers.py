@@ -117,7 +117,12 @@ class AutoWandbLogger(WandbLogger):
 
 
 def _quiet_settings():
-    import wandb
+    try:
+        import wandb
+    except ImportError:  # an optional package: a cluster's image, say, has none
+        from models.errors import InputError
+
+        raise InputError("the W&B logger needs wandb: pip install wandb, or pass --trainer.logger CSVLogger") from None
 
     return wandb.Settings(silent=True, console="off", init_timeout=60)
 
