@@ -340,6 +340,8 @@ def main(argv=None) -> int:
     missing = [OPTIONAL_PEERS[module][0] for module in missing_peers()] if "speed" in args.parts else []
     for name in missing:
         print(f"note: {name} is not installed: its rows are left out of the peers' tables", flush=True)
+    if "speed" in args.parts and not args.tiny and not Path(args.data_dir).is_dir():
+        print(f"note: --data-dir {args.data_dir}: no such folder; the peers train and decode random ids", flush=True)
     env = environment(args.device, missing)
     start, records = time.perf_counter(), []
     print(f"GPU suite → {out} ({args.device}{', tiny' if args.tiny else ''}): {', '.join(args.parts)}", flush=True)
