@@ -371,12 +371,12 @@ def model_card(
         "`MarianMTModel`: it loads with `transformers` alone.",
         "",
         "```python",
-        "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline",
+        "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
         'tokenizer = AutoTokenizer.from_pretrained("THIS_FOLDER")',
         'model = AutoModelForSeq2SeqLM.from_pretrained("THIS_FOLDER")',
         'batch = tokenizer(["a sentence to translate"], return_tensors="pt", padding=True)',
         "print(tokenizer.batch_decode(model.generate(**batch, num_beams=1), skip_special_tokens=True))",
-        'print(pipeline("translation", model="THIS_FOLDER")("a sentence to translate"))',
+        '# transformers 4 also has pipeline("translation", model="THIS_FOLDER")',
         "```",
         "",
         "## Model",
@@ -451,10 +451,9 @@ def _data_settings(config_yaml: str) -> dict:
 def checkpoint_meta(state: dict) -> dict:
     """The epoch, step and best monitored score a Lightning checkpoint records (for the card)."""
     meta = {"epoch": state.get("epoch"), "global_step": state.get("global_step")}
-    for key, value in (state.get("callbacks") or {}).items():
-        if "ModelCheckpoint" in str(key) and isinstance(value, dict) and value.get("best_model_score") is not None:
-            score = value["best_model_score"]
-            meta["monitor"], meta["best_score"] = value.get("monitor"), round(float(score), 4)
+    for value in (state.get("callbacks") or {}).values():  # a ModelCheckpoint's (or a subclass's) state
+        if isinstance(value, dict) and value.get("monitor") and value.get("best_model_score") is not None:
+            meta["monitor"], meta["best_score"] = value["monitor"], round(float(value["best_model_score"]), 4)
             break
     return meta
 

@@ -244,6 +244,21 @@ def test_pipeline_translates_the_toy_set_as_ours(trained_toy):
     assert_same_logits(model, hf, tokenizer, more, atol=1e-4)
 
 
+def test_hf_translate_benchmark_translates_as_translate_py(trained_toy, capsys):
+    """benchmarks/hf_translate.py (transformers alone, the Multi30k comparison of docs/results.md): our outputs,
+    an empty line kept as one, greedy and beam 4 at alpha 0."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import hf_translate
+
+    model, _, folder = trained_toy
+    lines = [s for s, _ in TOY_PAIRS] + ["", "学 生 我", "是 是 是"]
+    want = [model.translate([line])[0] if line else "" for line in lines]
+    assert hf_translate.main([str(folder), "--batch-size", "2"], lines=lines) == want
+    beam = hf_translate.main([str(folder), "--beam-size", "4"], lines=lines[:3])
+    assert beam == model.translate(lines[:3], beam_size=4, length_penalty=0.0)
+    assert capsys.readouterr().out.splitlines()[: len(lines)] == want
+
+
 def test_folder_holds_what_transformers_and_the_hub_expect(trained_toy):
     _, ckpt, folder = trained_toy
     names = {p.name for p in folder.iterdir()}
