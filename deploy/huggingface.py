@@ -507,6 +507,9 @@ def _save_weights(hf, folder: Path) -> None:
         if code is None:
             raise
         raise OSError(int(code.group(1)), os.strerror(int(code.group(1)))) from None
+    # safetensors creates its file private (0600); the folder is for sharing: the mode config.json got (the umask's)
+    for weights in folder.glob("*.safetensors"):
+        weights.chmod((folder / "config.json").stat().st_mode & 0o777)
 
 
 def push_to_hub(folder: str | Path, repo_id: str, api=None) -> str:

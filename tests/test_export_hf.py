@@ -271,6 +271,7 @@ def test_folder_holds_what_transformers_and_the_hub_expect(trained_toy):
         "README.md",
     }
     assert expected <= names, names
+    assert (folder / "model.safetensors").stat().st_mode == (folder / "config.json").stat().st_mode  # readable as it
     config = json.loads((folder / "config.json").read_text())
     assert config["model_type"] == "marian" and config["architectures"] == ["MarianMTModel"]
     generation = json.loads((folder / "generation_config.json").read_text())
