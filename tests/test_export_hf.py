@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -375,6 +376,40 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, trained_toy):
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr[-2000:]
     assert f"cannot write {out}: no space left" in done.stderr
     assert list((tmp_path / "place").iterdir()) == []  # no half-written folder, no temporary one
+
+
+def test_a_full_disk_keeps_the_earlier_export_whole(tmp_path, trained_toy):
+    """ENOSPC for real (a full tmpfs in a private mount namespace, tests/test_faults_scripts.py's), over an earlier
+    export that --force would replace: one line, exit status 1, and the earlier folder as it was."""
+    from tests.test_faults_scripts import IN_TMPFS, can_mount, snapshot
+
+    if not can_mount():
+        pytest.skip("no private mount namespace here (unshare -m and mount need root with CAP_SYS_ADMIN)")
+    _, ckpt, folder = trained_toy
+    earlier, before, after, place = (tmp_path / name for name in ("earlier", "before", "after", "place"))
+    for path in (earlier, before, after, place):
+        path.mkdir()
+    (earlier / "hf").mkdir()  # an earlier export, small enough for the 1 MB tmpfs
+    for name in ("config.json", "generation_config.json"):
+        shutil.copy(folder / name, earlier / "hf" / name)
+    (earlier / "hf" / "model.safetensors").write_bytes(b"earlier weights\n" * 1000)
+    env = {**ENV, "PLACE": str(place), "EARLIER": str(earlier), "BEFORE": str(before), "AFTER": str(after), "FAULT": "full"}
+    export = [
+        sys.executable,
+        str(ROOT / "scripts" / "export.py"),
+        "--ckpt",
+        str(ckpt),
+        "--to",
+        "hf",
+        str(place / "hf"),
+        "--force",
+    ]
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", IN_TMPFS, "sh", *export], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr[-2000:]
+    assert f"cannot write {place / 'hf'}: no space left on device (ENOSPC)" in done.stderr
+    assert snapshot(after) == snapshot(before) and "hf/model.safetensors" in snapshot(before)
 
 
 def test_push_to_hub_sends_the_folder_and_offline_is_one_line(tmp_path, trained_toy, monkeypatch):
