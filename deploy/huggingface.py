@@ -186,10 +186,9 @@ def marian_shaped(model) -> tuple[Seq2SeqConfig, dict]:
         state["generator.bias"] = torch.zeros(config.tgt_vocab_size)
     if "generator.weight" not in state:  # a tied output layer is saved under its table's name only
         state["generator.weight"] = state["tgt_embed.weight"]
-    extra = 0
     if config.final_norm:
         _move_final_norms(state, config)
-        extra = 1
+    extra = int(config.final_norm)  # the layer each stack's final norm became
     shaped = dataclasses.replace(
         config,
         positional="sinusoidal_halves",
