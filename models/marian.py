@@ -78,6 +78,35 @@ def _get(state: dict, *names: str) -> torch.Tensor:
     raise MarianFormatError(f"the weights hold none of {', '.join(names)}")
 
 
+def layer_names(ours: dict) -> list[tuple[str, tuple[str, ...]]]:
+    """Each linear layer and norm of our stacks (by the keys of `ours`, a `Seq2SeqNet.state_dict()`) with the
+    Marian ones it holds, in the order ours concatenates them: (ours, (theirs, ...)), without ".weight"/".bias"."""
+    names = []
+    for stack, cross in (("encoder", False), ("decoder", True)):
+        i = 0
+        while f"core.{stack}_layers.{i}.norm1.weight" in ours:
+            o, t = f"core.{stack}_layers.{i}", f"{stack}.layers.{i}"
+            names += [
+                (f"{o}.self_attn.qkv_proj", (f"{t}.self_attn.q_proj", f"{t}.self_attn.k_proj", f"{t}.self_attn.v_proj")),
+                (f"{o}.self_attn.out_proj", (f"{t}.self_attn.out_proj",)),
+                (f"{o}.norm1", (f"{t}.self_attn_layer_norm",)),
+            ]
+            if cross:
+                names += [
+                    (f"{o}.cross_attn.q_proj", (f"{t}.encoder_attn.q_proj",)),
+                    (f"{o}.cross_attn.kv_proj", (f"{t}.encoder_attn.k_proj", f"{t}.encoder_attn.v_proj")),
+                    (f"{o}.cross_attn.out_proj", (f"{t}.encoder_attn.out_proj",)),
+                    (f"{o}.norm2", (f"{t}.encoder_attn_layer_norm",)),
+                ]
+            names += [
+                (f"{o}.ff.linear1", (f"{t}.fc1",)),
+                (f"{o}.ff.linear2", (f"{t}.fc2",)),
+                (f"{o}.norm{3 if cross else 2}", (f"{t}.final_layer_norm",)),
+            ]
+            i += 1
+    return names
+
+
 def state_dict_from_marian(state: dict, ours: dict) -> dict:
     """Marian's weights (`MarianMTModel.state_dict()` or its saved file) renamed and fused into the keys of
     `ours` (a `Seq2SeqNet.state_dict()`, for its key set and shapes)."""
@@ -88,36 +117,9 @@ def state_dict_from_marian(state: dict, ours: dict) -> dict:
     if "generator.weight" in ours:
         out["generator.weight"] = _get(state, "lm_head.weight", "decoder.embed_tokens.weight", "shared.weight")
     out["generator.bias"] = _get(state, "final_logits_bias").reshape(-1)
-
-    def linear(ours_name: str, theirs: str, *parts: str) -> None:
-        names = [f"{theirs}.{p}" for p in parts] if parts else [theirs]
+    for name, parts in layer_names(ours):
         for kind in ("weight", "bias"):
-            out[f"{ours_name}.{kind}"] = torch.cat([_get(state, f"{n}.{kind}") for n in names], dim=0)
-
-    i = 0
-    while f"core.encoder_layers.{i}.norm1.weight" in ours:
-        o, t = f"core.encoder_layers.{i}", f"encoder.layers.{i}"
-        linear(f"{o}.self_attn.qkv_proj", f"{t}.self_attn", "q_proj", "k_proj", "v_proj")
-        linear(f"{o}.self_attn.out_proj", f"{t}.self_attn.out_proj")
-        linear(f"{o}.norm1", f"{t}.self_attn_layer_norm")
-        linear(f"{o}.ff.linear1", f"{t}.fc1")
-        linear(f"{o}.ff.linear2", f"{t}.fc2")
-        linear(f"{o}.norm2", f"{t}.final_layer_norm")
-        i += 1
-    i = 0
-    while f"core.decoder_layers.{i}.norm1.weight" in ours:
-        o, t = f"core.decoder_layers.{i}", f"decoder.layers.{i}"
-        linear(f"{o}.self_attn.qkv_proj", f"{t}.self_attn", "q_proj", "k_proj", "v_proj")
-        linear(f"{o}.self_attn.out_proj", f"{t}.self_attn.out_proj")
-        linear(f"{o}.norm1", f"{t}.self_attn_layer_norm")
-        linear(f"{o}.cross_attn.q_proj", f"{t}.encoder_attn.q_proj")
-        linear(f"{o}.cross_attn.kv_proj", f"{t}.encoder_attn", "k_proj", "v_proj")
-        linear(f"{o}.cross_attn.out_proj", f"{t}.encoder_attn.out_proj")
-        linear(f"{o}.norm2", f"{t}.encoder_attn_layer_norm")
-        linear(f"{o}.ff.linear1", f"{t}.fc1")
-        linear(f"{o}.ff.linear2", f"{t}.fc2")
-        linear(f"{o}.norm3", f"{t}.final_layer_norm")
-        i += 1
+            out[f"{name}.{kind}"] = torch.cat([_get(state, f"{p}.{kind}") for p in parts], dim=0)
     for name, value in out.items():
         if name not in ours or ours[name].shape != value.shape:
             shape = tuple(ours[name].shape) if name in ours else "no such weight"
@@ -127,4 +129,23 @@ def state_dict_from_marian(state: dict, ours: dict) -> dict:
     missing = sorted(set(ours) - set(out))
     if missing:
         raise MarianFormatError(f"the weights do not fit the config: nothing for {', '.join(missing[:3])}")
+    return out
+
+
+def state_dict_to_marian(ours: dict) -> dict:
+    """The inverse of `state_dict_from_marian`: a Marian-shaped `Seq2SeqNet.state_dict()` (post-norm, no final
+    norms, an output bias; see deploy/huggingface.py) under `MarianMTModel`'s names, its fused matrices split.
+    Every embedding name is filled (`shared`, each side's table, `lm_head`): `MarianMTModel.load_state_dict`
+    takes the ones its config ties."""
+    out = {
+        "model.shared.weight": ours["src_embed.weight"],
+        "model.encoder.embed_tokens.weight": ours["src_embed.weight"],
+        "model.decoder.embed_tokens.weight": ours["tgt_embed.weight"],
+        "lm_head.weight": ours["generator.weight"],
+        "final_logits_bias": ours["generator.bias"].reshape(1, -1),
+    }
+    for name, parts in layer_names(ours):
+        for kind in ("weight", "bias"):
+            for part, value in zip(parts, ours[f"{name}.{kind}"].chunk(len(parts), dim=0)):
+                out[f"model.{part}.{kind}"] = value.contiguous()
     return out

@@ -2,6 +2,7 @@
 
     python scripts/export.py --ckpt CKPT --to ctranslate2 OUT_DIR [--quantization int8] [--force]
     python scripts/translate.py --engine ctranslate2 --model OUT_DIR "Ein Hund rennt."
+    python scripts/export.py --ckpt CKPT --to hf OUT_DIR [--push-to-hub USER/NAME] [--force]
 
 OUT_DIR gets CTranslate2's model (model.bin, vocabularies, config.json) and our tokenizers
 (tokenizers.json), so the directory alone translates text (deploy/ctranslate2.py says how the
@@ -11,11 +12,19 @@ weights map and which options cannot). `--quantization` stores the weights as CT
 averaged weights unless `--weights training`. OUT_DIR's parent folders are created as `mkdir -p` would;
 an existing OUT_DIR is replaced only with --force, and only if it is an earlier export. A bad checkpoint,
 an option CTranslate2 cannot represent, or no `ctranslate2` package: one line on stderr, exit status 2.
+
+`--to hf` writes a Hugging Face model folder instead: a `MarianMTModel` (config.json, model.safetensors), its
+tokenizer, generation_config.json and a model card (README.md), which `transformers` loads with no code of
+ours (deploy/huggingface.py says how the network is rewritten, and which options Marian cannot express, each
+refused in one line naming it). `--push-to-hub USER/NAME` then uploads the folder with `huggingface_hub`
+(logged in with `hf auth login` or HF_TOKEN); an upload that fails is one line, exit status 2, the folder kept.
+A full disk is one line and exit status 1, and leaves nothing half-written.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -23,19 +32,28 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
 from deploy.ctranslate2 import QUANTIZATIONS, export_ctranslate2  # noqa: E402
+from deploy.huggingface import checkpoint_meta, export_huggingface, push_to_hub  # noqa: E402
 from training.faults import exit_on_user_error  # noqa: E402
-from training.loading import add_weights_argument, load_checkpoint, load_training_weights  # noqa: E402
+from training.loading import add_weights_argument, load_checkpoint, load_training_weights, read_checkpoint  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ckpt", required=True, help="a Seq2SeqTransformer checkpoint (.ckpt)")
-    parser.add_argument("--to", required=True, choices=["ctranslate2"], help="the engine to export for")
+    parser.add_argument(
+        "--to", required=True, choices=["ctranslate2", "hf"], help="the engine to export for (hf: a Hugging Face folder)"
+    )
     parser.add_argument("out_dir", help="the directory to write (must not exist, unless --force)")
     parser.add_argument("--quantization", default=None, choices=QUANTIZATIONS, help="weight type (default: float32)")
     add_weights_argument(parser, "export")
+    parser.add_argument("--push-to-hub", metavar="USER/NAME", help="with --to hf: upload the folder to the Hugging Face hub")
     parser.add_argument("--force", action="store_true", help="replace OUT_DIR if it holds an earlier export")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.to == "hf" and args.quantization:
+        parser.error("--quantization is CTranslate2's: a Hugging Face export keeps float32 weights")
+    if args.to != "hf" and args.push_to_hub:
+        parser.error("--push-to-hub uploads a Hugging Face export: use it with --to hf")
+    return args
 
 
 @exit_on_user_error
@@ -46,6 +64,14 @@ def main(argv: list[str] | None = None) -> Path:
     model = load_checkpoint(Seq2SeqTransformer, args.ckpt)
     if args.weights == "training":
         load_training_weights(model, args.ckpt)
+    if args.to == "hf":
+        command = shlex.join(["python", "scripts/export.py", *(sys.argv[1:] if argv is None else argv)])
+        meta = checkpoint_meta(read_checkpoint(args.ckpt))
+        out = export_huggingface(model.eval(), args.out_dir, force=args.force, ckpt=args.ckpt, meta=meta, command=command)
+        print(f"wrote {out} (a Hugging Face MarianMTModel with its tokenizer, generation config and model card)")
+        if args.push_to_hub:
+            print(f"pushed to {push_to_hub(out, args.push_to_hub)}")
+        return out
     out = export_ctranslate2(model.eval(), args.out_dir, quantization=args.quantization, force=args.force)
     print(f"wrote {out} (CTranslate2, {args.quantization or 'float32'} weights, with the checkpoint's tokenizers)")
     return out

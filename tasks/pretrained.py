@@ -2,7 +2,8 @@
 
 A folder holds `config.json`, the weights (`model.safetensors` or `pytorch_model.bin`), `source.spm`,
 `target.spm` and `vocab.json` (and `target_vocab.json` when the two sides have separate vocabularies), as
-`MarianMTModel.save_pretrained` plus `MarianTokenizer.save_pretrained` write them; a hub name
+`MarianMTModel.save_pretrained` plus `MarianTokenizer.save_pretrained` write them, or `config.json`, the
+weights and one `tokenizer.json` of ours, as scripts/export.py (`--to hf`) writes them; a hub name
 ("Helsinki-NLP/opus-mt-de-en") is downloaded into Hugging Face's cache first (`huggingface_hub`). The
 config becomes our options and the weights our names (models/marian.py), the SentencePiece models and id
 tables our tokenizers (datamodules/sentencepiece.py). Reading needs `safetensors` (or torch, for a .bin),
@@ -19,8 +20,10 @@ import re
 from pathlib import Path
 
 import torch
+from tokenizers import Tokenizer as HFTokenizer
 
 from datamodules.sentencepiece import SentencePieceVocab
+from datamodules.tokenizers import SubwordTokenizer
 from models.errors import InputError
 from models.marian import MarianFormatError, options_from_config, state_dict_from_marian
 
@@ -45,7 +48,7 @@ def marian_folder(name_or_folder: str | Path) -> Path:
         raise InputError(
             f"{name} is no folder here, and downloading it needs huggingface_hub: pip install huggingface_hub"
         ) from None
-    patterns = [*NEEDED, "target_vocab.json", *WEIGHT_FILES]
+    patterns = [*NEEDED, "target_vocab.json", "tokenizer.json", "generation_config.json", *WEIGHT_FILES]
     try:
         return Path(snapshot_download(name, allow_patterns=patterns))
     except Exception as err:  # offline, no such repository, a gated one: each is the same "cannot get it"
@@ -79,13 +82,8 @@ def _read_json(path: Path) -> dict:
     return data
 
 
-def read_marian(folder: Path) -> tuple[dict, dict, dict[str, torch.Tensor]]:
-    """A Marian folder → (our options, our tokenizers' `to_dict()`s {"src", "tgt"}, Marian's weights)."""
-    missing = [name for name in NEEDED if not (folder / name).is_file()]
-    if missing:
-        raise InputError(f"{folder} is not a Marian model's folder: {', '.join(missing)} missing")
-    config = _read_json(folder / "config.json")
-    options = options_from_config(config, str(folder / "config.json"))
+def _spm_tokenizers(folder: Path, options: dict, config: dict) -> tuple[SentencePieceVocab, SentencePieceVocab]:
+    """A Marian folder's SentencePiece models and id tables (vocab.json, target_vocab.json)."""
     src_vocab = _read_json(folder / "vocab.json")
     tgt_vocab = src_vocab
     if not options["share_embeddings"] and (folder / "target_vocab.json").is_file():
@@ -99,6 +97,40 @@ def read_marian(folder: Path) -> tuple[dict, dict, dict[str, torch.Tensor]]:
     pad = config.get("pad_token_id")
     if pad is not None and (src.pad_id, tgt.pad_id) != (pad, pad):
         raise MarianFormatError(f"{folder}: vocab.json puts <pad> at {tgt.pad_id}, config.json at {pad}")
+    return src, tgt
+
+
+def _fast_tokenizer(folder: Path, config: dict) -> SubwordTokenizer:
+    """The one `tokenizer.json` of a folder that scripts/export.py wrote (`--to hf`): ours, for both sides."""
+    try:
+        tokenizer = HFTokenizer.from_file(str(folder / "tokenizer.json"))
+        tokenizer.post_processor = None  # the <eos> it appends is the framing's (datamodules.batching)
+        ours = SubwordTokenizer(tokenizer)
+    except Exception as err:  # tokenizers raises its own Exception subclass on a foreign file
+        raise MarianFormatError(f"{folder / 'tokenizer.json'} is not a tokenizer of ours ({str(err).strip()[:120]})") from None
+    if config.get("pad_token_id") != ours.pad_id:
+        raise MarianFormatError(
+            f"{folder}: tokenizer.json puts <pad> at {ours.pad_id}, config.json at {config.get('pad_token_id')}"
+        )
+    return ours
+
+
+def read_marian(folder: Path) -> tuple[dict, dict, dict[str, torch.Tensor]]:
+    """A Marian folder → (our options, our tokenizers' `to_dict()`s {"src", "tgt"}, Marian's weights)."""
+    if not (folder / "source.spm").is_file() and (folder / "tokenizer.json").is_file():  # scripts/export.py's
+        config = _read_json(folder / "config.json")
+        options = options_from_config(config, str(folder / "config.json"))
+        src = tgt = _fast_tokenizer(folder, config)
+        generation = folder / "generation_config.json"
+        bans = _read_json(generation).get("bad_words_ids") if generation.is_file() else None
+        options["ban_pad"] = [src.pad_id] in (bans or [])  # ours never generate <pad> unbanned: no ban
+    else:
+        missing = [name for name in NEEDED if not (folder / name).is_file()]
+        if missing:
+            raise InputError(f"{folder} is not a Marian model's folder: {', '.join(missing)} missing")
+        config = _read_json(folder / "config.json")
+        options = options_from_config(config, str(folder / "config.json"))
+        src, tgt = _spm_tokenizers(folder, options, config)
     weights = _read_weights(folder)
     # Which tables are one is read from the weights: transformers 5 keeps the encoder's, the decoder's and the
     # output layer's apart unless `tie_word_embeddings`, whatever `share_encoder_decoder_embeddings` says.
@@ -108,7 +140,7 @@ def read_marian(folder: Path) -> tuple[dict, dict, dict[str, torch.Tensor]]:
     out = state.get("lm_head.weight", dec)
     if enc is None or dec is None:
         raise MarianFormatError(f"{folder}: the weights hold no embeddings (encoder.embed_tokens or shared)")
-    options["share_embeddings"] = enc.shape == dec.shape and torch.equal(enc, dec) and src.tokens == tgt.tokens
+    options["share_embeddings"] = enc.shape == dec.shape and torch.equal(enc, dec) and src.to_dict() == tgt.to_dict()
     options["tie_embeddings"] = out is not None and out.shape == dec.shape and torch.equal(out, dec)
     return options, {"src": src.to_dict(), "tgt": tgt.to_dict()}, weights
 
