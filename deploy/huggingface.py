@@ -68,7 +68,9 @@ def _transformers():
     try:
         import transformers
     except ImportError:
-        raise HubExportError("exporting to Hugging Face needs transformers: pip install transformers") from None
+        raise HubExportError(
+            'exporting to Hugging Face needs transformers: pip install -e ".[deploy]" (or pip install transformers)'
+        ) from None
     transformers.utils.logging.disable_progress_bar()  # a script prints its one line; no bars for a small folder
     return transformers
 
