@@ -79,6 +79,77 @@ def test_ema_weights_are_the_ones_validated_and_bleu_scored(ema_run):
     assert "val/bleu" in trainer.callback_metrics
 
 
+class LinearRegression(L.LightningModule):
+    """A linear layer fit by SGD; its validation loss on one batch of 8 is the epoch's `val/loss`."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val/loss", torch.nn.functional.mse_loss(self.layer(x), y))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class RecordsTrainingWeights(L.Callback):
+    """The module's weights after each optimiser step, and `val/loss` after each validation."""
+
+    def __init__(self):
+        self.weights, self.val_losses = [], []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.weights.append({k: v.detach().clone() for k, v in pl_module.state_dict().items()})
+
+    def on_validation_end(self, trainer, pl_module):
+        if not trainer.sanity_checking:
+            self.val_losses.append(trainer.callback_metrics["val/loss"].item())
+
+
+def test_ema_validation_scores_the_average_and_training_goes_on_from_the_training_weights(tmp_path):
+    # An oracle outside Lightning: the average computed by hand from the recorded training weights, with the
+    # decay's warm-up, evaluated by hand on the validation batch. A swap that went wrong fails either half:
+    # a validation of the training weights, or training that goes on from the average.
+    x = torch.randn(24, 4, generator=torch.Generator().manual_seed(0))
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]]) + 1.0
+    train = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x[:16], y[:16]), batch_size=4)
+    val = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x[16:], y[16:]), batch_size=8)
+    decay, runs = 0.9, {}
+    for name, callbacks in (("with EMA", [EMA(decay=decay)]), ("without", [])):
+        L.seed_everything(0)
+        model, recorder = LinearRegression(), RecordsTrainingWeights()
+        quiet_trainer(tmp_path, max_epochs=3, callbacks=[*callbacks, recorder]).fit(model, train, val)
+        runs[name] = recorder, model
+
+    recorder, model = runs["with EMA"]
+    assert len(recorder.weights) == 12 and len(recorder.val_losses) == 3  # 4 steps an epoch, a validation after each
+    for with_ema, without in zip(recorder.weights, runs["without"][0].weights, strict=True):
+        for key in with_ema:
+            assert torch.equal(with_ema[key], without[key]), f"the EMA changed the training of {key}"
+
+    def val_loss(weights):
+        return torch.nn.functional.mse_loss(x[16:] @ weights["layer.weight"].T + weights["layer.bias"], y[16:]).item()
+
+    average, averages = None, []
+    for n, weights in enumerate(recorder.weights):  # n: the updates before this one
+        d = min(decay, (1 + n) / (10 + n))
+        average = weights if average is None else {k: average[k] + (1 - d) * (weights[k] - average[k]) for k in weights}
+        averages.append(average)
+    for epoch, logged in enumerate(recorder.val_losses):
+        after = 4 * (epoch + 1) - 1  # the last step of the epoch
+        assert logged == pytest.approx(val_loss(averages[after]), rel=1e-5)
+        assert logged != pytest.approx(val_loss(recorder.weights[after]), rel=1e-3)  # the two differ: a real check
+    # Training ends with the average in the module, as the checkpoints' `state_dict` holds it.
+    for key, tensor in model.state_dict().items():
+        torch.testing.assert_close(tensor, averages[-1][key])
+
+
 def test_ema_checkpoint_holds_both_and_reloads_the_average(ema_run, tmp_path):
     trainer, model, ema, checkpoint, dm = ema_run
     state = torch.load(checkpoint.best_model_path, map_location="cpu", weights_only=True)

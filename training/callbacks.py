@@ -26,7 +26,7 @@ import lightning as L
 import numpy as np
 import torch
 import yaml
-from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, RichModelSummary
+from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, RichModelSummary, WeightAveraging
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
@@ -174,8 +174,11 @@ class LogConfigCallback(SaveConfigCallback):
                 run.save(str(path), base_path=run.dir, policy="now")
 
 
-class EMA(EMAWeightAveraging):
-    """Lightning's `EMAWeightAveraging` with two fixes that matter for evaluation:
+class EMA(WeightAveraging):
+    """An exponential moving average of the weights, updated after every optimiser step: Lightning's
+    `WeightAveraging` (which swaps the average in for validation, stores it in checkpoints as `state_dict`
+    with the training weights as `current_model_state`, and copies it into the model when training ends),
+    through its public hooks only, with two fixes that matter for evaluation:
 
     - The average stays swapped in until `on_validation_end` (Lightning swaps it back in
       `on_validation_epoch_end`, and callbacks' hooks run before the module's, so the module's own
@@ -194,19 +197,18 @@ class EMA(EMAWeightAveraging):
     """
 
     def __init__(self, decay: float = 0.999, **kwargs: Any) -> None:
-        super().__init__(decay=decay, **kwargs)
-        self._kwargs["avg_fn"] = _ema_with_warmup(decay)
+        super().__init__(avg_fn=_ema_with_warmup(decay), **kwargs)  # kwargs: device, use_buffers
 
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.state.fn == TrainerFn.FITTING:  # trainer.validate() after fit evaluates what it loaded
-            super().on_validation_epoch_start(trainer, pl_module)
+            super().on_validation_epoch_start(trainer, pl_module)  # the average in
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        pass  # swapped back in on_validation_end
+        pass  # swapped back in on_validation_end, after the module's own epoch-end hook has scored the average
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._average_model is not None and trainer.state.fn == TrainerFn.FITTING:
-            self._swap_models(pl_module)
+        if trainer.state.fn == TrainerFn.FITTING:
+            super().on_validation_epoch_end(trainer, pl_module)  # the training weights back
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         # A stop in the middle of an epoch (a time limit, max_steps) ends training as its end does: the model
@@ -246,7 +248,7 @@ def evaluated_label(trainer: L.Trainer) -> str:
     evaluate.py print the same three, so that their figures can be matched with fit's."""
     ckpt = getattr(trainer, "ckpt_path", None)
     where = f"checkpoint {Path(ckpt).name}" if ckpt else f"the weights at the end of training (step {trainer.global_step})"
-    ema = any(isinstance(c, EMAWeightAveraging) for c in trainer.callbacks)
+    ema = any(isinstance(c, (EMA, EMAWeightAveraging)) for c in trainer.callbacks)
     return f"{where}, {'EMA weights' if ema else 'its only weights (no EMA)'}, precision {trainer.precision}"
 
 
