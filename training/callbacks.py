@@ -248,6 +248,7 @@ def evaluated_label(trainer: L.Trainer) -> str:
     evaluate.py print the same three, so that their figures can be matched with fit's."""
     ckpt = getattr(trainer, "ckpt_path", None)
     where = f"checkpoint {Path(ckpt).name}" if ckpt else f"the weights at the end of training (step {trainer.global_step})"
+    # Lightning's own EMA too (`--trainer.callbacks EMAWeightAveraging`): its checkpoints also store the average.
     ema = any(isinstance(c, (EMA, EMAWeightAveraging)) for c in trainer.callbacks)
     return f"{where}, {'EMA weights' if ema else 'its only weights (no EMA)'}, precision {trainer.precision}"
 
