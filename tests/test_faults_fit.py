@@ -311,7 +311,7 @@ def test_sigterm_during_a_checkpoint_save(tmp_path, times):
     result = fit(tmp_path, *args, callback_arg(SignalDuringSave, n=3, times=times, record=str(record)))
     assert result.returncode == 143, result.stderr[-3000:]
     line = one_line(result, "stopped by ")
-    last = tmp_path / "checkpoints" / "last.ckpt"
+    last = tmp_path / "version_0" / "checkpoints" / "last.ckpt"  # no logger: a version folder all the same
     assert not temporaries(tmp_path)
     if times == 1:
         assert line.startswith(f"stopped by SIGTERM at epoch 0 step 3; checkpoint written to {last}; resume with: "), line
@@ -324,7 +324,7 @@ def test_sigterm_during_a_checkpoint_save(tmp_path, times):
         assert before == hashes(last.parent) and torch.load(last, weights_only=True)["global_step"] == 2
     resumed = fit(tmp_path, *args, "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert torch.load(last, weights_only=True)["global_step"] == 16
+    assert torch.load(tmp_path / "version_1" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 16
 
 
 @pytest.mark.slow
@@ -337,7 +337,7 @@ def test_sigterm_at_random_moments_leaves_whole_checkpoints(tmp_path):
     for trial in range(4):
         root = tmp_path / str(trial)
         proc = start(root, *args)
-        wait_for(root / "checkpoints" / "last.ckpt", proc)
+        wait_for(root / "version_0" / "checkpoints" / "last.ckpt", proc)
         time.sleep(rng.uniform(0.0, 1.5))
         proc.send_signal(signal.SIGTERM)
         if trial % 2:
@@ -410,10 +410,10 @@ def test_resume_command_replaces_an_earlier_ckpt_path():
 
 
 def _earlier_run(root: Path) -> dict[str, str]:
-    """One epoch of 2 steps, checkpoints in root/checkpoints (no logger): their hashes."""
+    """One epoch of 2 steps, checkpoints in root/version_0/checkpoints (no logger): their hashes."""
     result = fit(root, "--trainer.logger", "false", "--trainer.limit_train_batches", "2", "--trainer.max_epochs", "1")
     assert result.returncode == 0, result.stderr[-3000:]
-    before = hashes(root / "checkpoints")
+    before = hashes(root / "version_0" / "checkpoints")
     assert set(before) == {"last.ckpt", "epoch000-step2.ckpt"}, before
     return before
 
@@ -435,10 +435,10 @@ def test_disk_full_while_saving_is_one_line_and_keeps_earlier_checkpoints(tmp_pa
     result = run([*FIT, *_resume_args(), "--trainer.default_root_dir", str(tmp_path), *QUIET], preexec_fn=limit)
     assert result.returncode == 1, result.stderr[-3000:]
     line = one_line(result, "error:")
-    assert line.startswith(f"error: cannot write {tmp_path / 'checkpoints'}/epoch001-step4.ckpt: "), line
+    assert line.startswith(f"error: cannot write {tmp_path / 'version_1' / 'checkpoints'}/epoch001-step4.ckpt: "), line
     assert "file-size limit" in line and "EFBIG" in line
     assert "_use_new_zipfile_serialization" not in line
-    assert hashes(tmp_path / "checkpoints") == before  # earlier checkpoints intact, no temporary file left
+    assert hashes(tmp_path / "version_0" / "checkpoints") == before  # earlier checkpoints intact, no temporary file left
 
 
 def _without_root_powers() -> list[str]:
@@ -462,18 +462,18 @@ def test_read_only_root_dir_is_one_line_before_training(tmp_path):
     root = tmp_path / "run"
     before = _earlier_run(root)
     prefix = _without_root_powers()
-    for folder in (root / "checkpoints", root):
+    for folder in (root / "version_0" / "checkpoints", root / "version_0", root):
         folder.chmod(0o555)
     try:
         result = run([*prefix, *FIT, *_resume_args(), "--trainer.default_root_dir", str(root), *QUIET])
     finally:
-        for folder in (root, root / "checkpoints"):
+        for folder in (root, root / "version_0", root / "version_0" / "checkpoints"):
             folder.chmod(0o755)
     assert result.returncode == 1, result.stderr[-3000:]
     line = one_line(result, "error:")
     assert str(root) in line and "permission denied (EACCES)" in line, line
     assert "step 4" not in result.stderr  # stopped before training
-    assert hashes(root / "checkpoints") == before
+    assert hashes(root / "version_0" / "checkpoints") == before
 
 
 @pytest.mark.parametrize("logger", ["false", "CSVLogger", "wandb"])
@@ -512,7 +512,7 @@ def test_nan_loss_with_per_step_checkpoints_keeps_the_last_finite_one(tmp_path):
         callback_arg(ScaleWeightsAt, step=5),
     )
     assert result.returncode == 1, result.stderr[-3000:]
-    last = tmp_path / "checkpoints" / "last.ckpt"
+    last = tmp_path / "version_0" / "checkpoints" / "last.ckpt"
     line = one_line(result, "error:")
     assert "at step 5 (epoch 0)" in line and line.endswith(f"the last checkpoint is {last} (step 4, its loss was finite)"), line
     state = torch.load(last, weights_only=True)
@@ -533,7 +533,7 @@ def test_nan_loss_after_two_saves_at_one_step_goes_back_past_both(tmp_path):
         callback_arg(ScaleWeightsAt, step=16),
     )
     assert result.returncode == 1, result.stderr[-3000:]
-    last = tmp_path / "checkpoints" / "last.ckpt"
+    last = tmp_path / "version_0" / "checkpoints" / "last.ckpt"
     line = one_line(result, "error:")
     assert "at step 16 (epoch 1)" in line and line.endswith(f"the last checkpoint is {last} (step 8, its loss was finite)"), line
     assert torch.load(last, weights_only=True)["global_step"] == 8
@@ -598,7 +598,8 @@ def test_temporaries_of_dead_processes_are_removed_when_a_run_starts_there(tmp_p
     }
     for name in names:
         (folder / name).write_bytes(b"PK\x03\x04 half a checkpoint")
-    result = fit(tmp_path, "--trainer.logger", "false", "--trainer.limit_train_batches", "2", "--trainer.max_epochs", "1")
+    short = ["--trainer.limit_train_batches", "2", "--trainer.max_epochs", "1"]
+    result = fit(tmp_path, "--trainer.logger", "false", "--checkpoint.dirpath", str(folder), *short)
     assert result.returncode == 0, result.stderr[-3000:]
     assert {name for name in names if (folder / name).exists()} == {name for name, kept in names.items() if kept}
     assert (folder / "last.ckpt").exists()

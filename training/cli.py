@@ -35,7 +35,15 @@ from .checkpointing import BestCheckpoint, StoppedMidEpoch, checkpoint_callbacks
 from .errors import CheckpointError
 from .lightning_internals import checkpoint_io_chosen
 from .loading import read_checkpoint
-from .loggers import AutoWandbLogger, WandbRunId, continue_wandb_run, run_dir, run_folder, sync_command
+from .loggers import (
+    AutoWandbLogger,
+    WandbRunId,
+    claim_run_folder,
+    continue_wandb_run,
+    run_dir,
+    run_folder,
+    sync_command,
+)
 from .progress import EpochBar, ProgressLog
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -239,6 +247,7 @@ def run_fit(cli: TransformerCLI, resume: str = "") -> None:
         if run_id:
             rank_zero_info(f"Continuing W&B run {run_id}")
             keep_earlier_checkpoints(trainer)
+    claim_run_folder(trainer)
     start = time.monotonic()
     # A time limit mid-epoch ends fit with last.ckpt written at the step; test and summarise as after any end.
     with contextlib.suppress(StoppedMidEpoch):
