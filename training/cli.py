@@ -44,6 +44,7 @@ from .loggers import (
     run_folder,
     sync_command,
 )
+from .precision import machine_precision, precision_line
 from .progress import EpochBar, ProgressLog
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,6 +155,9 @@ class TransformerCLI(LightningCLI):
         if decay is not None and not 0.0 < decay < 1.0:
             self.parser.error(f"--ema_decay must lie strictly between 0 and 1 (or be null), got {decay}")
         check_accelerator(config.trainer.get("accelerator"))
+        if config.trainer.get("precision") is None:
+            config.trainer.precision, reason = machine_precision(config.trainer.get("accelerator"))
+            rank_zero_info(precision_line(config.trainer.precision, reason))
         _check_pad_to_multiple(self.parser, config)
         root = config.trainer.get("default_root_dir") or "."
         loggers = config.trainer.get("logger")
