@@ -30,6 +30,7 @@ from torchvision import datasets
 
 from models.checks import at_least, check_hparams
 from models.errors import HyperparameterError
+from models.files import new_folders_removed_if_empty
 
 from .errors import DataFormatError, DataNotFoundError
 from .resumable import ResumableDataLoader, ShuffleSampler, shard_of
@@ -156,11 +157,12 @@ class MNISTDataModule(L.LightningDataModule):
         """Runs once per machine: make sure the four raw files exist (downloading if allowed) and are
         whole, so that a bad test file stops the run before training rather than after it."""
         if self._missing() and self.download:
-            try:
-                for train in (True, False):
-                    datasets.MNIST(self.data_dir, train=train, download=True)
-            except Exception:  # URLError, HTTPError, RuntimeError("Error downloading ..."), ...
-                pass  # the clear error below says what is needed; a network traceback would not
+            with new_folders_removed_if_empty(self.raw_dir):  # an offline attempt leaves no empty MNIST/raw
+                try:
+                    for train in (True, False):
+                        datasets.MNIST(self.data_dir, train=train, download=True)
+                except Exception:  # URLError, HTTPError, RuntimeError("Error downloading ..."), ...
+                    pass  # the clear error below says what is needed; a network traceback would not
         self._require_files(tried_download=self.download)
         for train in (True, False):
             self._check_files(train)

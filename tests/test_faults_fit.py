@@ -265,6 +265,37 @@ def test_time_limit_mid_epoch_writes_a_checkpoint_that_resumes_exactly(tmp_path,
     resume_as_printed_and_compare(command.replace(f" {shlex.quote(time_up)} ", " --test false "), root, uninterrupted)
 
 
+def test_resuming_a_run_that_reached_max_epochs_is_one_line_and_creates_nothing(tmp_path):
+    # last.ckpt of the last epoch's end counts that epoch as processed, not yet completed: this resume once
+    # trained nothing, exited 0 and left an empty checkpoints-2/ and a second W&B offline folder.
+    root = tmp_path / "run"
+    args = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--test", "false"]  # W&B offline
+    first = fit(root, *args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = sorted(root.rglob("*"))
+    again = fit(root, *args, "--ckpt_path", "last")
+    assert again.returncode == 3, again.stderr[-3000:]
+    line = one_line(again, "nothing to train: --trainer.max_epochs 1: ")
+    assert "has already trained 1 epochs" in line and line.endswith("pass a larger --trainer.max_epochs to train on"), line
+    assert sorted(root.rglob("*")) == before
+
+
+def test_a_run_refused_at_its_start_leaves_no_folder_behind(tmp_path):
+    nothing = fit(tmp_path / "empty", "--ckpt_path", "last")  # the default logger, W&B, once made the root
+    assert nothing.returncode == 2, nothing.stderr[-3000:]
+    one_line(nothing, "error: --ckpt_path last: no last.ckpt under ")
+    offline = {**ENV, **{name: "http://127.0.0.1:9" for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}}
+    mnist = ["--config", str(ROOT / "configs" / "mnist_subset.yaml"), "--data.data_dir", str(tmp_path / "data" / "mnist")]
+    download = fit(tmp_path / "run", *mnist, "--trainer.logger", "CSVLogger", env=offline)  # torchvision made MNIST/raw
+    assert download.returncode == 2, download.stderr[-3000:]
+    one_line(download, "error: MNIST files not found in ")
+    from datamodules.corpus_readers import download  # Tatoeba's and Multi30k's
+
+    with pytest.raises(OSError):
+        download("http://127.0.0.1:9/cmn-eng.zip", tmp_path / "data" / "cmn-eng" / "cmn-eng.zip")  # nothing listens there
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.slow
 def test_max_steps_mid_epoch_then_more_steps_is_exact(tmp_path, uninterrupted):
     # "Train longer": a run that ended at --trainer.max_steps 22, mid-epoch, resumed with --trainer.max_steps 48

@@ -302,7 +302,8 @@ def check_something_left(state: dict, trainer: L.Trainer, path: str) -> None:
             f"--trainer.max_steps {trainer.max_steps}: {path} has already trained {steps} steps; "
             "pass a larger --trainer.max_steps to train on"
         )
-    epochs = state["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"]
+    # `processed`: a checkpoint written at an epoch's end (last.ckpt) counts that epoch as processed, not yet completed.
+    epochs = state["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"]
     if trainer.max_epochs is not None and 0 <= trainer.max_epochs <= epochs:
         raise NothingToTrain(
             f"--trainer.max_epochs {trainer.max_epochs}: {path} has already trained {epochs} epochs; "

@@ -98,7 +98,6 @@ class AutoWandbLogger(WandbLogger):
             self.offline_reason = offline_reason()
             offline = self.offline_reason is not None
         save_dir = save_dir or "."
-        Path(save_dir).mkdir(parents=True, exist_ok=True)
         # No interactive login, and no wait on a server that is not there.
         kwargs.setdefault("settings", _quiet_settings())
         super().__init__(
@@ -115,6 +114,14 @@ class AutoWandbLogger(WandbLogger):
             self._wandb_init.pop("anonymous", None)  # wandb warns about the key even when it is None
         if offline and self.offline_reason:
             rank_zero_info(f"W&B logs offline: {self.offline_reason}.")
+
+    @property
+    def experiment(self):
+        # The folder is made when the run starts (wandb would log to a temporary folder instead of a missing
+        # one), not when the logger is built: a run refused before it starts leaves none behind.
+        if self._experiment is None:
+            Path(self.save_dir).mkdir(parents=True, exist_ok=True)
+        return super().experiment
 
 
 def _quiet_settings():
