@@ -235,9 +235,9 @@ class TimeUpAtStep(Timer):
 def test_time_limit_mid_epoch_writes_a_checkpoint_that_resumes_exactly(tmp_path, uninterrupted):
     # The time limit is reached at the end of step 22 (epoch 1, batch 6 of 16): last.ckpt is written there,
     # the epoch is not marked done (Lightning would mark it and the resumed run would skip 10 batches), no
-    # validation runs at the stop, the run's summary is written as after any end, and one line says how to
-    # resume. The same command with the same limit then has nothing left to train: one line, status 3, no new
-    # folder; without the limit it ends bit-identical to the uninterrupted run.
+    # validation runs at the stop, the run's summary is written as after any end, and one line gives the command
+    # that resumes with the limit raised by as much again. The command with the same limit has nothing left to
+    # train: one line, status 3, no new folder; as printed, it ends bit-identical to the uninterrupted run.
     root = tmp_path / "run"
     time_up = callback_arg(TimeUpAtStep, step=22)
     result = fit(root, "--trainer.max_epochs", "3", "--ema_decay", "0.9", *CSV, time_up)
@@ -245,7 +245,8 @@ def test_time_limit_mid_epoch_writes_a_checkpoint_that_resumes_exactly(tmp_path,
     assert "Traceback" not in result.stderr
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("time limit reached ")]
     (written,) = root.rglob("last.ckpt")
-    assert f"at step 22; last checkpoint: {written}; resume with a larger --trainer.max_time: " in line, line
+    resume_with = "resume with a larger --trainer.max_time (another 0:10:00 of training): "
+    assert f"at step 22; last checkpoint: {written}; {resume_with}" in line, line
     assert_stopped_mid_epoch(written, step=22, epoch=1, batches=6)
     metrics = (written.parent.parent / "metrics.csv").read_text().splitlines()
     header = metrics[0].split(",")
@@ -254,9 +255,10 @@ def test_time_limit_mid_epoch_writes_a_checkpoint_that_resumes_exactly(tmp_path,
     summary = json.loads((written.parent.parent / "summary.json").read_text())  # the run ends as any other
     assert summary["steps"] == 22 and summary["best_checkpoint"].endswith("epoch000-step16.ckpt"), summary
 
-    command = line.split("resume with a larger --trainer.max_time: ", 1)[1]
+    command = line.split(resume_with, 1)[1]
+    assert " --trainer.max_time 00:00:20:01 --ckpt_path last" in command, command  # 0:10:01 trained, 0:10:00 more
     folders = sorted(p for p in root.rglob("*") if p.is_dir())
-    again = run(["bash", "-c", command])
+    again = run(["bash", "-c", command.replace(" --trainer.max_time 00:00:20:01", "")])  # the same limit
     assert again.returncode == 3, again.stderr[-3000:]
     line = one_line(again, "nothing to train: --trainer.max_time 0:10:00: ")
     assert line.endswith("pass a larger --trainer.max_time to train on"), line
@@ -432,9 +434,12 @@ def test_resume_command_replaces_an_earlier_ckpt_path():
             mp.setenv(name, value)
         mp.setattr(sys, "executable", "/opt/env/bin/python")
         command = resume_command(["--config", "a b.yaml", "--ckpt_path", "x.ckpt", "--ckpt_path=y"])
+        # A time limit's line: the limit in place of the one given (either spelling), so that the pasted command trains.
+        args = ["--trainer.max_time", "00:00:10:00", "--config", "c.yaml", "--trainer.max_time=00:00:05:00"]
+        longer = resume_command(args, settings={"--trainer.max_time": "00:00:20:00"})
     expected = "OMP_NUM_THREADS=1 CUDA_VISIBLE_DEVICES=0,1 /opt/env/bin/python scripts/fit.py"
-    expected += " --config 'a b.yaml' --ckpt_path last"
-    assert command == expected
+    assert command == expected + " --config 'a b.yaml' --ckpt_path last"
+    assert longer == expected + " --config c.yaml --trainer.max_time 00:00:20:00 --ckpt_path last"
 
 
 # ---------------------------------------------------------------------------------------------- disk full, unwritable

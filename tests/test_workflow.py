@@ -67,7 +67,7 @@ def test_default_logger_is_wandb_offline_with_config_and_sync_hint(tmp_path):
     out = result.stdout + result.stderr
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1, runs
-    assert f"wandb sync {runs[0]}" in out and "best checkpoint" in out
+    assert f"upload it with: .venv/bin/wandb sync {runs[0]}" in out and "best checkpoint" in out  # the venv's wandb
     record = next(runs[0].glob("*.wandb")).read_bytes()
     assert b"d_model" in record and b"ToyTranslationDataModule" in record  # hparams and the full config
     assert b"val/loss" in record
@@ -139,7 +139,8 @@ def test_resumed_run_continues_the_same_wandb_run_in_its_recipe_group(tmp_path):
     run_id = runs[0].name.rsplit("-", 1)[1]
     assert runs[1].name.rsplit("-", 1)[1] == run_id  # `wandb sync` uploads both folders into one run
     assert f"Continuing W&B run {run_id}" in resumed.stdout + resumed.stderr
-    assert f"upload it with: wandb sync {runs[0]} {runs[1]}\n" in resumed.stdout + resumed.stderr  # both, in order
+    # Both, in order, with the venv's wandb: on PATH only inside an activated venv.
+    assert f"upload it with: .venv/bin/wandb sync {runs[0]} {runs[1]}\n" in resumed.stdout + resumed.stderr
 
     # Steps keep increasing: W&B's own `_step` (else `wandb sync` writes the second folder's rows over
     # the first's) and Lightning's x axis, `trainer/global_step`.

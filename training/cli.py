@@ -6,6 +6,7 @@ import contextlib
 import json
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -236,9 +237,9 @@ class NothingToTrain(Exception):
     scripts/fit.py says so in one line and exits with `faults.EXIT_NOTHING_TO_DO`, before any folder is made."""
 
 
-def run_fit(cli: TransformerCLI, resume: str = "") -> None:
-    """Fit (resuming `--ckpt_path`), test the best checkpoint, print and write the summary. `resume` is the
-    command that would resume this run, printed when a time limit ends it."""
+def run_fit(cli: TransformerCLI, resume: Callable[[dict[str, str]], str] = lambda settings: "") -> None:
+    """Fit (resuming `--ckpt_path`), test the best checkpoint, print and write the summary. `resume` makes the
+    command that would resume this run with some settings changed ({flag: value}), printed when a time limit ends it."""
     trainer, model, datamodule = cli.trainer, cli.model, cli.datamodule
     ckpt_path = resolve_ckpt_path(cli.config.ckpt_path, trainer)
     if ckpt_path is not None:
@@ -276,17 +277,23 @@ def _time_limit(trainer: L.Trainer) -> Timer | None:
     return next((c for c in trainer.callbacks if isinstance(c, Timer) and c.time_remaining() is not None), None)
 
 
-def report_time_limit(trainer: L.Trainer, resume: str) -> None:
+def report_time_limit(trainer: L.Trainer, resume: Callable[[dict[str, str]], str]) -> None:
     """After fitting: when `--trainer.max_time` ended it, one line with where it stopped, the checkpoint to
-    resume and how (the time limit counts the training time of the runs a resumed one continues)."""
+    resume and the command that does, with a limit larger by the one just reached (the time limit counts the
+    training time of the runs a resumed one continues: the same limit would train nothing)."""
     timer = _time_limit(trainer)
     if timer is None or timer.time_remaining() > 0:
         return
     last = last_checkpoint(trainer) or "none written"
     elapsed = timedelta(seconds=int(timer.time_elapsed("train")))
+    limit = timedelta(seconds=round(timer.time_elapsed("train") + timer.time_remaining()))  # the duration given
+    seconds = int((elapsed + limit).total_seconds())
+    larger = f"{seconds // 86400:02d}:{seconds // 3600 % 24:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"  # DD:HH:MM:SS
+    command = resume({"--trainer.max_time": larger})
     print(
         f"time limit reached (--trainer.max_time; {elapsed} of training, counting the runs this one resumes) at "
-        f"step {trainer.global_step}; last checkpoint: {last}; resume with a larger --trainer.max_time: {resume}",
+        f"step {trainer.global_step}; last checkpoint: {last}; resume with a larger --trainer.max_time (another "
+        f"{limit} of training): {command}",
         file=sys.stderr,
         flush=True,
     )

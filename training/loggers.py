@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import netrc
 import os
+import shlex
 import struct
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -22,6 +24,8 @@ from urllib.parse import urlparse
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
+
+from .signals import program
 
 DEFAULT_PROJECT = "transformer-lightning"
 CONNECT_TIMEOUT_S = 2.0
@@ -280,12 +284,15 @@ def run_dir(logger: Logger | None) -> str | None:
 def sync_command(logger: Logger | None) -> str | None:
     """`wandb sync <run dirs>` for an offline W&B run, else None: every offline folder of the run, oldest first
     (a resumed run continues the W&B run of the one it resumes in a folder of its own; `wandb sync` merges
-    them into the one run, and needs all of them)."""
+    them into the one run, and needs all of them). `wandb` is named by its path beside this interpreter
+    (`.venv/bin/wandb`): it is on PATH only inside an activated venv."""
     if not (isinstance(logger, WandbLogger) and logger._offline and run_dir(logger)):
         return None
     here, run_id = Path(run_dir(logger)), logger.experiment.id
     folders = {p.parent for p in here.parent.glob(f"*-{run_id}/run-{run_id}.wandb")} | {here}
-    return "wandb sync " + " ".join(str(p) for p in sorted(folders, key=lambda p: p.name))
+    wandb = Path(sys.executable).parent / "wandb"
+    folders = [str(p) for p in sorted(folders, key=lambda p: p.name)]
+    return shlex.join([program(str(wandb)) if wandb.is_file() else "wandb", "sync", *folders])
 
 
 def log_text(module, values: dict[str, str]) -> None:
