@@ -222,7 +222,8 @@ def test_ckpt_path_last_names_the_run_it_resumes(tmp_path):
 
 def test_output_to_a_file_shows_progress_lines(tmp_path):
     # stderr is a pipe here, as under nohup or SLURM: no bar, one line every log_every_n_steps (8 in the toy recipe).
-    result = fit(tmp_path, "--trainer.max_epochs", "2", "--trainer.logger", "CSVLogger", "--test", "false")
+    by_steps = ["--log_every_n_seconds", "0"]  # (lines by time too on a slow machine: test_progress_lines_by_time)
+    result = fit(tmp_path, "--trainer.max_epochs", "2", "--trainer.logger", "CSVLogger", "--test", "false", *by_steps)
     assert result.returncode == 0, result.stderr[-3000:]
     pattern = re.compile(r"^epoch (\d) step (\d+)/32 \| loss \d+\.\d{3} \| lr \S+ \| [\d,]+ tok/s \| elapsed \S+ \| eta \S+$")
     lines = [m for m in map(pattern.match, result.stderr.splitlines()) if m]
@@ -238,6 +239,36 @@ def test_progress_line_counts_target_tokens_and_tells_the_time_left():
     assert units_in(Seq2SeqBatch(src=tgt, tgt=tgt)) == (5, "tok")
     assert units_in([torch.zeros(4, 1, 28, 28), torch.zeros(4)]) == (4, "ex")
     assert eta(10, 40, 30.0) == "0:01:30" and eta(0, 40, 1.0) is None and eta(10, float("inf"), 1.0) is None
+    assert eta(10, 40, 30.0, limit=60.0) == "0:01:00" and eta(10, float("inf"), 1.0, limit=5.0) == "0:00:05"
+
+
+def test_progress_lines_by_time_and_an_eta_that_knows_the_time_limit(monkeypatch, capsys):
+    # Steps of 20 s, a line every 50 steps or every 30 s, and a 4-minute --trainer.max_time: a line each
+    # 2 steps (40 s), and an eta of what the limit leaves rather than the 1,000 steps left at 20 s each.
+    from types import SimpleNamespace
+
+    from lightning.pytorch.callbacks import Timer
+
+    import training.progress
+    from training.progress import ProgressLog
+
+    now = [0.0]
+    monkeypatch.setattr(training.progress.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(training.progress, "is_terminal", lambda: False)
+    timer = Timer(duration="00:00:04:00")
+    monkeypatch.setattr(timer, "time_remaining", lambda stage="train": 240.0 - now[0])
+    trainer = SimpleNamespace(
+        global_step=0, current_epoch=0, log_every_n_steps=50, is_global_zero=True, estimated_stepping_batches=1006,
+        callback_metrics={}, optimizers=[], callbacks=[timer],
+    )  # fmt: skip
+    progress = ProgressLog()
+    progress.on_train_start(trainer, None)
+    for step in range(1, 7):
+        now[0], trainer.global_step = 20.0 * step, step
+        progress.on_train_batch_end(trainer, None, None, [torch.zeros(8)], step - 1)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" | ")[0] for line in lines] == ["epoch 0 step 2/1006", "epoch 0 step 4/1006", "epoch 0 step 6/1006"]
+    assert [line.rsplit(" | ", 1)[1] for line in lines] == ["eta 0:03:20", "eta 0:02:40", "eta 0:02:00"]
 
 
 def test_wandb_runs_of_a_recipe_share_a_group(tmp_path, monkeypatch):

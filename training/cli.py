@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.callbacks import ModelSummary, ProgressBar, Timer
+from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -46,7 +46,7 @@ from .loggers import (
     sync_command,
 )
 from .precision import machine_precision, precision_line
-from .progress import EpochBar, ProgressLog
+from .progress import EpochBar, ProgressLog, time_limit
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "toy_translation.yaml"
@@ -130,6 +130,13 @@ class TransformerCLI(LightningCLI):
             help="keep an exponential moving average of the weights with this decay (e.g. 0.999); it is "
             "validated, checkpointed and tested instead of the training weights (null: off)",
         )
+        parser.add_argument(
+            "--log_every_n_seconds",
+            type=float,
+            default=30.0,
+            help="with standard error not a terminal, a progress line at least this often, besides every "
+            "--trainer.log_every_n_steps steps (0: by steps only)",
+        )
         # The best checkpoints and, from the same options, last.ckpt (checkpointing.checkpoint_callbacks), for
         # every recipe; metric names keep "/" out of file names.
         parser.add_lightning_class_args(BestCheckpoint, "checkpoint")
@@ -155,6 +162,8 @@ class TransformerCLI(LightningCLI):
         decay = config.get("ema_decay")
         if decay is not None and not 0.0 < decay < 1.0:
             self.parser.error(f"--ema_decay must lie strictly between 0 and 1 (or be null), got {decay}")
+        if config.get("log_every_n_seconds", 0) < 0:
+            self.parser.error(f"--log_every_n_seconds must be 0 (off) or more, got {config.log_every_n_seconds}")
         check_accelerator(config.trainer.get("accelerator"))
         if config.trainer.get("precision") is None:
             config.trainer.precision, reason = machine_precision(config.trainer.get("accelerator"))
@@ -188,6 +197,8 @@ class TransformerCLI(LightningCLI):
         for best in [c for c in trainer.callbacks if isinstance(c, BestCheckpoint)]:
             at = trainer.callbacks.index(best)
             trainer.callbacks[at : at + 1] = checkpoint_callbacks(best)
+        for progress in [c for c in trainer.callbacks if isinstance(c, ProgressLog)]:
+            progress.every_n_seconds = self.config_init["log_every_n_seconds"]
         decay = self.config_init.get("ema_decay")
         if decay is not None:
             trainer.callbacks.insert(0, EMA(decay=decay))  # ahead of the ModelCheckpoints, which must run last
@@ -272,16 +283,11 @@ def run_fit(cli: TransformerCLI, resume: Callable[[dict[str, str]], str] = lambd
         (folder / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
 
 
-def _time_limit(trainer: L.Trainer) -> Timer | None:
-    """The timer of `--trainer.max_time`, if it was given."""
-    return next((c for c in trainer.callbacks if isinstance(c, Timer) and c.time_remaining() is not None), None)
-
-
 def report_time_limit(trainer: L.Trainer, resume: Callable[[dict[str, str]], str]) -> None:
     """After fitting: when `--trainer.max_time` ended it, one line with where it stopped, the checkpoint to
     resume and the command that does, with a limit larger by the one just reached (the time limit counts the
     training time of the runs a resumed one continues: the same limit would train nothing)."""
-    timer = _time_limit(trainer)
+    timer = time_limit(trainer)
     if timer is None or timer.time_remaining() > 0:
         return
     last = last_checkpoint(trainer) or "none written"
@@ -316,7 +322,7 @@ def check_something_left(state: dict, trainer: L.Trainer, path: str) -> None:
             f"--trainer.max_epochs {trainer.max_epochs}: {path} has already trained {epochs} epochs; "
             "pass a larger --trainer.max_epochs to train on"
         )
-    timer = _time_limit(trainer)
+    timer = time_limit(trainer)
     if timer is not None:
         limit = timer.time_remaining()  # before fitting, the whole duration
         elapsed = (state.get("callbacks", {}).get(timer.state_key) or {}).get("time_elapsed", {}).get("train", 0.0)
