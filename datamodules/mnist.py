@@ -126,6 +126,7 @@ class MNISTDataModule(L.LightningDataModule):
         self.elastic, self.elastic_sigma = elastic, elastic_sigma
         self.train_set = self.val_set = self.test_set = None
         self.data_dir_flag = "--data.data_dir"  # how errors name data_dir: fit.py's flag (evaluate_mnist.py: --data-dir)
+        self.download_flag: str | None = "--data.download true"  # and downloading (None: the script never downloads)
 
     # ---- files -------------------------------------------------------------------------------
 
@@ -170,7 +171,12 @@ class MNISTDataModule(L.LightningDataModule):
     def _require_files(self, tried_download: bool) -> None:
         missing = self._missing()
         if missing:
-            how = "downloading them failed (offline?)" if tried_download else "download=False"
+            if tried_download:
+                how = "downloading them failed (offline?)"
+            elif self.download_flag:
+                how = f"downloading is off (on a machine that is online, {self.download_flag} fetches them)"
+            else:
+                how = "this script reads them and never downloads (scripts/fit.py does, when online)"
             raise DataNotFoundError(
                 f"MNIST files not found in {self.raw_dir.resolve()} and {how}. Expected the four "
                 f"raw IDX files there (each may also be .gz): {', '.join(RAW_FILES)}. Missing: "

@@ -237,6 +237,10 @@ def test_prepare_shows_bars_on_a_terminal_and_one_line_a_stage_in_a_file(tmp_pat
     assert "encoding train" not in in_file.stderr and "\r" not in in_file.stderr
     stages = [line for line in in_file.stderr.splitlines() if line.startswith(("Tokenizers trained", "Corpus encoded"))]
     assert len(stages) == 2, in_file.stderr
+    cache = data / ".cache"
+    assert in_file.stdout.startswith("prepared in ") and f" s, in {cache}:" in in_file.stdout.splitlines()[0]
+    again = subprocess.run(_prepare_args(data), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and again.stdout.startswith(f"already prepared, in {cache} (nothing to do):\n"), again.stdout
 
     # On a terminal (another cache folder, so that it prepares again): the encoding's bar, with a known total.
     leader, follower = pty.openpty()

@@ -83,6 +83,19 @@ def test_a_fit_run_prints_nothing_a_user_cannot_act_on(tmp_path):
         assert noise not in out, noise
 
 
+def test_a_bf16_run_stopped_by_its_time_limit_prints_nothing_a_user_cannot_act_on(tmp_path):
+    # Lightning's `weights_only` guess (last.ckpt at the stop), its bf16-mixed model-size warning, its warning
+    # that the test's "best" has several ModelCheckpoints to choose from, and its own time-limit line.
+    limited = ["--trainer.max_epochs", "1000", "--trainer.max_time", "00:00:00:03", "--trainer.precision", "bf16-mixed"]
+    result = fit(tmp_path, *limited, "--trainer.enable_model_summary", "true")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout + result.stderr
+    assert "time limit reached (--trainer.max_time" in out and "best checkpoint" in out and "Trainable params" in out
+    lightning = ["weights_only", "not supported by the model summary", "multiple `ModelCheckpoint`", "Time limit reached."]
+    for noise in NOISE + lightning:
+        assert noise not in out, noise
+
+
 class ReadsTheBar(Callback):
     def __init__(self):
         self.descriptions = []

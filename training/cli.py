@@ -274,7 +274,8 @@ def run_fit(cli: TransformerCLI, resume: Callable[[dict[str, str]], str] = lambd
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     tested = None
     if cli.config.test and _has_split(datamodule, "test_dataloader"):
-        trainer.test(model, datamodule=datamodule, ckpt_path="best" if best else None)
+        # By its path: "best" makes Lightning warn that the last.ckpt callbacks are ModelCheckpoints too.
+        trainer.test(model, datamodule=datamodule, ckpt_path=best or None)
         tested = evaluated_label(trainer)
     if trainer.is_global_zero:
         folder = run_folder(trainer)
