@@ -22,7 +22,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, Timer
 
-from tests.helpers import ENV, FIT, ROOT, fit, run
+from tests.helpers import ENV, FIT, HANG_TIMEOUT, ROOT, fit, run
 
 QUIET = ["--trainer.enable_progress_bar", "false"]
 
@@ -125,7 +125,7 @@ def start(root: Path, *extra: str, env: dict | None = None, **kwargs) -> subproc
     return subprocess.Popen(cmd, cwd=ROOT, env=env or ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kwargs)
 
 
-def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = HANG_TIMEOUT) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         assert proc.poll() is None, proc.stderr.read()[-3000:]
@@ -133,7 +133,7 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
         time.sleep(0.05)
 
 
-def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
+def finish(proc: subprocess.Popen, timeout: float = HANG_TIMEOUT) -> tuple[int, str]:
     try:
         _, stderr = proc.communicate(timeout=timeout)
     finally:

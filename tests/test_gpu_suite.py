@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.helpers import ENV, ROOT
+from tests.helpers import ENV, HANG_TIMEOUT, ROOT
 
 SUITE = [sys.executable, str(ROOT / "benchmarks" / "gpu_suite.py")]
 
@@ -18,7 +18,7 @@ SUITE = [sys.executable, str(ROOT / "benchmarks" / "gpu_suite.py")]
 def test_tiny_suite_runs_every_step_on_the_cpu(tmp_path):
     pytest.importorskip("transformers", reason="pip install -e '.[bench]'")
     result = subprocess.run([*SUITE, "--out", str(tmp_path), "--device", "cpu", "--tiny"], capture_output=True, text=True,
-                            cwd=ROOT, env=ENV, timeout=900)  # fmt: skip
+                            cwd=ROOT, env=ENV, timeout=HANG_TIMEOUT)  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     suite = json.loads((tmp_path / "suite.json").read_text())
     names = [s["name"] for s in suite["steps"]]
@@ -40,6 +40,8 @@ def test_a_gpu_suite_without_a_gpu_is_one_line(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the suite would run")
-    result = subprocess.run([*SUITE, "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=120)
+    result = subprocess.run(
+        [*SUITE, "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=HANG_TIMEOUT
+    )
     assert result.returncode == 2 and result.stderr.startswith("error: --device cuda: no GPU available")
     assert len(result.stderr.splitlines()) == 1 and not list(tmp_path.iterdir())

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.helpers import ENV, ROOT
+from tests.helpers import ENV, HANG_TIMEOUT, ROOT
 
 BLOCKS = re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(encoding="utf-8"), flags=re.S | re.M)
 
@@ -27,8 +27,9 @@ def test_a_readme_python_example_runs(tmp_path, block):
     # From a folder of its own (what it writes stays there), with the project importable as after `pip install -e .`.
     env = {**ENV, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, str(tmp_path / "example.py")]
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=HANG_TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
+
 
 def test_the_readme_runs_the_notebook_with_what_dev_installs(tmp_path):
     # The README's command, on a one-cell notebook of our own in place of the quickstart (which trains).
@@ -39,7 +40,7 @@ def test_the_readme_runs_the_notebook_with_what_dev_installs(tmp_path):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
     nbformat.write(nb, tmp_path / "quickstart.ipynb")
     program = [str(ROOT / command[0]), *command[1:2], str(tmp_path / "quickstart.ipynb"), *command[3:]]
-    result = subprocess.run(program, capture_output=True, text=True, env=ENV, timeout=600)
+    result = subprocess.run(program, capture_output=True, text=True, env=ENV, timeout=HANG_TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     (written,) = [p for p in tmp_path.glob("*.ipynb") if p.name != "quickstart.ipynb"]
     assert "42" in written.read_text()

@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from datamodules.toy import TOY_PAIRS
-from tests.helpers import ENV, FIT, ROOT, fit
+from tests.helpers import ENV, FIT, HANG_TIMEOUT, ROOT, fit
 
 # Lines a user can do nothing about (issue: Lightning's litlogger tip, torch's LeafSpec deprecation from
 # Lightning's _pytree.py, FLOPs Lightning did not count, the bar's "Epoch 0/-2" of max_epochs -1).
@@ -650,7 +650,7 @@ def test_quickstart_notebook_runs(tmp_path):
         )
     )
     km = KernelManager(kernel_name="quickstart", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")]))
-    client = nbclient.NotebookClient(nb, km=km, timeout=600, resources={"metadata": {"path": str(ROOT / "notebooks")}})
+    client = nbclient.NotebookClient(nb, km=km, timeout=HANG_TIMEOUT, resources={"metadata": {"path": str(ROOT / "notebooks")}})
     client.execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     text = "".join(o.get("text", "") for o in outputs)
