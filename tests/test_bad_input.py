@@ -406,4 +406,6 @@ def test_killed_while_saving_keeps_the_previous_checkpoint(tmp_path):
         assert torch.load(path, weights_only=True)["global_step"] == 2  # whole, readable
     resumed = run([*FIT, *common, "--trainer.max_epochs", "2", "--ckpt_path", "last"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert torch.load(ckpts["last.ckpt"], weights_only=True)["global_step"] == 4
+    newest = max(tmp_path.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)  # the resumed run's, in a folder of its own
+    assert torch.load(newest, weights_only=True)["global_step"] == 4
+    assert torch.load(ckpts["last.ckpt"], weights_only=True)["global_step"] == 2  # the first run's, as it was
