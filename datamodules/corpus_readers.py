@@ -17,6 +17,8 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+from models.files import new_folders_removed_if_empty
+
 from .errors import CorpusFormatError
 
 Pair = tuple[str, str]
@@ -168,14 +170,16 @@ def split_pairs(
 
 
 def download(url: str, dest: Path) -> None:
-    """Fetch `url` to `dest` through a temporary name, so an interrupted download never looks complete."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    """Fetch `url` to `dest` through a temporary name, so an interrupted download never looks complete; a failed
+    one leaves no folder it made."""
     # manythings.org refuses urllib's default user agent.
     req = urllib.request.Request(url, headers={"User-Agent": "Mozilla/5.0 (transformer-lightning)"})
     tmp = dest.with_name(dest.name + ".part")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r, open(tmp, "wb") as f:
-            f.write(r.read())
-        tmp.replace(dest)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with new_folders_removed_if_empty(dest.parent):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r, open(tmp, "wb") as f:
+                f.write(r.read())
+            tmp.replace(dest)
+        finally:
+            tmp.unlink(missing_ok=True)

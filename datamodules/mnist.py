@@ -30,6 +30,7 @@ from torchvision import datasets
 
 from models.checks import at_least, check_hparams
 from models.errors import HyperparameterError
+from models.files import new_folders_removed_if_empty
 
 from .errors import DataFormatError, DataNotFoundError
 from .resumable import ResumableDataLoader, ShuffleSampler, shard_of
@@ -125,6 +126,7 @@ class MNISTDataModule(L.LightningDataModule):
         self.elastic, self.elastic_sigma = elastic, elastic_sigma
         self.train_set = self.val_set = self.test_set = None
         self.data_dir_flag = "--data.data_dir"  # how errors name data_dir: fit.py's flag (evaluate_mnist.py: --data-dir)
+        self.download_flag: str | None = "--data.download true"  # and downloading (None: the script never downloads)
 
     # ---- files -------------------------------------------------------------------------------
 
@@ -156,11 +158,12 @@ class MNISTDataModule(L.LightningDataModule):
         """Runs once per machine: make sure the four raw files exist (downloading if allowed) and are
         whole, so that a bad test file stops the run before training rather than after it."""
         if self._missing() and self.download:
-            try:
-                for train in (True, False):
-                    datasets.MNIST(self.data_dir, train=train, download=True)
-            except Exception:  # URLError, HTTPError, RuntimeError("Error downloading ..."), ...
-                pass  # the clear error below says what is needed; a network traceback would not
+            with new_folders_removed_if_empty(self.raw_dir):  # an offline attempt leaves no empty MNIST/raw
+                try:
+                    for train in (True, False):
+                        datasets.MNIST(self.data_dir, train=train, download=True)
+                except Exception:  # URLError, HTTPError, RuntimeError("Error downloading ..."), ...
+                    pass  # the clear error below says what is needed; a network traceback would not
         self._require_files(tried_download=self.download)
         for train in (True, False):
             self._check_files(train)
@@ -168,7 +171,12 @@ class MNISTDataModule(L.LightningDataModule):
     def _require_files(self, tried_download: bool) -> None:
         missing = self._missing()
         if missing:
-            how = "downloading them failed (offline?)" if tried_download else "download=False"
+            if tried_download:
+                how = "downloading them failed (offline?)"
+            elif self.download_flag:
+                how = f"downloading is off (on a machine that is online, {self.download_flag} fetches them)"
+            else:
+                how = "this script reads them and never downloads (scripts/fit.py does, when online)"
             raise DataNotFoundError(
                 f"MNIST files not found in {self.raw_dir.resolve()} and {how}. Expected the four "
                 f"raw IDX files there (each may also be .gz): {', '.join(RAW_FILES)}. Missing: "

@@ -25,11 +25,15 @@ def clock(seconds: float) -> str:
     return str(timedelta(seconds=int(max(seconds, 0))))
 
 
-def eta(done: float, total: float | None, elapsed: float) -> str | None:
-    """The time left at the rate so far, or None when it cannot be told (nothing done, or no known end)."""
-    if total is None or done <= 0 or not 0 < total < float("inf") or done > total:
-        return None
-    return clock(elapsed / done * (total - done))
+def eta(done: float, total: float | None, elapsed: float, limit: float | None = None) -> str | None:
+    """The time left at the rate so far, no more than `limit` seconds (what a time limit leaves) when given; None
+    when it cannot be told (nothing done, or no known end, and no limit)."""
+    left = None
+    if total is not None and 0 < done <= total and 0 < total < float("inf"):
+        left = elapsed / done * (total - done)
+    if limit is not None:
+        left = limit if left is None else min(left, limit)
+    return None if left is None else clock(left)
 
 
 class StageBar:

@@ -23,6 +23,7 @@ ENGLISH = ("en", "eng")
 SPLITS = ("train", "val", "test")
 TATOEBA_URL = "https://www.manythings.org/anki/{lang}-eng.zip"
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{name}"
+DOWNLOAD_FLAG = "--data.download true"  # the recipes' flag (scripts/fit.py, scripts/prepare.py); download=True in Python
 
 
 class CorpusSource:
@@ -82,7 +83,7 @@ class TatoebaFile(CorpusSource):
         url = TATOEBA_URL.format(lang=self.lang)
         how = f"{path} not found: download {url} and unzip {path.name} into {self.data_dir}/"
         if not self.download:
-            raise DataNotFoundError(f"{how}, or pass download=True on a machine that is online")
+            raise DataNotFoundError(f"{how}, or let it download on a machine that is online: {DOWNLOAD_FLAG}")
         archive = self.data_dir / f"{self.lang}-eng.zip"
         try:
             download(url, archive)
@@ -137,7 +138,7 @@ class AlignedFiles(CorpusSource):
             f"(gzip or plain text, line i of .{self.src_lang} translating line i of .{self.tgt_lang})"
         )
         if not self.download:
-            raise DataNotFoundError(f"{how}, or pass download=True on a machine that is online")
+            raise DataNotFoundError(f"{how}, or let it download on a machine that is online: {DOWNLOAD_FLAG}")
         for path in missing:
             url = MULTI30K_URL.format(name=path.name)
             try:

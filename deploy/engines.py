@@ -33,6 +33,11 @@ def check_engine_arguments(parser, args) -> None:
         args.ckpt, args.sentences = args.ckpt[:n], args.ckpt[n:] + args.sentences
     if args.engine == "torch" and not args.ckpt:
         parser.error("--ckpt is required (or --engine ctranslate2 --model DIR)")
+    if args.engine == "torch" and str(args.device).startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError(f"--device {args.device}: this machine has no CUDA device (torch finds none); use --device cpu")
     if args.engine == "ctranslate2" and args.ckpt and len(args.ckpt) > 1:
         raise InputError("CTranslate2 runs one model: an ensemble of checkpoints needs --engine torch")
     if args.engine == "ctranslate2" and not args.model:

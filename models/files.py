@@ -8,6 +8,7 @@ can tell the leftovers of a dead writer (`remove_stale_temporaries`) from the wo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -72,3 +73,18 @@ def remove_stale_temporaries(folder: str | Path, name: str | None = None) -> lis
             continue
         removed.append(path)
     return removed
+
+
+@contextlib.contextmanager
+def new_folders_removed_if_empty(path: str | Path):
+    """The folders on the way to `path` (itself included) that do not exist yet, and that the block leaves empty
+    (a download that failed, a run refused before it wrote anything), are removed when it ends: an attempt that
+    came to nothing leaves no trace."""
+    path = Path(path).absolute()
+    new = [folder for folder in (path, *path.parents) if not folder.exists()]  # the deepest first
+    try:
+        yield
+    finally:
+        for folder in new:
+            with contextlib.suppress(OSError):  # not empty, or already gone
+                folder.rmdir()

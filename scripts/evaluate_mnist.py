@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if args.weights == "training":
         load_training_weights(model, args.ckpt)
     dm = MNISTDataModule(args.data_dir, batch_size=BATCH_SIZE, val_size=args.val_size, split_seed=args.split_seed, download=False)
-    dm.data_dir_flag = "--data-dir"
+    dm.data_dir_flag, dm.download_flag = "--data-dir", None
     dm.prepare_data()
     dm.setup("fit")
     dm.setup("test")

@@ -11,6 +11,7 @@ Any `--trainer.*`, `--model.*`, `--data.*` and `--checkpoint.*` option works as 
 
 from __future__ import annotations
 
+import functools
 import sys
 import warnings
 from pathlib import Path
@@ -46,9 +47,9 @@ def main(args: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter")  # we pass sys.argv on purpose
     if not any(a == "-c" or a.startswith("--config") for a in args):
         args = ["--config", str(DEFAULT_CONFIG)] + args
-    resume = signals.resume_command(given, script)
+    resume = functools.partial(signals.resume_command, given, script)
     cli = None
-    with signals.exit_on_stop(resume):
+    with signals.exit_on_stop(resume()):
         try:
             cli = _make_cli(args)
             run_fit(cli, resume)

@@ -48,8 +48,12 @@ def main(args: list[str] | None = None) -> None:
     check_corpus_settings(settings, name)
     corpus = PreparedCorpus(settings)
     start = time.monotonic()
+    cached = set(corpus.cache_root.iterdir()) if corpus.cache_root.is_dir() else set()
     corpus.prepare()
-    print(f"prepared in {time.monotonic() - start:.0f} s:")
+    if set(corpus.cache_root.iterdir()) == cached:
+        print(f"already prepared, in {corpus.cache_root} (nothing to do):")
+    else:
+        print(f"prepared in {time.monotonic() - start:.0f} s, in {corpus.cache_root}:")
     for line in corpus.describe():
         print(f"  {line}")
 

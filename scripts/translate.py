@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -210,9 +211,16 @@ def read_line_file(path: str, flag: str, count: int) -> list[str]:
     return lines
 
 
+def one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning for the user (an over-long input truncated to the model's max_len) is one line on stderr,
+    `warning: ...`, rather than Python's two that quote a line of source."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    warnings.showwarning = one_line_warning
     for i, sentence in enumerate(args.sentences, 1):
         if not sentence.strip():
             raise InputError(f"argument {i} is an empty sentence: there is nothing to translate")

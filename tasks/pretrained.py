@@ -85,9 +85,14 @@ def _read_json(path: Path) -> dict:
 def _spm_tokenizers(folder: Path, options: dict, config: dict) -> tuple[SentencePieceVocab, SentencePieceVocab]:
     """A Marian folder's SentencePiece models and id tables (vocab.json, target_vocab.json)."""
     src_vocab = _read_json(folder / "vocab.json")
-    tgt_vocab = src_vocab
+    tgt_vocab, tgt_file = src_vocab, "vocab.json"
     if not options["share_embeddings"] and (folder / "target_vocab.json").is_file():
-        tgt_vocab = _read_json(folder / "target_vocab.json")
+        tgt_vocab, tgt_file = _read_json(folder / "target_vocab.json"), "target_vocab.json"
+    if len(src_vocab) != len(tgt_vocab):
+        raise MarianFormatError(
+            f"{folder}: vocab.json has {len(src_vocab):,} entries and target_vocab.json {len(tgt_vocab):,}; models whose "
+            "source and target vocabularies differ in size are not supported (one pad_token_id, last on both sides)"
+        )
     names = {"eos": "</s>", "unk": "<unk>", "pad": "<pad>"}
     try:
         src = SentencePieceVocab.from_vocab((folder / "source.spm").read_bytes(), src_vocab, **names)
@@ -95,8 +100,9 @@ def _spm_tokenizers(folder: Path, options: dict, config: dict) -> tuple[Sentence
     except (ValueError, RuntimeError, OSError) as err:  # sentencepiece raises RuntimeError on a foreign file
         raise MarianFormatError(f"{folder}: the tokenizer files do not read as Marian's ({str(err).strip()[:120]})") from None
     pad = config.get("pad_token_id")
-    if pad is not None and (src.pad_id, tgt.pad_id) != (pad, pad):
-        raise MarianFormatError(f"{folder}: vocab.json puts <pad> at {tgt.pad_id}, config.json at {pad}")
+    for name, vocab in (("vocab.json", src), (tgt_file, tgt)):
+        if pad is not None and vocab.pad_id != pad:
+            raise MarianFormatError(f"{folder}: {name} puts <pad> at {vocab.pad_id}, config.json's pad_token_id is {pad}")
     return src, tgt
 
 
@@ -110,7 +116,7 @@ def _fast_tokenizer(folder: Path, config: dict) -> SubwordTokenizer:
         raise MarianFormatError(f"{folder / 'tokenizer.json'} is not a tokenizer of ours ({str(err).strip()[:120]})") from None
     if config.get("pad_token_id") != ours.pad_id:
         raise MarianFormatError(
-            f"{folder}: tokenizer.json puts <pad> at {ours.pad_id}, config.json at {config.get('pad_token_id')}"
+            f"{folder}: tokenizer.json puts <pad> at {ours.pad_id}, config.json's pad_token_id is {config.get('pad_token_id')}"
         )
     return ours
 

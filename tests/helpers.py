@@ -17,6 +17,10 @@ SHARED_DATA = ROOT.parent / "shared" / "data"  # the offline copies of the real 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 ENV.pop("WANDB_API_KEY", None)
 FIT = [sys.executable, str(ROOT / "scripts" / "fit.py")]
+# The one time limit of every subprocess (and wait) the tests start. It guards against a hang; it is not a speed
+# check: room for a machine several times slower than ours on one loaded core, and a fresh venv's first start
+# (byte-compiling, a cold import of torch). Speed is measured by the benchmarks, which print numbers.
+HANG_TIMEOUT = 1800
 # The toy recipe's model (configs/toy_translation.yaml) with a constant learning rate: learns the 3 pairs in 25 epochs.
 TOY_MODEL = dict(
     d_model=64,
@@ -46,7 +50,7 @@ def quiet_trainer(root: Path | None = None, **kwargs) -> L.Trainer:
     return L.Trainer(**{**defaults, **kwargs})
 
 
-def run(cmd: list[str], timeout: int = 900, env: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
+def run(cmd: list[str], timeout: float = HANG_TIMEOUT, env: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
     """Run a command from the repository's root with ENV, capturing its text output."""
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env or ENV, timeout=timeout, **kwargs)
 
@@ -63,7 +67,7 @@ def script(name: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
     return run([sys.executable, str(ROOT / "scripts" / f"{name}.py"), *args], **kwargs)
 
 
-def fit(root: Path, *extra: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+def fit(root: Path, *extra: str, env: dict | None = None, timeout: float = HANG_TIMEOUT) -> subprocess.CompletedProcess:
     """scripts/fit.py with `extra`, writing under `root`, without a progress bar. The root directory
     comes after `extra`: a --config there would otherwise set its own."""
     return run(

@@ -3,7 +3,7 @@ score, size and speed, and the raw results beside it."""
 
 import json
 
-from tests.helpers import ROOT, script
+from tests.helpers import HANG_TIMEOUT, ROOT, script
 
 
 def test_ablation_runs_each_variant_and_writes_the_table(tmp_path):
@@ -25,7 +25,7 @@ def test_ablation_runs_each_variant_and_writes_the_table(tmp_path):
         "2",
         "--trainer.logger",
         "CSVLogger",
-        timeout=600,
+        timeout=HANG_TIMEOUT,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = {line.split("|")[1].strip(): line for line in out.read_text().splitlines() if line.startswith("| ")}
@@ -44,6 +44,6 @@ def test_ablation_runs_each_variant_and_writes_the_table(tmp_path):
 
 
 def test_ablation_refuses_an_unknown_variant_in_one_line(tmp_path):
-    result = script("ablate", "--recipe", "configs/toy_translation.yaml", "--variants", "baseline", "nope", timeout=60)
+    result = script("ablate", "--recipe", "configs/toy_translation.yaml", "--variants", "baseline", "nope", timeout=HANG_TIMEOUT)
     assert result.returncode == 2 and "unknown variant(s) nope" in result.stderr
     assert "Traceback" not in result.stderr

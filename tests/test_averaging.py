@@ -71,6 +71,20 @@ def test_refusals_leave_every_checkpoint_as_it_was(epochs, tmp_path):
     assert script("average_checkpoints", str(epochs[0]), str(epochs[1]), "--out", str(existing), "--force").returncode == 0
 
 
+def test_a_run_folder_names_the_folder_of_its_checkpoints(tmp_path):
+    # fit.py writes a run's checkpoints one folder down, in <run>/checkpoints (and checkpoints-2, ... when resumed).
+    run = tmp_path / "version_0"
+    for folder in ("checkpoints", "checkpoints-2"):
+        (run / folder).mkdir(parents=True)
+        for step in (1, 2):
+            (run / folder / f"epoch00{step}-step{step}.ckpt").write_bytes(b"")
+    result = script("average_checkpoints", str(run), "--last", "2", "--out", str(tmp_path / "a.ckpt"))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    folders = f"{run / 'checkpoints'}, {run / 'checkpoints-2'}"
+    assert f"{run} holds no checkpoints itself; pass the folder that does: {folders}" in result.stderr
+    assert "save_top_k" not in result.stderr
+
+
 def test_checkpoints_of_different_models_are_refused(epochs, tmp_path):
     L.seed_everything(0)
     dm = ToyTranslationDataModule(batch_size=3, repeats=1)

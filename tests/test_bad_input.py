@@ -169,7 +169,8 @@ def test_fit_with_a_missing_data_folder(tmp_path, recipe):
             "false",
         ]
     )
-    assert_one_line_error(result, str(missing))
+    line = assert_one_line_error(result, str(missing))
+    assert "--data.download true" in line and "download=" not in line  # the flag that downloads
 
 
 def test_fit_with_a_malformed_corpus_line(tmp_path):
@@ -300,6 +301,16 @@ def test_translate_script_bad_input(ckpts, tmp_path):
     assert_one_line_error(run([*translate, "--ckpt", str(tmp_path / "none.ckpt"), "我 是"]), "none.ckpt")
     assert_one_line_error(run([*translate, "--ckpt", str(ckpts["mnist"]), "我 是"]), "MnistSequenceClassifier")
     assert_one_line_error(run([*translate, "--ckpt", str(ckpts["good"]), "  "]), "empty")
+    long = run([*translate, "--ckpt", str(ckpts["good"]), " ".join("我是学生" * 20)])  # 80 tokens > max_len=32
+    assert long.returncode == 0 and long.stdout.count("\n") == 1, long.stderr
+    assert long.stderr == "warning: sentence 0 has 80 tokens; truncated to the model's max_len=32\n"  # no source line
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+def test_translate_on_cuda_without_a_gpu_says_there_is_none(ckpts):
+    result = run([sys.executable, str(SCRIPTS / "translate.py"), "--ckpt", str(ckpts["good"]), "--device", "cuda", "我 是"])
+    line = assert_one_line_error(result, "--device cuda: this machine has no CUDA device")
+    assert "does not fit" not in line and "map_location" not in line
 
 
 def test_evaluate_script_bad_input(ckpts, tmp_path):
@@ -395,4 +406,6 @@ def test_killed_while_saving_keeps_the_previous_checkpoint(tmp_path):
         assert torch.load(path, weights_only=True)["global_step"] == 2  # whole, readable
     resumed = run([*FIT, *common, "--trainer.max_epochs", "2", "--ckpt_path", "last"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert torch.load(ckpts["last.ckpt"], weights_only=True)["global_step"] == 4
+    newest = max(tmp_path.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)  # the resumed run's, in a folder of its own
+    assert torch.load(newest, weights_only=True)["global_step"] == 4
+    assert torch.load(ckpts["last.ckpt"], weights_only=True)["global_step"] == 2  # the first run's, as it was

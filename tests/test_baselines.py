@@ -15,7 +15,7 @@ import torch
 
 from datamodules import ParallelCorpusDataModule, ToyTranslationDataModule
 from tasks import Seq2SeqTransformer
-from tests.helpers import ROOT, SHARED_DATA, quiet_trainer
+from tests.helpers import HANG_TIMEOUT, ROOT, SHARED_DATA, quiet_trainer
 from tests.test_corpus import chinese, english, write_tatoeba
 from training.callbacks import EMA
 from training.checkpointing import BestCheckpoint, checkpoint_callbacks, last_path
@@ -351,7 +351,7 @@ def test_test_decoding_is_split_across_two_processes_with_the_same_bleu(tmp_path
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     for devices in ("1", "2"):
         result = subprocess.run(
-            [sys.executable, str(script), devices], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600
+            [sys.executable, str(script), devices], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=HANG_TIMEOUT
         )
         assert result.returncode == 0, result.stderr[-3000:]
     one = json.loads((tmp_path / "rank0-of-1.json").read_text())

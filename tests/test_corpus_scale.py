@@ -20,7 +20,7 @@ from datamodules.corpus import ParallelCorpusDataModule
 from datamodules.errors import CorpusFormatError, DataCacheError, DataNotFoundError
 from datamodules.samplers import TokenBudgetBatchSampler, pack_sorted, padding_waste
 from datamodules.sources import AlignedFiles
-from tests.helpers import ENV, ROOT, fit, script
+from tests.helpers import ENV, HANG_TIMEOUT, ROOT, fit, script
 
 GERMAN = ["Ein Hund rennt.", "Zwei Männer spielen Fußball.", "Eine Frau liest ein Buch im Park.", "Kinder lachen laut."]
 ENGLISH = ["A dog runs.", "Two men play soccer.", "A woman reads a book in the park.", "Children laugh loudly."]
@@ -179,7 +179,7 @@ def test_fit_on_a_cache_changed_in_place_is_one_line(tmp_path) -> None:
     assert len(errors) == 1 and str(path) in errors[0] and "damaged" in errors[0], result.stderr[-3000:]
 
 
-def kill_when(cmd: list[str], ready, timeout: float = 300) -> int:
+def kill_when(cmd: list[str], ready, timeout: float = HANG_TIMEOUT) -> int:
     """Start `cmd`, and SIGKILL it as soon as `ready(pid)` holds; its pid. Fails unless it was killed
     then, still running: a process that ended first (or never got there) interrupted nothing."""
     proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -232,11 +232,15 @@ def test_prepare_shows_bars_on_a_terminal_and_one_line_a_stage_in_a_file(tmp_pat
     import termios
 
     data = aligned_corpus(tmp_path / "d", n=2_000)
-    in_file = subprocess.run(_prepare_args(data), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    in_file = subprocess.run(_prepare_args(data), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT)
     assert in_file.returncode == 0, in_file.stderr
     assert "encoding train" not in in_file.stderr and "\r" not in in_file.stderr
     stages = [line for line in in_file.stderr.splitlines() if line.startswith(("Tokenizers trained", "Corpus encoded"))]
     assert len(stages) == 2, in_file.stderr
+    cache = data / ".cache"
+    assert in_file.stdout.startswith("prepared in ") and f" s, in {cache}:" in in_file.stdout.splitlines()[0]
+    again = subprocess.run(_prepare_args(data), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT)
+    assert again.returncode == 0 and again.stdout.startswith(f"already prepared, in {cache} (nothing to do):\n"), again.stdout
 
     # On a terminal (another cache folder, so that it prepares again): the encoding's bar, with a known total.
     leader, follower = pty.openpty()
@@ -254,7 +258,7 @@ def test_prepare_shows_bars_on_a_terminal_and_one_line_a_stage_in_a_file(tmp_pat
             break
         output += chunk
     os.close(leader)
-    assert proc.wait(timeout=300) == 0, output.decode(errors="replace")[-3000:]
+    assert proc.wait(timeout=HANG_TIMEOUT) == 0, output.decode(errors="replace")[-3000:]
     text = output.decode(errors="replace")
     assert "encoding train" in text and "2.00k/2.00k" in text and "pairs/s" in text, text[-3000:]
 
@@ -265,7 +269,7 @@ def test_two_processes_preparing_at_once_encode_the_corpus_once(tmp_path) -> Non
     procs.append(
         subprocess.Popen(_prepare_args(data), cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     )
-    outputs = [p.communicate(timeout=300) for p in procs]
+    outputs = [p.communicate(timeout=HANG_TIMEOUT) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     logs = "".join(out + err for out, err in outputs)
     assert logs.count("Tokenizers trained") == 1 and logs.count("Corpus encoded") == 1

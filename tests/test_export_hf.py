@@ -31,7 +31,7 @@ from deploy.huggingface import HubExportError, export_huggingface, marian_shaped
 from models.decoding import Constraints, beam_search
 from models.seq2seq import Seq2SeqNet
 from tasks import Seq2SeqTransformer
-from tests.helpers import ENV, ROOT, SHARED_DATA, TOY_MODEL, quiet_trainer, save_checkpoint, script
+from tests.helpers import ENV, HANG_TIMEOUT, ROOT, SHARED_DATA, TOY_MODEL, quiet_trainer, save_checkpoint, script
 from tests.test_decoding_scripts import _script, run_script
 from training.loading import load_checkpoint
 
@@ -372,7 +372,9 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, trained_toy):
     _, ckpt, _ = trained_toy
     out = tmp_path / "place" / "hf"
     cmd = [sys.executable, str(ROOT / "scripts" / "export.py"), "--ckpt", str(ckpt), "--to", "hf", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300, preexec_fn=_file_size_limit)
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=HANG_TIMEOUT, preexec_fn=_file_size_limit
+    )
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr[-2000:]
     assert f"cannot write {out}: no space left" in done.stderr
     assert list((tmp_path / "place").iterdir()) == []  # no half-written folder, no temporary one
@@ -405,7 +407,7 @@ def test_a_full_disk_keeps_the_earlier_export_whole(tmp_path, trained_toy):
         "--force",
     ]
     done = subprocess.run(
-        ["unshare", "-m", "sh", "-c", IN_TMPFS, "sh", *export], capture_output=True, text=True, env=env, timeout=300
+        ["unshare", "-m", "sh", "-c", IN_TMPFS, "sh", *export], capture_output=True, text=True, env=env, timeout=HANG_TIMEOUT
     )
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr[-2000:]
     assert f"cannot write {place / 'hf'}: no space left on device (ENOSPC)" in done.stderr

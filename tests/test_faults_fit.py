@@ -22,7 +22,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, Timer
 
-from tests.helpers import ENV, FIT, ROOT, fit, run
+from tests.helpers import ENV, FIT, HANG_TIMEOUT, ROOT, fit, run
 
 QUIET = ["--trainer.enable_progress_bar", "false"]
 
@@ -125,7 +125,7 @@ def start(root: Path, *extra: str, env: dict | None = None, **kwargs) -> subproc
     return subprocess.Popen(cmd, cwd=ROOT, env=env or ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kwargs)
 
 
-def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = HANG_TIMEOUT) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         assert proc.poll() is None, proc.stderr.read()[-3000:]
@@ -133,7 +133,7 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
         time.sleep(0.05)
 
 
-def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
+def finish(proc: subprocess.Popen, timeout: float = HANG_TIMEOUT) -> tuple[int, str]:
     try:
         _, stderr = proc.communicate(timeout=timeout)
     finally:
@@ -235,9 +235,9 @@ class TimeUpAtStep(Timer):
 def test_time_limit_mid_epoch_writes_a_checkpoint_that_resumes_exactly(tmp_path, uninterrupted):
     # The time limit is reached at the end of step 22 (epoch 1, batch 6 of 16): last.ckpt is written there,
     # the epoch is not marked done (Lightning would mark it and the resumed run would skip 10 batches), no
-    # validation runs at the stop, the run's summary is written as after any end, and one line says how to
-    # resume. The same command with the same limit then has nothing left to train: one line, status 3, no new
-    # folder; without the limit it ends bit-identical to the uninterrupted run.
+    # validation runs at the stop, the run's summary is written as after any end, and one line gives the command
+    # that resumes with the limit raised by as much again. The command with the same limit has nothing left to
+    # train: one line, status 3, no new folder; as printed, it ends bit-identical to the uninterrupted run.
     root = tmp_path / "run"
     time_up = callback_arg(TimeUpAtStep, step=22)
     result = fit(root, "--trainer.max_epochs", "3", "--ema_decay", "0.9", *CSV, time_up)
@@ -245,7 +245,8 @@ def test_time_limit_mid_epoch_writes_a_checkpoint_that_resumes_exactly(tmp_path,
     assert "Traceback" not in result.stderr
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("time limit reached ")]
     (written,) = root.rglob("last.ckpt")
-    assert f"at step 22; last checkpoint: {written}; resume with a larger --trainer.max_time: " in line, line
+    resume_with = "resume with a larger --trainer.max_time (another 0:10:00 of training): "
+    assert f"at step 22; last checkpoint: {written}; {resume_with}" in line, line
     assert_stopped_mid_epoch(written, step=22, epoch=1, batches=6)
     metrics = (written.parent.parent / "metrics.csv").read_text().splitlines()
     header = metrics[0].split(",")
@@ -254,15 +255,47 @@ def test_time_limit_mid_epoch_writes_a_checkpoint_that_resumes_exactly(tmp_path,
     summary = json.loads((written.parent.parent / "summary.json").read_text())  # the run ends as any other
     assert summary["steps"] == 22 and summary["best_checkpoint"].endswith("epoch000-step16.ckpt"), summary
 
-    command = line.split("resume with a larger --trainer.max_time: ", 1)[1]
+    command = line.split(resume_with, 1)[1]
+    assert " --trainer.max_time 00:00:20:01 --ckpt_path last" in command, command  # 0:10:01 trained, 0:10:00 more
     folders = sorted(p for p in root.rglob("*") if p.is_dir())
-    again = run(["bash", "-c", command])
+    again = run(["bash", "-c", command.replace(" --trainer.max_time 00:00:20:01", "")])  # the same limit
     assert again.returncode == 3, again.stderr[-3000:]
     line = one_line(again, "nothing to train: --trainer.max_time 0:10:00: ")
     assert line.endswith("pass a larger --trainer.max_time to train on"), line
     assert sorted(p for p in root.rglob("*") if p.is_dir()) == folders  # no empty version or checkpoints folder
     assert f" {shlex.quote(time_up)} " in command
     resume_as_printed_and_compare(command.replace(f" {shlex.quote(time_up)} ", " --test false "), root, uninterrupted)
+
+
+def test_resuming_a_run_that_reached_max_epochs_is_one_line_and_creates_nothing(tmp_path):
+    # last.ckpt of the last epoch's end counts that epoch as processed, not yet completed: this resume once
+    # trained nothing, exited 0 and left an empty checkpoints-2/ and a second W&B offline folder.
+    root = tmp_path / "run"
+    args = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--test", "false"]  # W&B offline
+    first = fit(root, *args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = sorted(root.rglob("*"))
+    again = fit(root, *args, "--ckpt_path", "last")
+    assert again.returncode == 3, again.stderr[-3000:]
+    line = one_line(again, "nothing to train: --trainer.max_epochs 1: ")
+    assert "has already trained 1 epochs" in line and line.endswith("pass a larger --trainer.max_epochs to train on"), line
+    assert sorted(root.rglob("*")) == before
+
+
+def test_a_run_refused_at_its_start_leaves_no_folder_behind(tmp_path):
+    nothing = fit(tmp_path / "empty", "--ckpt_path", "last")  # the default logger, W&B, once made the root
+    assert nothing.returncode == 2, nothing.stderr[-3000:]
+    one_line(nothing, "error: --ckpt_path last: no last.ckpt under ")
+    offline = {**ENV, **{name: "http://127.0.0.1:9" for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}}
+    mnist = ["--config", str(ROOT / "configs" / "mnist_subset.yaml"), "--data.data_dir", str(tmp_path / "data" / "mnist")]
+    download = fit(tmp_path / "run", *mnist, "--trainer.logger", "CSVLogger", env=offline)  # torchvision made MNIST/raw
+    assert download.returncode == 2, download.stderr[-3000:]
+    one_line(download, "error: MNIST files not found in ")
+    from datamodules.corpus_readers import download  # Tatoeba's and Multi30k's
+
+    with pytest.raises(OSError):
+        download("http://127.0.0.1:9/cmn-eng.zip", tmp_path / "data" / "cmn-eng" / "cmn-eng.zip")  # nothing listens there
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.slow
@@ -311,7 +344,7 @@ def test_sigterm_during_a_checkpoint_save(tmp_path, times):
     result = fit(tmp_path, *args, callback_arg(SignalDuringSave, n=3, times=times, record=str(record)))
     assert result.returncode == 143, result.stderr[-3000:]
     line = one_line(result, "stopped by ")
-    last = tmp_path / "checkpoints" / "last.ckpt"
+    last = tmp_path / "version_0" / "checkpoints" / "last.ckpt"  # no logger: a version folder all the same
     assert not temporaries(tmp_path)
     if times == 1:
         assert line.startswith(f"stopped by SIGTERM at epoch 0 step 3; checkpoint written to {last}; resume with: "), line
@@ -324,7 +357,7 @@ def test_sigterm_during_a_checkpoint_save(tmp_path, times):
         assert before == hashes(last.parent) and torch.load(last, weights_only=True)["global_step"] == 2
     resumed = fit(tmp_path, *args, "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert torch.load(last, weights_only=True)["global_step"] == 16
+    assert torch.load(tmp_path / "version_1" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 16
 
 
 @pytest.mark.slow
@@ -337,7 +370,7 @@ def test_sigterm_at_random_moments_leaves_whole_checkpoints(tmp_path):
     for trial in range(4):
         root = tmp_path / str(trial)
         proc = start(root, *args)
-        wait_for(root / "checkpoints" / "last.ckpt", proc)
+        wait_for(root / "version_0" / "checkpoints" / "last.ckpt", proc)
         time.sleep(rng.uniform(0.0, 1.5))
         proc.send_signal(signal.SIGTERM)
         if trial % 2:
@@ -401,19 +434,22 @@ def test_resume_command_replaces_an_earlier_ckpt_path():
             mp.setenv(name, value)
         mp.setattr(sys, "executable", "/opt/env/bin/python")
         command = resume_command(["--config", "a b.yaml", "--ckpt_path", "x.ckpt", "--ckpt_path=y"])
+        # A time limit's line: the limit in place of the one given (either spelling), so that the pasted command trains.
+        args = ["--trainer.max_time", "00:00:10:00", "--config", "c.yaml", "--trainer.max_time=00:00:05:00"]
+        longer = resume_command(args, settings={"--trainer.max_time": "00:00:20:00"})
     expected = "OMP_NUM_THREADS=1 CUDA_VISIBLE_DEVICES=0,1 /opt/env/bin/python scripts/fit.py"
-    expected += " --config 'a b.yaml' --ckpt_path last"
-    assert command == expected
+    assert command == expected + " --config 'a b.yaml' --ckpt_path last"
+    assert longer == expected + " --config c.yaml --trainer.max_time 00:00:20:00 --ckpt_path last"
 
 
 # ---------------------------------------------------------------------------------------------- disk full, unwritable
 
 
 def _earlier_run(root: Path) -> dict[str, str]:
-    """One epoch of 2 steps, checkpoints in root/checkpoints (no logger): their hashes."""
+    """One epoch of 2 steps, checkpoints in root/version_0/checkpoints (no logger): their hashes."""
     result = fit(root, "--trainer.logger", "false", "--trainer.limit_train_batches", "2", "--trainer.max_epochs", "1")
     assert result.returncode == 0, result.stderr[-3000:]
-    before = hashes(root / "checkpoints")
+    before = hashes(root / "version_0" / "checkpoints")
     assert set(before) == {"last.ckpt", "epoch000-step2.ckpt"}, before
     return before
 
@@ -435,10 +471,10 @@ def test_disk_full_while_saving_is_one_line_and_keeps_earlier_checkpoints(tmp_pa
     result = run([*FIT, *_resume_args(), "--trainer.default_root_dir", str(tmp_path), *QUIET], preexec_fn=limit)
     assert result.returncode == 1, result.stderr[-3000:]
     line = one_line(result, "error:")
-    assert line.startswith(f"error: cannot write {tmp_path / 'checkpoints'}/epoch001-step4.ckpt: "), line
+    assert line.startswith(f"error: cannot write {tmp_path / 'version_1' / 'checkpoints'}/epoch001-step4.ckpt: "), line
     assert "file-size limit" in line and "EFBIG" in line
     assert "_use_new_zipfile_serialization" not in line
-    assert hashes(tmp_path / "checkpoints") == before  # earlier checkpoints intact, no temporary file left
+    assert hashes(tmp_path / "version_0" / "checkpoints") == before  # earlier checkpoints intact, no temporary file left
 
 
 def _without_root_powers() -> list[str]:
@@ -462,18 +498,18 @@ def test_read_only_root_dir_is_one_line_before_training(tmp_path):
     root = tmp_path / "run"
     before = _earlier_run(root)
     prefix = _without_root_powers()
-    for folder in (root / "checkpoints", root):
+    for folder in (root / "version_0" / "checkpoints", root / "version_0", root):
         folder.chmod(0o555)
     try:
         result = run([*prefix, *FIT, *_resume_args(), "--trainer.default_root_dir", str(root), *QUIET])
     finally:
-        for folder in (root, root / "checkpoints"):
+        for folder in (root, root / "version_0", root / "version_0" / "checkpoints"):
             folder.chmod(0o755)
     assert result.returncode == 1, result.stderr[-3000:]
     line = one_line(result, "error:")
     assert str(root) in line and "permission denied (EACCES)" in line, line
     assert "step 4" not in result.stderr  # stopped before training
-    assert hashes(root / "checkpoints") == before
+    assert hashes(root / "version_0" / "checkpoints") == before
 
 
 @pytest.mark.parametrize("logger", ["false", "CSVLogger", "wandb"])
@@ -512,7 +548,7 @@ def test_nan_loss_with_per_step_checkpoints_keeps_the_last_finite_one(tmp_path):
         callback_arg(ScaleWeightsAt, step=5),
     )
     assert result.returncode == 1, result.stderr[-3000:]
-    last = tmp_path / "checkpoints" / "last.ckpt"
+    last = tmp_path / "version_0" / "checkpoints" / "last.ckpt"
     line = one_line(result, "error:")
     assert "at step 5 (epoch 0)" in line and line.endswith(f"the last checkpoint is {last} (step 4, its loss was finite)"), line
     state = torch.load(last, weights_only=True)
@@ -533,7 +569,7 @@ def test_nan_loss_after_two_saves_at_one_step_goes_back_past_both(tmp_path):
         callback_arg(ScaleWeightsAt, step=16),
     )
     assert result.returncode == 1, result.stderr[-3000:]
-    last = tmp_path / "checkpoints" / "last.ckpt"
+    last = tmp_path / "version_0" / "checkpoints" / "last.ckpt"
     line = one_line(result, "error:")
     assert "at step 16 (epoch 1)" in line and line.endswith(f"the last checkpoint is {last} (step 8, its loss was finite)"), line
     assert torch.load(last, weights_only=True)["global_step"] == 8
@@ -598,7 +634,8 @@ def test_temporaries_of_dead_processes_are_removed_when_a_run_starts_there(tmp_p
     }
     for name in names:
         (folder / name).write_bytes(b"PK\x03\x04 half a checkpoint")
-    result = fit(tmp_path, "--trainer.logger", "false", "--trainer.limit_train_batches", "2", "--trainer.max_epochs", "1")
+    short = ["--trainer.limit_train_batches", "2", "--trainer.max_epochs", "1"]
+    result = fit(tmp_path, "--trainer.logger", "false", "--checkpoint.dirpath", str(folder), *short)
     assert result.returncode == 0, result.stderr[-3000:]
     assert {name for name in names if (folder / name).exists()} == {name for name, kept in names.items() if kept}
     assert (folder / "last.ckpt").exists()

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ENV, ROOT
+from tests.helpers import ENV, HANG_TIMEOUT, ROOT
 from tests.test_bad_input import assert_one_line_error, ckpts  # noqa: F401 (ckpts: the toy checkpoint fixture)
 from training.errors import CheckpointError
 from training.faults import OutputError, atomic_output, atomic_write_text, fault_message
@@ -41,7 +41,7 @@ def script(name: str, *args) -> list[str]:
     return [sys.executable, str(ROOT / "scripts" / f"{name}.py"), *map(str, args)]
 
 
-def run(cmd, timeout=300, **kwargs) -> subprocess.CompletedProcess:
+def run(cmd, timeout=HANG_TIMEOUT, **kwargs) -> subprocess.CompletedProcess:
     kwargs.setdefault("env", ENV)
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout, **kwargs)
 
@@ -82,7 +82,7 @@ def drop_dac_override():
 
 def _works(cmd, **kwargs) -> bool:
     try:
-        return subprocess.run(cmd, capture_output=True, timeout=60, **kwargs).returncode == 0
+        return subprocess.run(cmd, capture_output=True, timeout=HANG_TIMEOUT, **kwargs).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -225,7 +225,7 @@ def test_standard_output_on_a_full_device(ckpts, tmp_path, entry):  # noqa: F811
     args = ["--ckpt", ckpts["good"], "--beam-size", "1"]
     cmd = script(entry, *args, "我 是") if entry == "translate" else script(entry, *args, "--src", source, "--ref", source)
     with open("/dev/full", "w") as full:
-        result = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV, timeout=300)
+        result = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV, timeout=HANG_TIMEOUT)
     line = assert_one_line_error(result, "cannot write standard output: no space left on device (ENOSPC)")
     assert result.returncode == 1, line
 
@@ -236,7 +236,7 @@ def test_standard_output_over_the_file_size_limit(ckpts, tmp_path):  # noqa: F81
     with open(source, "rb") as stdin, open(tmp_path / "out.txt", "w") as stdout:
         result = subprocess.run(
             script("translate", "--ckpt", ckpts["good"], "--beam-size", "1", "--max-len", "4"),
-            stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV, timeout=300,
+            stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV, timeout=HANG_TIMEOUT,
             preexec_fn=limit_file_size,
         )  # fmt: skip
     assert_one_line_error(result, "cannot write standard output: no space left: the file-size limit is reached", "(EFBIG)")
@@ -254,7 +254,7 @@ def test_a_reader_that_goes_away_is_a_quiet_exit(ckpts, tmp_path):  # noqa: F811
         proc.stdout.close()
         running = proc.poll() is None  # with 2,999 lines still to write: the closed pipe interrupts it
         stderr = proc.stderr.read().decode()
-        status = proc.wait(timeout=300)
+        status = proc.wait(timeout=HANG_TIMEOUT)
     assert running, "translate.py had ended before its reader went away"
     assert status == 141, stderr[-2000:]  # 128 + SIGPIPE, as docs/guide.md promises
     for noise in ("Traceback", "BrokenPipe", "Exception ignored", "error:"):
@@ -268,7 +268,7 @@ def test_undecodable_standard_input_names_the_line_and_byte(ckpts, encoding):  #
     data = "我 是\n学 生\n".encode() + b"caf\xe9 au lait\n"  # latin-1 on line 3: é at byte 16 + 3
     result = subprocess.run(
         script("translate", "--ckpt", ckpts["good"], "--beam-size", "1"),
-        input=data, capture_output=True, cwd=ROOT, env=env, timeout=300,
+        input=data, capture_output=True, cwd=ROOT, env=env, timeout=HANG_TIMEOUT,
     )  # fmt: skip
     result = subprocess.CompletedProcess(result.args, result.returncode, result.stdout.decode(), result.stderr.decode())
     assert_one_line_error(result, "standard input, line 3 (byte 19): cannot decode b'\\xe9' as utf-8")

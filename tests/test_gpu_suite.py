@@ -19,8 +19,8 @@ PEERS = ["transformers", "x_transformers", "ctranslate2"]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the suite's helpers, imported below as the script imports them
 
 
-def run_suite(*args: str, hide: list[str] = (), timeout: int = 900):
-    return run([*SUITE, *args], timeout=timeout, env=env_hiding(*hide))
+def run_suite(*args: str, hide: list[str] = ()):
+    return run([*SUITE, *args], env=env_hiding(*hide))
 
 
 @pytest.mark.slow
@@ -79,14 +79,14 @@ def test_the_speed_part_leaves_missing_peers_out_with_a_line(tmp_path):
     ],
 )
 def test_a_missing_requirement_is_one_line_before_any_step(tmp_path, hidden, line):
-    result = run_suite("--out", str(tmp_path / "out"), *TINY, hide=[hidden], timeout=300)
+    result = run_suite("--out", str(tmp_path / "out"), *TINY, hide=[hidden])
     assert result.returncode == 2 and result.stderr.startswith(line), result.stderr[-3000:]
     assert len(result.stderr.splitlines()) == 1 and "benchmarks/node_wheels.txt" in result.stderr
     assert not (tmp_path / "out").exists()
 
 
 def test_steps_that_do_not_fit_the_budget_are_skipped_with_a_line(tmp_path):
-    result = run_suite("--out", str(tmp_path), *TINY, "--part", "quality", "--budget-min", "1", timeout=300)
+    result = run_suite("--out", str(tmp_path), *TINY, "--part", "quality", "--budget-min", "1")
     assert result.returncode == 0, result.stderr[-3000:]
     (step,) = json.loads((tmp_path / "suite.json").read_text())["steps"]
     assert step["status"] == "skipped" and step["detail"].startswith("its 290 s limit > the ") and step["seconds"] == 0

@@ -1,6 +1,7 @@
 """The code stays linted and formatted: `ruff check` and `ruff format --check`, configured in
 pyproject.toml (what CI runs through this suite; `ruff check --fix . && ruff format .` repairs most)."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import HANG_TIMEOUT, ROOT
 
 RUFF = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
 
@@ -17,7 +18,7 @@ RUFF = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
 def test_ruff(command):
     if not Path(RUFF).exists():
         pytest.fail("ruff is not installed: pip install -e '.[dev]'")
-    result = subprocess.run([RUFF, *command, "."], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    result = subprocess.run([RUFF, *command, "."], capture_output=True, text=True, cwd=ROOT, timeout=HANG_TIMEOUT)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 
 
@@ -43,3 +44,17 @@ def test_imports_form_a_tree_of_layers():
                     if LAYERS.get(top, -1) > rank:
                         upward.append(f"{path.relative_to(ROOT)} imports {module}")
     assert not upward, upward
+
+
+def test_subprocess_time_limits_are_set_in_one_place():
+    # A test's time limit on a subprocess guards against a hang and is not a speed check: one generous value,
+    # tests/helpers.HANG_TIMEOUT (a 60 s limit once failed a loaded machine's first start of a fresh venv).
+    number = re.compile(r"\btimeout(?:\s*:\s*\w+)?\s*=\s*\d")
+    found = [
+        f"{path.name}:{i}: {line.strip()}"
+        for path in sorted((ROOT / "tests").glob("*.py"))
+        if path.name != "helpers.py"
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if number.search(line)
+    ]
+    assert not found, "\n".join(found)

@@ -440,3 +440,4 @@ def test_evaluate_mnist_script_says_which_weights_and_precision_and_prints_progr
     missing = script("evaluate_mnist", "--ckpt", str(ckpt), "--data-dir", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
     assert "Point --data-dir at the folder" in missing.stderr and "--data.data_dir" not in missing.stderr
+    assert "never downloads" in missing.stderr and "download=" not in missing.stderr  # it has no flag for it

@@ -26,13 +26,13 @@ for name in {OPTIONAL!r}:
 {IMPORTS}
 print(sorted(m for m in sys.modules if m.partition(".")[0] in {OPTIONAL!r}))
 """
-    result = run([sys.executable, "-c", code], env=env_hiding(*OPTIONAL), timeout=300)
+    result = run([sys.executable, "-c", code], env=env_hiding(*OPTIONAL))
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "[]"
 
 
 def test_the_wandb_logger_without_wandb_is_one_line(tmp_path):
-    result = fit(tmp_path, "--trainer.max_steps", "1", env=env_hiding("wandb"), timeout=300)  # the default logger: W&B
+    result = fit(tmp_path, "--trainer.max_steps", "1", env=env_hiding("wandb"))  # the default logger: W&B
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.stderr.splitlines()[-1] == (
         "error: the W&B logger needs wandb: pip install wandb, or pass --trainer.logger CSVLogger"
@@ -42,6 +42,6 @@ def test_the_wandb_logger_without_wandb_is_one_line(tmp_path):
 def test_hugging_face_data_without_datasets_is_one_line(tmp_path):
     cpu = ["--trainer.accelerator", "cpu", "--trainer.precision", "32", "--trainer.logger", "CSVLogger"]
     recipe = ["--config", "configs/wmt14_en_de.yaml", "--data.init_args.data_dir", str(tmp_path), *cpu]
-    result = fit(tmp_path, *recipe, env=env_hiding("datasets"), timeout=300)
+    result = fit(tmp_path, *recipe, env=env_hiding("datasets"))
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.stderr.splitlines()[-1] == "error: format=hf reads Hugging Face datasets: pip install datasets"

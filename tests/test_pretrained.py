@@ -319,6 +319,32 @@ def test_import_bad_input_is_one_line_and_writes_nothing(tmp_path, marian_dir, p
         assert out.read_bytes() == b"earlier"
 
 
+def test_import_names_the_vocabulary_whose_padding_id_or_size_disagrees(tmp_path, spm_models) -> None:
+    folder = tmp_path / "separate"
+    make_marian(folder, spm_models, "separate-untied-gelu")
+    pad = json.loads((folder / "config.json").read_text())["pad_token_id"]
+
+    def refused(name: str, vocab: dict) -> str:
+        bad = tmp_path / f"bad-{len(list(tmp_path.glob('bad-*')))}"
+        shutil.copytree(folder, bad)
+        (bad / name).write_text(json.dumps(vocab))
+        done = script("import_pretrained", str(bad), "--out", str(tmp_path / "model.ckpt"))
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+        assert not (tmp_path / "model.ckpt").exists()
+        return lines[0]
+
+    for name in ("vocab.json", "target_vocab.json"):
+        vocab = json.loads((folder / name).read_text())
+        fifth = next(piece for piece, i in vocab.items() if i == 5)
+        vocab[fifth], vocab["<pad>"] = pad, 5  # <pad> moved to id 5 on this side only
+        assert refused(name, vocab).endswith(f"{name} puts <pad> at 5, config.json's pad_token_id is {pad}")
+    vocab = json.loads((folder / "vocab.json").read_text())
+    vocab.pop(next(piece for piece, i in vocab.items() if i == 5))
+    line = refused("vocab.json", vocab)
+    assert f"vocab.json has {pad:,} entries and target_vocab.json {pad + 1:,}" in line and "differ in size" in line
+
+
 def test_imported_model_exported_to_ctranslate2_decodes_greedy_identically(tmp_path, marian_dir) -> None:
     pytest.importorskip("ctranslate2")
     from deploy.ctranslate2 import CTranslate2Translator, export_ctranslate2

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from tests.helpers import ROOT, run
+from tests.helpers import HANG_TIMEOUT, ROOT, run
 from tests.token_loss_ddp import loader, model, trainer, uneven_batches
 
 
@@ -48,7 +48,7 @@ def test_the_oracle_tells_token_means_from_batch_means() -> None:
 
 def test_two_ddp_processes_equal_one_process_on_the_union_of_their_batches(tmp_path) -> None:
     out = tmp_path / "grads.pt"
-    result = run([sys.executable, str(ROOT / "tests" / "token_loss_ddp.py"), str(out)], timeout=300)
+    result = run([sys.executable, str(ROOT / "tests" / "token_loss_ddp.py"), str(out)], timeout=HANG_TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     assert_close(torch.load(out), union_gradients(uneven_batches(sizes=(1, 6))))
 

@@ -8,7 +8,7 @@ import torch
 from datamodules import PAD, UNK, ToyTranslationDataModule, Vocab, tokenizer_from_dict
 from datamodules.toy import TOY_PAIRS
 from tasks import Seq2SeqTransformer
-from tests.helpers import ENV, FIT, ROOT
+from tests.helpers import ENV, FIT, HANG_TIMEOUT, ROOT
 
 
 def test_vocab_encodes_decodes_and_serialises():
@@ -38,7 +38,7 @@ def toy_run(tmp_path, *extra):
 def trained_toy(tmp_path_factory):
     """The default recipe, exactly as `python scripts/fit.py` runs it."""
     root = tmp_path_factory.mktemp("toy")
-    result = subprocess.run(toy_run(root), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
+    result = subprocess.run(toy_run(root), capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=HANG_TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     ckpts = sorted(root.rglob("epoch*.ckpt"))
     assert ckpts, f"no best checkpoint under {root}"
@@ -77,7 +77,7 @@ def test_cli_print_config_and_overrides(tmp_path):
         text=True,
         cwd=ROOT,
         env=ENV,
-        timeout=120,
+        timeout=HANG_TIMEOUT,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "d_model: 48" in result.stdout and "ToyTranslationDataModule" in result.stdout
@@ -85,7 +85,7 @@ def test_cli_print_config_and_overrides(tmp_path):
 
 def test_cli_trainer_flags_and_resume(tmp_path):
     run = toy_run(tmp_path, "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3")
-    assert subprocess.run(run, capture_output=True, cwd=ROOT, env=ENV, timeout=300).returncode == 0
+    assert subprocess.run(run, capture_output=True, cwd=ROOT, env=ENV, timeout=HANG_TIMEOUT).returncode == 0
     last = next(tmp_path.rglob("last.ckpt"))
     assert torch.load(last, weights_only=True)["epoch"] == 1
     resumed = subprocess.run(
@@ -94,7 +94,7 @@ def test_cli_trainer_flags_and_resume(tmp_path):
         text=True,
         cwd=ROOT,
         env=ENV,
-        timeout=300,
+        timeout=HANG_TIMEOUT,
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f" from {last}" in resumed.stdout + resumed.stderr and "Resuming the run in " in resumed.stdout + resumed.stderr

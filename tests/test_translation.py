@@ -12,7 +12,7 @@ from datamodules import ToyTranslationDataModule
 from datamodules.toy import TOY_PAIRS
 from tasks import Seq2SeqTransformer
 from tasks.metrics import corpus_scores, default_bleu_tokenize
-from tests.helpers import ROOT, TOY_MODEL, quiet_trainer, script
+from tests.helpers import HANG_TIMEOUT, ROOT, TOY_MODEL, quiet_trainer, script
 
 REFS = ["A man sleeping in a green room on a couch.", "Two dogs run across the snowy field.", "The cat sat on the mat."]
 
@@ -104,7 +104,7 @@ def test_translate_uses_the_length_limit(trained):
 
 
 def _run(name, *args, stdin=None):
-    return script(name.removesuffix(".py"), *args, input=stdin, timeout=600)
+    return script(name.removesuffix(".py"), *args, input=stdin, timeout=HANG_TIMEOUT)
 
 
 def test_translate_script_arguments_and_stdin(trained):

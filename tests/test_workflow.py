@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from datamodules.toy import TOY_PAIRS
-from tests.helpers import ENV, FIT, ROOT, fit
+from tests.helpers import ENV, FIT, HANG_TIMEOUT, ROOT, fit
 
 # Lines a user can do nothing about (issue: Lightning's litlogger tip, torch's LeafSpec deprecation from
 # Lightning's _pytree.py, FLOPs Lightning did not count, the bar's "Epoch 0/-2" of max_epochs -1).
@@ -67,7 +67,7 @@ def test_default_logger_is_wandb_offline_with_config_and_sync_hint(tmp_path):
     out = result.stdout + result.stderr
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1, runs
-    assert f"wandb sync {runs[0]}" in out and "best checkpoint" in out
+    assert f"upload it with: .venv/bin/wandb sync {runs[0]}" in out and "best checkpoint" in out  # the venv's wandb
     record = next(runs[0].glob("*.wandb")).read_bytes()
     assert b"d_model" in record and b"ToyTranslationDataModule" in record  # hparams and the full config
     assert b"val/loss" in record
@@ -80,6 +80,19 @@ def test_a_fit_run_prints_nothing_a_user_cannot_act_on(tmp_path):
     out = result.stdout + result.stderr
     assert "Trainable params" in out and "best checkpoint" in out  # the summaries are there
     for noise in NOISE:
+        assert noise not in out, noise
+
+
+def test_a_bf16_run_stopped_by_its_time_limit_prints_nothing_a_user_cannot_act_on(tmp_path):
+    # Lightning's `weights_only` guess (last.ckpt at the stop), its bf16-mixed model-size warning, its warning
+    # that the test's "best" has several ModelCheckpoints to choose from, and its own time-limit line.
+    limited = ["--trainer.max_epochs", "1000", "--trainer.max_time", "00:00:00:03", "--trainer.precision", "bf16-mixed"]
+    result = fit(tmp_path, *limited, "--trainer.enable_model_summary", "true")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout + result.stderr
+    assert "time limit reached (--trainer.max_time" in out and "best checkpoint" in out and "Trainable params" in out
+    lightning = ["weights_only", "not supported by the model summary", "multiple `ModelCheckpoint`", "Time limit reached."]
+    for noise in NOISE + lightning:
         assert noise not in out, noise
 
 
@@ -139,7 +152,8 @@ def test_resumed_run_continues_the_same_wandb_run_in_its_recipe_group(tmp_path):
     run_id = runs[0].name.rsplit("-", 1)[1]
     assert runs[1].name.rsplit("-", 1)[1] == run_id  # `wandb sync` uploads both folders into one run
     assert f"Continuing W&B run {run_id}" in resumed.stdout + resumed.stderr
-    assert f"upload it with: wandb sync {runs[0]} {runs[1]}\n" in resumed.stdout + resumed.stderr  # both, in order
+    # Both, in order, with the venv's wandb: on PATH only inside an activated venv.
+    assert f"upload it with: .venv/bin/wandb sync {runs[0]} {runs[1]}\n" in resumed.stdout + resumed.stderr
 
     # Steps keep increasing: W&B's own `_step` (else `wandb sync` writes the second folder's rows over
     # the first's) and Lightning's x axis, `trainer/global_step`.
@@ -181,6 +195,32 @@ def test_two_runs_in_one_root_keep_their_own_records(tmp_path):
     assert not list(tmp_path.glob("*.json")) and not (tmp_path / "config.yaml").exists() and not (tmp_path / "attention").exists()
 
 
+@pytest.mark.parametrize(
+    "logger", ["false", "CSVLogger", "TensorBoardLogger", pytest.param("AutoWandbLogger", marks=pytest.mark.slow)]
+)
+def test_a_second_run_in_one_root_overwrites_nothing_of_the_first_whatever_the_logger(tmp_path, logger):
+    # With no logger, both runs once wrote <root>/checkpoints/last.ckpt, <root>/config.yaml and <root>/summary.json.
+    short = ["--trainer.logger", logger, "--trainer.max_steps", "3", "--test", "false"]
+    if logger == "AutoWandbLogger":
+        short = short[2:]  # the default
+    first = fit(tmp_path, *short, "--model.init_args.d_model", "64")
+    assert first.returncode == 0, first.stderr[-3000:]
+    # Not wandb's own links to its latest run (wandb/latest-run, wandb/debug.log), which move on to the second.
+    files = [p for p in tmp_path.rglob("*") if p.is_file() and "latest-run" not in p.parts and not p.is_symlink()]
+    before = {p: p.read_bytes() for p in files}
+    second = fit(tmp_path, *short, "--model.init_args.d_model", "32")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert {p: p.read_bytes() for p in before} == before  # every file of the first run, byte for byte
+    folders = sorted((json.loads(p.read_text())["last_checkpoint"], p.parent) for p in tmp_path.rglob("summary.json"))
+    assert len(folders) == 2 and folders[0][1] != folders[1][1], folders
+    newest = max(folders, key=lambda f: Path(f[0]).stat().st_mtime)
+    assert "d_model: 32" in (newest[1] / "config.yaml").read_text()
+    assert Path(newest[0]).parent == newest[1] / "checkpoints"
+    resumed = fit(tmp_path, *short, "--trainer.max_steps", "4", "--model.init_args.d_model", "32", "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"Resuming the run in {newest[1]} from {newest[0]}" in resumed.stdout + resumed.stderr
+
+
 def test_ckpt_path_last_names_the_run_it_resumes(tmp_path):
     result = fit(tmp_path, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.logger", "CSVLogger")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -195,7 +235,8 @@ def test_ckpt_path_last_names_the_run_it_resumes(tmp_path):
 
 def test_output_to_a_file_shows_progress_lines(tmp_path):
     # stderr is a pipe here, as under nohup or SLURM: no bar, one line every log_every_n_steps (8 in the toy recipe).
-    result = fit(tmp_path, "--trainer.max_epochs", "2", "--trainer.logger", "CSVLogger", "--test", "false")
+    by_steps = ["--log_every_n_seconds", "0"]  # (lines by time too on a slow machine: test_progress_lines_by_time)
+    result = fit(tmp_path, "--trainer.max_epochs", "2", "--trainer.logger", "CSVLogger", "--test", "false", *by_steps)
     assert result.returncode == 0, result.stderr[-3000:]
     pattern = re.compile(r"^epoch (\d) step (\d+)/32 \| loss \d+\.\d{3} \| lr \S+ \| [\d,]+ tok/s \| elapsed \S+ \| eta \S+$")
     lines = [m for m in map(pattern.match, result.stderr.splitlines()) if m]
@@ -211,6 +252,36 @@ def test_progress_line_counts_target_tokens_and_tells_the_time_left():
     assert units_in(Seq2SeqBatch(src=tgt, tgt=tgt)) == (5, "tok")
     assert units_in([torch.zeros(4, 1, 28, 28), torch.zeros(4)]) == (4, "ex")
     assert eta(10, 40, 30.0) == "0:01:30" and eta(0, 40, 1.0) is None and eta(10, float("inf"), 1.0) is None
+    assert eta(10, 40, 30.0, limit=60.0) == "0:01:00" and eta(10, float("inf"), 1.0, limit=5.0) == "0:00:05"
+
+
+def test_progress_lines_by_time_and_an_eta_that_knows_the_time_limit(monkeypatch, capsys):
+    # Steps of 20 s, a line every 50 steps or every 30 s, and a 4-minute --trainer.max_time: a line each
+    # 2 steps (40 s), and an eta of what the limit leaves rather than the 1,000 steps left at 20 s each.
+    from types import SimpleNamespace
+
+    from lightning.pytorch.callbacks import Timer
+
+    import training.progress
+    from training.progress import ProgressLog
+
+    now = [0.0]
+    monkeypatch.setattr(training.progress.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(training.progress, "is_terminal", lambda: False)
+    timer = Timer(duration="00:00:04:00")
+    monkeypatch.setattr(timer, "time_remaining", lambda stage="train": 240.0 - now[0])
+    trainer = SimpleNamespace(
+        global_step=0, current_epoch=0, log_every_n_steps=50, is_global_zero=True, estimated_stepping_batches=1006,
+        callback_metrics={}, optimizers=[], callbacks=[timer],
+    )  # fmt: skip
+    progress = ProgressLog()
+    progress.on_train_start(trainer, None)
+    for step in range(1, 7):
+        now[0], trainer.global_step = 20.0 * step, step
+        progress.on_train_batch_end(trainer, None, None, [torch.zeros(8)], step - 1)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" | ")[0] for line in lines] == ["epoch 0 step 2/1006", "epoch 0 step 4/1006", "epoch 0 step 6/1006"]
+    assert [line.rsplit(" | ", 1)[1] for line in lines] == ["eta 0:03:20", "eta 0:02:40", "eta 0:02:00"]
 
 
 def test_wandb_runs_of_a_recipe_share_a_group(tmp_path, monkeypatch):
@@ -307,6 +378,7 @@ def test_the_test_lines_name_the_tested_checkpoint_its_weights_and_precision(tmp
     # The trainer's own epoch and step after fitting are the run's last, not the tested (best) checkpoint's.
     args = [*_recipe("corpus", tmp_path / "data"), "--trainer.logger", "CSVLogger", "--trainer.max_epochs", "2"]
     args += ["--checkpoint.monitor", "val/loss", "--checkpoint.mode", "min"]  # (val/bleu is scored every 100 epochs here)
+    args += ["--trainer.precision", "bf16-mixed"]  # named: the recipe's own choice depends on the machine
     result = fit(tmp_path / "run", *args, "--ema_decay", "0.9" if ema else "null")
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout + result.stderr
@@ -316,7 +388,7 @@ def test_the_test_lines_name_the_tested_checkpoint_its_weights_and_precision(tmp
     assert best.name == f"epoch{state['epoch']:03d}-step{state['global_step']}.ckpt"
     weights = "EMA weights" if ema else "its only weights (no EMA)"
     assert ("current_model_state" in state) == ema  # the checkpoint holds what the label says
-    expected = f"checkpoint {best.name}, {weights}, precision bf16-mixed"  # the recipe's precision
+    expected = f"checkpoint {best.name}, {weights}, precision bf16-mixed"
     assert f"{expected}: test/bleu=" in out and f"  tested: {expected}\n" in out, out[-3000:]
     assert summary["tested"] == expected
 
@@ -578,7 +650,7 @@ def test_quickstart_notebook_runs(tmp_path):
         )
     )
     km = KernelManager(kernel_name="quickstart", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")]))
-    client = nbclient.NotebookClient(nb, km=km, timeout=600, resources={"metadata": {"path": str(ROOT / "notebooks")}})
+    client = nbclient.NotebookClient(nb, km=km, timeout=HANG_TIMEOUT, resources={"metadata": {"path": str(ROOT / "notebooks")}})
     client.execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     text = "".join(o.get("text", "") for o in outputs)

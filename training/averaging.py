@@ -26,6 +26,9 @@ def last_checkpoints(directory: str | Path, n: int) -> list[Path]:
     if not directory.is_dir():
         raise CheckpointError(f"not a directory of checkpoints: {directory}")
     numbered = [(int(m.group(1)), p) for p in directory.glob("*.ckpt") if (m := STEP_IN_NAME.search(p.name))]
+    below = sorted({str(p.parent) for p in directory.glob("*/*.ckpt")})
+    if not numbered and below:  # a run's folder: its checkpoints are in checkpoints/ (checkpoints-2/, ... if resumed)
+        raise CheckpointError(f"{directory} holds no checkpoints itself; pass the folder that does: {', '.join(below)}")
     if len(numbered) < n:
         raise CheckpointError(
             f"{directory} has {len(numbered)} checkpoints named with a step, fewer than the {n} asked for "

@@ -206,7 +206,7 @@ def write_last(trainer: L.Trainer) -> str | None:
         return None
     written = trainer.is_global_zero and checkpoint_step(path) == trainer.global_step
     if not trainer.strategy.broadcast(written):
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=False)  # a full checkpoint, resumable (Lightning logs its guess otherwise)
     return str(path)
 
 

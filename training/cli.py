@@ -6,11 +6,12 @@ import contextlib
 import json
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.callbacks import ModelSummary, ProgressBar, Timer
+from lightning.pytorch.callbacks import ModelSummary, ProgressBar
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -35,8 +36,17 @@ from .checkpointing import BestCheckpoint, StoppedMidEpoch, checkpoint_callbacks
 from .errors import CheckpointError
 from .lightning_internals import checkpoint_io_chosen
 from .loading import read_checkpoint
-from .loggers import AutoWandbLogger, WandbRunId, continue_wandb_run, run_dir, run_folder, sync_command
-from .progress import EpochBar, ProgressLog
+from .loggers import (
+    AutoWandbLogger,
+    WandbRunId,
+    claim_run_folder,
+    continue_wandb_run,
+    run_dir,
+    run_folder,
+    sync_command,
+)
+from .precision import machine_precision, precision_line
+from .progress import EpochBar, ProgressLog, time_limit
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "toy_translation.yaml"
@@ -120,6 +130,13 @@ class TransformerCLI(LightningCLI):
             help="keep an exponential moving average of the weights with this decay (e.g. 0.999); it is "
             "validated, checkpointed and tested instead of the training weights (null: off)",
         )
+        parser.add_argument(
+            "--log_every_n_seconds",
+            type=float,
+            default=30.0,
+            help="with standard error not a terminal, a progress line at least this often, besides every "
+            "--trainer.log_every_n_steps steps (0: by steps only)",
+        )
         # The best checkpoints and, from the same options, last.ckpt (checkpointing.checkpoint_callbacks), for
         # every recipe; metric names keep "/" out of file names.
         parser.add_lightning_class_args(BestCheckpoint, "checkpoint")
@@ -145,7 +162,12 @@ class TransformerCLI(LightningCLI):
         decay = config.get("ema_decay")
         if decay is not None and not 0.0 < decay < 1.0:
             self.parser.error(f"--ema_decay must lie strictly between 0 and 1 (or be null), got {decay}")
+        if config.get("log_every_n_seconds", 0) < 0:
+            self.parser.error(f"--log_every_n_seconds must be 0 (off) or more, got {config.log_every_n_seconds}")
         check_accelerator(config.trainer.get("accelerator"))
+        if config.trainer.get("precision") is None:
+            config.trainer.precision, reason = machine_precision(config.trainer.get("accelerator"))
+            rank_zero_info(precision_line(config.trainer.precision, reason))
         _check_pad_to_multiple(self.parser, config)
         root = config.trainer.get("default_root_dir") or "."
         loggers = config.trainer.get("logger")
@@ -175,6 +197,8 @@ class TransformerCLI(LightningCLI):
         for best in [c for c in trainer.callbacks if isinstance(c, BestCheckpoint)]:
             at = trainer.callbacks.index(best)
             trainer.callbacks[at : at + 1] = checkpoint_callbacks(best)
+        for progress in [c for c in trainer.callbacks if isinstance(c, ProgressLog)]:
+            progress.every_n_seconds = self.config_init["log_every_n_seconds"]
         decay = self.config_init.get("ema_decay")
         if decay is not None:
             trainer.callbacks.insert(0, EMA(decay=decay))  # ahead of the ModelCheckpoints, which must run last
@@ -224,9 +248,9 @@ class NothingToTrain(Exception):
     scripts/fit.py says so in one line and exits with `faults.EXIT_NOTHING_TO_DO`, before any folder is made."""
 
 
-def run_fit(cli: TransformerCLI, resume: str = "") -> None:
-    """Fit (resuming `--ckpt_path`), test the best checkpoint, print and write the summary. `resume` is the
-    command that would resume this run, printed when a time limit ends it."""
+def run_fit(cli: TransformerCLI, resume: Callable[[dict[str, str]], str] = lambda settings: "") -> None:
+    """Fit (resuming `--ckpt_path`), test the best checkpoint, print and write the summary. `resume` makes the
+    command that would resume this run with some settings changed ({flag: value}), printed when a time limit ends it."""
     trainer, model, datamodule = cli.trainer, cli.model, cli.datamodule
     ckpt_path = resolve_ckpt_path(cli.config.ckpt_path, trainer)
     if ckpt_path is not None:
@@ -239,6 +263,7 @@ def run_fit(cli: TransformerCLI, resume: str = "") -> None:
         if run_id:
             rank_zero_info(f"Continuing W&B run {run_id}")
             keep_earlier_checkpoints(trainer)
+    claim_run_folder(trainer)
     start = time.monotonic()
     # A time limit mid-epoch ends fit with last.ckpt written at the step; test and summarise as after any end.
     with contextlib.suppress(StoppedMidEpoch):
@@ -249,7 +274,8 @@ def run_fit(cli: TransformerCLI, resume: str = "") -> None:
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     tested = None
     if cli.config.test and _has_split(datamodule, "test_dataloader"):
-        trainer.test(model, datamodule=datamodule, ckpt_path="best" if best else None)
+        # By its path: "best" makes Lightning warn that the last.ckpt callbacks are ModelCheckpoints too.
+        trainer.test(model, datamodule=datamodule, ckpt_path=best or None)
         tested = evaluated_label(trainer)
     if trainer.is_global_zero:
         folder = run_folder(trainer)
@@ -258,22 +284,23 @@ def run_fit(cli: TransformerCLI, resume: str = "") -> None:
         (folder / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
 
 
-def _time_limit(trainer: L.Trainer) -> Timer | None:
-    """The timer of `--trainer.max_time`, if it was given."""
-    return next((c for c in trainer.callbacks if isinstance(c, Timer) and c.time_remaining() is not None), None)
-
-
-def report_time_limit(trainer: L.Trainer, resume: str) -> None:
+def report_time_limit(trainer: L.Trainer, resume: Callable[[dict[str, str]], str]) -> None:
     """After fitting: when `--trainer.max_time` ended it, one line with where it stopped, the checkpoint to
-    resume and how (the time limit counts the training time of the runs a resumed one continues)."""
-    timer = _time_limit(trainer)
+    resume and the command that does, with a limit larger by the one just reached (the time limit counts the
+    training time of the runs a resumed one continues: the same limit would train nothing)."""
+    timer = time_limit(trainer)
     if timer is None or timer.time_remaining() > 0:
         return
     last = last_checkpoint(trainer) or "none written"
     elapsed = timedelta(seconds=int(timer.time_elapsed("train")))
+    limit = timedelta(seconds=round(timer.time_elapsed("train") + timer.time_remaining()))  # the duration given
+    seconds = int((elapsed + limit).total_seconds())
+    larger = f"{seconds // 86400:02d}:{seconds // 3600 % 24:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"  # DD:HH:MM:SS
+    command = resume({"--trainer.max_time": larger})
     print(
         f"time limit reached (--trainer.max_time; {elapsed} of training, counting the runs this one resumes) at "
-        f"step {trainer.global_step}; last checkpoint: {last}; resume with a larger --trainer.max_time: {resume}",
+        f"step {trainer.global_step}; last checkpoint: {last}; resume with a larger --trainer.max_time (another "
+        f"{limit} of training): {command}",
         file=sys.stderr,
         flush=True,
     )
@@ -289,13 +316,14 @@ def check_something_left(state: dict, trainer: L.Trainer, path: str) -> None:
             f"--trainer.max_steps {trainer.max_steps}: {path} has already trained {steps} steps; "
             "pass a larger --trainer.max_steps to train on"
         )
-    epochs = state["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"]
+    # `processed`: a checkpoint written at an epoch's end (last.ckpt) counts that epoch as processed, not yet completed.
+    epochs = state["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"]
     if trainer.max_epochs is not None and 0 <= trainer.max_epochs <= epochs:
         raise NothingToTrain(
             f"--trainer.max_epochs {trainer.max_epochs}: {path} has already trained {epochs} epochs; "
             "pass a larger --trainer.max_epochs to train on"
         )
-    timer = _time_limit(trainer)
+    timer = time_limit(trainer)
     if timer is not None:
         limit = timer.time_remaining()  # before fitting, the whole duration
         elapsed = (state.get("callbacks", {}).get(timer.state_key) or {}).get("time_elapsed", {}).get("train", 0.0)

@@ -11,16 +11,21 @@ from __future__ import annotations
 import json
 import netrc
 import os
+import shlex
 import struct
+import sys
 import threading
 import urllib.error
 import urllib.request
+import weakref
 from pathlib import Path
 from urllib.parse import urlparse
 
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
+
+from .signals import program
 
 DEFAULT_PROJECT = "transformer-lightning"
 CONNECT_TIMEOUT_S = 2.0
@@ -97,7 +102,6 @@ class AutoWandbLogger(WandbLogger):
             self.offline_reason = offline_reason()
             offline = self.offline_reason is not None
         save_dir = save_dir or "."
-        Path(save_dir).mkdir(parents=True, exist_ok=True)
         # No interactive login, and no wait on a server that is not there.
         kwargs.setdefault("settings", _quiet_settings())
         super().__init__(
@@ -114,6 +118,14 @@ class AutoWandbLogger(WandbLogger):
             self._wandb_init.pop("anonymous", None)  # wandb warns about the key even when it is None
         if offline and self.offline_reason:
             rank_zero_info(f"W&B logs offline: {self.offline_reason}.")
+
+    @property
+    def experiment(self):
+        # The folder is made when the run starts (wandb would log to a temporary folder instead of a missing
+        # one), not when the logger is built: a run refused before it starts leaves none behind.
+        if self._experiment is None:
+            Path(self.save_dir).mkdir(parents=True, exist_ok=True)
+        return super().experiment
 
 
 def _quiet_settings():
@@ -230,17 +242,41 @@ def offline_records(path: str | Path):
 
 def run_folder(trainer) -> Path:
     """The folder of this run's own records: `config.yaml`, `summary.json`, the figures, and (unless
-    `--checkpoint.dirpath` says otherwise) `checkpoints/`. It is where Lightning puts a run's checkpoints:
-    `<save_dir>/<name>/<version>` of the first logger (W&B: `<save_dir>/<project>/<run id>`; CSV and
-    TensorBoard: `<save_dir>/lightning_logs/version_<n>`), or the root directory with no logger. Not
-    `trainer.log_dir`, which for W&B is the `save_dir` that every run of the root directory shares: a
-    second run there would overwrite the first one's records. Ask on rank zero (the W&B run id exists there)."""
+    `--checkpoint.dirpath` says otherwise) `checkpoints/`. Every run gets a folder of its own, whatever the
+    logger, so a second run in one root directory overwrites nothing of the first:
+
+    - W&B: `<root>/<project>/<run id>` (a resumed run continues its W&B run, and its folder);
+    - CSV, TensorBoard: `<root>/version_<n>` (their `save_dir`, `name` and `version`);
+    - no logger (`--trainer.logger false`): `<root>/version_<n>` too, numbered with theirs (`claim_run_folder`).
+
+    Not `trainer.log_dir`, which for W&B is the `save_dir` that every run of the root directory shares, and
+    for no logger the root directory itself. Ask on rank zero (the W&B run id exists there)."""
     logger = trainer.loggers[0] if trainer.loggers else None
     if logger is None:
-        return Path(trainer.default_root_dir)
+        return _UNLOGGED_RUN_FOLDERS.get(trainer, Path(trainer.default_root_dir))
     save_dir = logger.save_dir if logger.save_dir is not None else trainer.default_root_dir
     version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
     return Path(save_dir) / str(logger.name) / version
+
+
+# The folder `claim_run_folder` chose for each trainer without a logger (a logger's version says it otherwise).
+_UNLOGGED_RUN_FOLDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def claim_run_folder(trainer) -> None:
+    """Before fitting, a run without a logger takes the next `<root>/version_<n>` (n one past the highest in the
+    root directory, as CSVLogger and TensorBoardLogger number theirs) as its `run_folder`, and its checkpoints
+    go to the `checkpoints/` there rather than to Lightning's `<root>/checkpoints`, which every such run would
+    share. Nothing is created here: a run refused before it trains leaves no folder behind."""
+    if trainer.loggers:
+        return
+    root = Path(trainer.default_root_dir)
+    taken = [int(p.name[len("version_") :]) for p in root.glob("version_*") if p.name[len("version_") :].isdigit()]
+    folder = root / f"version_{max(taken, default=-1) + 1}"
+    _UNLOGGED_RUN_FOLDERS[trainer] = folder
+    for callback in trainer.checkpoint_callbacks:
+        if callback.dirpath is None:
+            callback.dirpath = str(folder / "checkpoints")
 
 
 def run_dir(logger: Logger | None) -> str | None:
@@ -253,12 +289,15 @@ def run_dir(logger: Logger | None) -> str | None:
 def sync_command(logger: Logger | None) -> str | None:
     """`wandb sync <run dirs>` for an offline W&B run, else None: every offline folder of the run, oldest first
     (a resumed run continues the W&B run of the one it resumes in a folder of its own; `wandb sync` merges
-    them into the one run, and needs all of them)."""
+    them into the one run, and needs all of them). `wandb` is named by its path beside this interpreter
+    (`.venv/bin/wandb`): it is on PATH only inside an activated venv."""
     if not (isinstance(logger, WandbLogger) and logger._offline and run_dir(logger)):
         return None
     here, run_id = Path(run_dir(logger)), logger.experiment.id
     folders = {p.parent for p in here.parent.glob(f"*-{run_id}/run-{run_id}.wandb")} | {here}
-    return "wandb sync " + " ".join(str(p) for p in sorted(folders, key=lambda p: p.name))
+    wandb = Path(sys.executable).parent / "wandb"
+    folders = [str(p) for p in sorted(folders, key=lambda p: p.name)]
+    return shlex.join([program(str(wandb)) if wandb.is_file() else "wandb", "sync", *folders])
 
 
 def log_text(module, values: dict[str, str]) -> None:

@@ -6,6 +6,10 @@
 - Lightning's "The dirpath has changed from ... won't be reloaded", from each `last.ckpt` callback
   (training/checkpointing.last_checkpoints) of a resumed run: a resumed run writes to a new folder by design
   (training/cli.keep_earlier_checkpoints), and those callbacks have nothing to carry over but their one file.
+- Lightning's "Time limit reached. Elapsed time is ... Signaling Trainer to stop.": the run's own line
+  (training/cli.report_time_limit) says it, with where it stopped and the command that resumes it.
+- Lightning's "Precision bf16-mixed is not supported by the model summary ... Using 32 bits instead": under a
+  mixed precision the weights are float32, and 32 bits is the true size.
 - torch's `isinstance(treespec, LeafSpec)` FutureWarning, raised by Lightning's own `utilities/_pytree.py`
   (torch 2.14 deprecated the class that Lightning 2.6 still builds); nothing in this project calls it.
 
@@ -19,11 +23,13 @@ from __future__ import annotations
 import logging
 import warnings
 
+_NOISE = ("litlogger", "Skipping setting a default `ModelSummary` callback", "Time limit reached. Elapsed time is")
+
 
 class _DropLitLoggerTip(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = str(record.msg)
-        return "litlogger" not in message and "Skipping setting a default `ModelSummary` callback" not in message
+        return not any(noise in message for noise in _NOISE)
 
 
 _TIP_FILTER = _DropLitLoggerTip()
@@ -37,3 +43,4 @@ def silence() -> None:
             logger.addFilter(_TIP_FILTER)
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
     warnings.filterwarnings("ignore", message=r"The dirpath has changed from .* won't be reloaded")
+    warnings.filterwarnings("ignore", message=r"Precision \S+-mixed is not supported by the model summary")

@@ -3,9 +3,12 @@
 Under `nohup`, SLURM or CI, standard error goes to a file: a progress bar there is either silent (Lightning
 draws nothing once it sees no terminal, or draws it only at the end) or thousands of carriage returns. Like
 fairseq's `--log-interval`, a run whose standard error is not a terminal prints one line every N steps
-instead, and keeps the bar when it is one:
+instead, and at least one every `--log_every_n_seconds` (30 s by default) however slow the steps; it keeps the
+bar when standard error is a terminal:
 
     epoch 3 step 1200/8600 | loss 3.412 | lr 4.10e-04 | 5,310 tok/s | elapsed 0:12:03 | eta 1:14:27
+
+The ETA is the sooner of the steps left at the rate so far and the time left of `--trainer.max_time`.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import time
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback, RichProgressBar
+from lightning.pytorch.callbacks import Callback, RichProgressBar, Timer
 
 from datamodules.progress import clock, eta, is_terminal
 from datamodules.vocab import PAD
@@ -31,31 +34,39 @@ def units_in(batch, pad_id: int = PAD) -> tuple[int, str]:
     return (len(first), "ex") if hasattr(first, "__len__") else (0, "ex")
 
 
-class ProgressLog(Callback):
-    """One line every `every_n_steps` optimizer steps (default: the trainer's `log_every_n_steps`) on
-    standard error, when that is not a terminal (`always=True` prints it regardless): epoch, step (of the
-    run's estimated total), the last logged `train/loss`, the learning rate, throughput, elapsed time and
-    the time left at the rate so far. Rank zero only."""
+def time_limit(trainer: L.Trainer) -> Timer | None:
+    """The timer of `--trainer.max_time`, if it was given."""
+    return next((c for c in trainer.callbacks if isinstance(c, Timer) and c.time_remaining() is not None), None)
 
-    def __init__(self, every_n_steps: int | None = None, always: bool = False) -> None:
-        self.every_n_steps, self.always = every_n_steps, always
-        self._start = 0.0
+
+class ProgressLog(Callback):
+    """One line every `every_n_steps` optimizer steps (default: the trainer's `log_every_n_steps`), and one
+    whenever `every_n_seconds` have passed since the last (0: by steps only), on standard error, when that is
+    not a terminal (`always=True` prints it regardless): epoch, step (of the run's estimated total), the last
+    logged `train/loss`, the learning rate, throughput, elapsed time and the time left. Rank zero only."""
+
+    def __init__(self, every_n_steps: int | None = None, every_n_seconds: float = 30.0, always: bool = False) -> None:
+        self.every_n_steps, self.every_n_seconds, self.always = every_n_steps, every_n_seconds, always
+        self._start = self._printed_at = 0.0
         self._start_step = 0
         self._units, self._unit = 0, "ex"
         self._printed_step = -1
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start, self._start_step, self._units = time.monotonic(), trainer.global_step, 0
+        self._printed_at = self._start
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
         n, self._unit = units_in(batch, getattr(pl_module, "pad_id", PAD))
         self._units += n
         every = self.every_n_steps or trainer.log_every_n_steps or 50
         step = trainer.global_step  # the same for every micro-batch of an accumulated step: printed once
-        if step % every or step in (self._start_step, self._printed_step) or not trainer.is_global_zero:
+        now = time.monotonic()
+        due = step % every == 0 or (self.every_n_seconds > 0 and now - self._printed_at >= self.every_n_seconds)
+        if not due or step in (self._start_step, self._printed_step) or not trainer.is_global_zero:
             return
         if self.always or not is_terminal():
-            self._printed_step = step
+            self._printed_step, self._printed_at = step, now
             print(self.line(trainer), file=sys.stderr, flush=True)
 
     def line(self, trainer: L.Trainer) -> str:
@@ -70,7 +81,8 @@ class ProgressLog(Callback):
         if elapsed > 0:
             parts.append(f"{self._units / elapsed:,.0f} {self._unit}/s")
         parts.append(f"elapsed {clock(elapsed)}")
-        left = eta(step - self._start_step, total - self._start_step, elapsed)
+        timer = time_limit(trainer)
+        left = eta(step - self._start_step, total - self._start_step, elapsed, timer.time_remaining() if timer else None)
         if left is not None:
             parts.append(f"eta {left}")
         return " | ".join(parts)

@@ -137,24 +137,33 @@ def forget() -> None:
 RESUME_ENVIRONMENT = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG", "WANDB_MODE")
 
 
-def resume_command(args: list[str], script: str = "scripts/fit.py") -> str:
+def resume_command(args: list[str], script: str = "scripts/fit.py", settings: dict[str, str] | None = None) -> str:
     """The command that resumes a run started with `args`: the interpreter that runs this process (the
     README's `.venv/bin/python` rather than whatever `python` means in the user's shell), the environment
-    settings of `RESUME_ENVIRONMENT` that are set, the same arguments, `--ckpt_path last` at the end."""
+    settings of `RESUME_ENVIRONMENT` that are set, the same arguments but for `settings` ({flag: value}, in
+    place of any value given), then `--ckpt_path last`."""
+    settings = {**(settings or {}), "--ckpt_path": "last"}
     kept, skip = [], False
     for arg in args:
         if skip:
             skip = False
-        elif arg == "--ckpt_path":
+        elif arg in settings:
             skip = True
-        elif not arg.startswith("--ckpt_path="):
+        elif arg.split("=", 1)[0] not in settings:
             kept.append(arg)
-    python = sys.executable or "python"
-    relative = os.path.relpath(python)
-    if not relative.startswith(".."):
-        python = relative if os.sep in relative else os.path.join(".", relative)
     env = [f"{name}={shlex.quote(os.environ[name])}" for name in RESUME_ENVIRONMENT if os.environ.get(name)]
-    return " ".join([*env, shlex.join([python, script, *kept, "--ckpt_path", "last"])])
+    given = [word for flag, value in settings.items() for word in (flag, value)]
+    return " ".join([*env, shlex.join([program(sys.executable or "python"), script, *kept, *given])])
+
+
+def program(path: str) -> str:
+    """How to name the program at `path` in a command a user pastes: relative to the working folder when it lies
+    below it (`.venv/bin/python`, `./python`), else the absolute path; never a bare name that PATH would resolve
+    to another program (or to none: the venv's `wandb` is on PATH only inside the venv)."""
+    relative = os.path.relpath(path)
+    if relative.startswith(".."):
+        return path
+    return relative if os.sep in relative else os.path.join(".", relative)
 
 
 def stop_message(stop: Stopped, last_checkpoint: str | None, resume: str) -> str:

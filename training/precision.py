@@ -1,0 +1,63 @@
+"""The training precision a recipe gets when it names none: bf16 autocast where the machine runs bf16 natively,
+else fp32, with one line saying which and why. `--trainer.precision` (or a recipe's `trainer.precision`) overrides it.
+
+Where bf16 is not native, autocast emulates it, and a step is many times slower than in fp32 (docs/results.md,
+"Precision and threads"). Natively, bf16 autocast is faster:
+a GPU of compute capability 8.0 or later (Ampere, Hopper, ...), a CPU with AVX-512 BF16 or AMX (recent Xeon and
+EPYC) or an Arm CPU with the BF16 extension.
+"""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import torch
+
+BF16 = "bf16-mixed"
+FP32 = "32-true"
+# /proc/cpuinfo's flags of a CPU that computes bf16 natively (x86: AVX-512 BF16, AMX; Arm: the BF16 extension).
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as Linux reports them in /proc/cpuinfo (x86 `flags`, Arm `Features`); empty
+    where there is no such file (macOS, Windows)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
+def _on_cuda(accelerator) -> bool:
+    name = str(accelerator or "auto").lower()
+    return name in ("gpu", "cuda") or (name == "auto" and torch.cuda.is_available())
+
+
+def machine_precision(accelerator) -> tuple[str, str]:
+    """The precision to train in on this machine with `accelerator` (the trainer's setting), and why."""
+    if _on_cuda(accelerator):
+        if not torch.cuda.is_available():
+            return FP32, "no CUDA device"
+        name = torch.cuda.get_device_name()
+        if torch.cuda.is_bf16_supported(including_emulation=False):
+            return BF16, f"{name} computes bf16 natively"
+        return FP32, f"{name} has no native bf16 (compute capability below 8.0), where bf16 is emulated and slow"
+    native = sorted(set(NATIVE_BF16_FLAGS) & cpu_flags())
+    if native:
+        return BF16, f"this CPU computes bf16 natively ({', '.join(native)} in /proc/cpuinfo)"
+    return FP32, (
+        f"this {platform.machine() or ''} CPU has no native bf16 (no {', '.join(NATIVE_BF16_FLAGS)} in /proc/cpuinfo), "
+        "where bf16 autocast is emulated and many times slower"
+    )
+
+
+def precision_line(precision: str, reason: str) -> str:
+    """The one line a run prints about the precision it chose."""
+    other = FP32 if precision == BF16 else BF16
+    return f"precision {precision}: {reason}; --trainer.precision {other} to choose otherwise"
