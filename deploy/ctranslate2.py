@@ -19,8 +19,9 @@ Options CTranslate2 cannot represent the way we compute them (rotary positions i
 layout inside an encoder–decoder, query/key norms with our gain, relative position biases, no absolute
 positions) are refused by `check_exportable`.
 An imported Marian model (tasks/pretrained.py) exports with its own vocabulary and special tokens, no final
-norms, its output bias and its unscaled embeddings where it has them; its decoder starts from `<pad>`, which
-CTranslate2 is told never to generate (`suppress_sequences`), as ours never does.
+norms, its output bias and its unscaled embeddings where it has them; its decoder starts from `<pad>`.
+CTranslate2 is told never to generate `<pad>` or `<bos>` (`suppress_sequences`), as our searches never do, and
+to end as early as ours may (`min_decoding_length`: ours, 0 by default, where CTranslate2's own default is 1).
 Beam search: both apply GNMT's length penalty, but CTranslate2 stops a sentence once its top beam
 ends (OpenNMT's rule), where ours stops once no live hypothesis can still beat the best finished one
 under the penalty (models.decoding). With alpha = 0 the two rules agree and so do the outputs; with
@@ -250,7 +251,6 @@ def export_ctranslate2(model, out_dir: str | Path, quantization: str | None = No
         "max_len_a": hp["max_len_a"],
         "max_len_b": hp["max_len_b"],
         "length_penalty": hp["length_penalty"],
-        "ban_pad": hp.get("ban_pad", False),
         "quantization": quantization or "float32",
     }
     with atomic_output(out_dir, folder=True) as tmp:
@@ -281,7 +281,8 @@ class CTranslate2Translator:
         self.src_vocab = vocabulary(self.src_tokenizer)
         tgt_vocab = vocabulary(self.tgt_tokenizer)
         self.tgt_index = {tok: i for i, tok in enumerate(tgt_vocab)}
-        self.banned = [[tgt_vocab[self.tgt_tokenizer.pad_id]]] if self.meta.get("ban_pad") else None  # Marian's <pad>
+        specials = (self.tgt_tokenizer.pad_id, self.tgt_tokenizer.bos_id)  # one id in Marian's vocabulary
+        self.banned = [[tgt_vocab[i]] for i in dict.fromkeys(specials)]  # never generated (models.decoding.no_specials)
         threads = threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
         self._options = dict(device=device, compute_type=compute_type, inter_threads=1, intra_threads=threads)
         self._model_dir, self._seed = model_dir, None
@@ -312,6 +313,8 @@ class CTranslate2Translator:
 
     def _translate_batch(self, sources, beam_size, max_len, length_penalty, **options):
         alpha = self.meta["length_penalty"] if length_penalty is None else length_penalty
+        # Our minimum length (0 unless --min-len): CTranslate2's default, 1, would never let an output end at once.
+        options = {"min_decoding_length": 0, **options}
         return self.translator.translate_batch(
             sources,
             beam_size=beam_size,
@@ -394,8 +397,7 @@ class CTranslate2Translator:
         if temperature <= 0:
             raise InputError(f"temperature must be > 0, got {temperature}")
         options = dict(num_hypotheses=nbest, no_repeat_ngram_size=no_repeat_ngram_size, disable_unk=ban_unk)
-        if min_len:
-            options["min_decoding_length"] = min_len  # tokens before the end token, as ours
+        options["min_decoding_length"] = min_len  # tokens before the end token, as ours
         if sampling:
             if seed is not None and seed != self._seed:
                 # CTranslate2's generators live in the translator's worker threads and take the seed

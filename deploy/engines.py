@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 from models.errors import InputError
 from training.loading import load_checkpoint, load_training_weights
 
@@ -61,8 +63,10 @@ def check_decoding_arguments(args) -> None:
         raise InputError("--sampling-topk, --sampling-topp, --temperature and --seed apply to --sampling only")
     if args.sampling_topp is not None and not 0 < args.sampling_topp <= 1:
         raise InputError(f"--sampling-topp must be in (0, 1], got {args.sampling_topp}")
-    if args.temperature is not None and args.temperature <= 0:
-        raise InputError(f"--temperature must be > 0, got {args.temperature}")
+    if args.temperature is not None and not 0 < args.temperature < math.inf:
+        raise InputError(f"--temperature must be > 0 and finite, got {args.temperature}")
+    if args.length_penalty is not None and not 0 <= args.length_penalty < math.inf:
+        raise InputError(f"--length-penalty must be >= 0 and finite, got {args.length_penalty}")
     for name in ("sampling_topk", "no_repeat_ngram_size", "min_len"):
         if (getattr(args, name) or 0) < 0:
             raise InputError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")

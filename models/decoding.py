@@ -21,6 +21,10 @@ sentence is done, or at `max_len`.
 
 With beam_size=1 and length_penalty=0 beam search is exactly `greedy_decode`.
 
+No search ever generates `<pad>` or `<bos>` (`no_specials`): neither is text, a start token inside an
+output would hide an invisible token in its text (one text, two scores in an n-best list), and Marian's
+decoder starts from `<pad>` (fairseq and `transformers` ban them likewise).
+
 Constraints (`Constraints`) mask next-token log-probs to -inf without renormalising: a hypothesis's
 score stays the model's own log-probability of its tokens, so scoring an output as a given target
 (`score_targets`) gives its search score back, forced prefixes included.
@@ -41,6 +45,17 @@ if TYPE_CHECKING:
 NEG_INF = float("-inf")
 
 
+def special_ids(pad_id: int, bos_id: int, device: torch.device) -> torch.Tensor:
+    """The ids no search generates, `<pad>` and `<bos>`, as an index for `no_specials` (made once per search)."""
+    return torch.tensor([pad_id, bos_id], device=device)
+
+
+def no_specials(scores: torch.Tensor, specials: torch.Tensor) -> torch.Tensor:
+    """(N, V) next-token logits or log-probs with `specials` at -inf. A new tensor: a captured step's output
+    (models.static_cache) is left as it is."""
+    return scores.index_fill(-1, specials, NEG_INF)
+
+
 @torch.no_grad()
 def greedy_decode(
     net: Seq2SeqNet, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int, use_cache: bool = True
@@ -54,9 +69,10 @@ def greedy_decode(
     ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
     cache = net.core.new_cache() if use_cache else None
+    specials = special_ids(net.pad_id, bos_id, src.device)
     for _ in range(max_len):
         step_input = ys[:, -1:] if use_cache else ys
-        logits = net.decode(step_input, memory, src_pad, cache)[:, -1]  # (B, V)
+        logits = no_specials(net.decode(step_input, memory, src_pad, cache)[:, -1], specials)  # (B, V)
         next_token = logits.argmax(dim=-1).masked_fill(finished, net.pad_id)
         ys = torch.cat([ys, next_token[:, None]], dim=1)
         finished |= next_token.eq(eos_id)
@@ -240,6 +256,7 @@ def beam_search_nbest(
     constraints = constraints or Constraints()
     prefix = constraints.rows(K)  # (B*K, P) or None
     batch = torch.arange(B, device=device)[:, None]  # (B, 1)
+    specials = special_ids(pad, bos_id, device)
 
     live_seqs = torch.full((B, K, 1), bos_id, dtype=torch.long, device=device)  # (B, K, t)
     live_scores = torch.full((B, K), NEG_INF, device=device)  # (B, K) total log-probs
@@ -253,7 +270,8 @@ def beam_search_nbest(
 
     for t in range(1, max_len + 1):  # t = tokens generated after this step
         flat_seqs = live_seqs.view(B * K, t)
-        logp = constraints.apply(scorer.log_probs(flat_seqs), flat_seqs, eos_id, prefix)  # (B*K, V)
+        logp = no_specials(scorer.log_probs(flat_seqs), specials)
+        logp = constraints.apply(logp, flat_seqs, eos_id, prefix)  # (B*K, V)
         V = logp.size(-1)
         logp = logp.view(B, K, V)
         cand = live_scores.to(logp.dtype)[:, :, None] + logp  # (B, K, V)
@@ -335,11 +353,12 @@ def sample(
     max_len = min(max_len, scorer.max_len - 1)
     constraints = constraints or Constraints()
     prefix = constraints.rows(n)
+    specials = special_ids(pad, bos_id, device)
     ys = torch.full((B * n, 1), bos_id, dtype=torch.long, device=device)  # (B*n, t)
     tok = torch.zeros(B * n, 0, device=device)  # (B*n, t-1) each token's log-prob
     finished = torch.zeros(B * n, dtype=torch.bool, device=device)
     for _ in range(max_len):
-        logp = constraints.apply(scorer.log_probs(ys), ys, eos_id, prefix)  # (B*n, V)
+        logp = constraints.apply(no_specials(scorer.log_probs(ys), specials), ys, eos_id, prefix)  # (B*n, V)
         logits = logp / temperature
         if top_k:
             kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (B*n, 1)

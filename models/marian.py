@@ -7,8 +7,8 @@ our post-norm encoder–decoder with these options set (see `options_from_config
   - embeddings × sqrt(d_model) only when the config says `scale_embedding` (every OPUS-MT model does);
   - a plain SiLU (swish) feed-forward (`activation="silu"`), or relu / gelu;
   - a bias on the output layer, `final_logits_bias` (`generator_bias=True`);
-  - `<pad>` as the last id, the decoder starting from it, and never generating it (`ban_pad=True`; the ids
-    are the tokenizer's, datamodules.sentencepiece);
+  - `<pad>` as the last id and the decoder starting from it (the ids are the tokenizer's,
+    datamodules.sentencepiece); no search generates it, as for every model (models.decoding);
   - one table for both sides' embeddings, or two (`share_encoder_decoder_embeddings`), and the output layer
     tied to the target one or not (`tie_word_embeddings`); tasks/pretrained.py reads which from the weights.
 Its attention projects q, k and v with three matrices; ours fuses them (one q/k/v matmul in self-attention,
@@ -64,7 +64,6 @@ def options_from_config(config: dict, where: str = "config.json") -> dict:
             scale_embeddings=bool(config.get("scale_embedding", False)),
             final_norm=False,
             generator_bias=True,
-            ban_pad=True,
         )
     except (KeyError, TypeError, ValueError) as err:
         raise MarianFormatError(f"{where}: missing or malformed {err}") from None

@@ -80,7 +80,7 @@ class Seq2SeqTransformer(L.LightningModule):
         scale_embeddings: bool = True,  # embeddings × sqrt(d_model)
         final_norm: bool = True,  # a norm after each stack
         generator_bias: bool = False,  # a bias on the output layer (Marian's final_logits_bias)
-        ban_pad: bool = False,  # never generate the padding token (Marian's decoder starts from it)
+        ban_pad: bool = False,  # no effect: no search generates <pad> or <bos> (kept: older checkpoints name it)
         init_weights: str | None = None,  # a checkpoint of ours whose weights a fit starts from (fine-tuning)
         label_smoothing: float = 0.1,
         lr: float = 5e-4,
@@ -139,7 +139,6 @@ class Seq2SeqTransformer(L.LightningModule):
         if self.src_tokenizer.pad_id != self.tgt_tokenizer.pad_id:
             raise HyperparameterError("Seq2SeqTransformer: the source and target tokenizers pad with different ids")
         self.pad_id, self.bos_id, self.eos_id = self.tgt_tokenizer.pad_id, self.tgt_tokenizer.bos_id, self.tgt_tokenizer.eos_id
-        self.banned_ids = (self.pad_id,) if ban_pad else ()
         # The network's config: every hyperparameter named like one of its fields, and what the data decides.
         config = Seq2SeqConfig.from_hparams(
             self.hparams, src_vocab_size=len(self.src_tokenizer), tgt_vocab_size=len(self.tgt_tokenizer), pad_id=self.pad_id
@@ -420,18 +419,14 @@ class Seq2SeqTransformer(L.LightningModule):
             limit = min(limit, self.net.max_len - 1)
             alpha = self.hparams.length_penalty if length_penalty is None else length_penalty
             if static_cache is not None:
-                if self.banned_ids:
-                    raise InputError("static_cache decoding cannot ban <pad> (an imported Marian model): decode without it")
                 decoder = self._static_decoder(static_cache)
                 if beam_size == 1:
                     return decoder.greedy(src, self.bos_id, self.eos_id, limit)
                 return decoder.beam(src, self.bos_id, self.eos_id, limit, beam_size=beam_size, length_penalty=alpha)
             if beam_size == 1:
-                if not self.banned_ids:
-                    return greedy_decode(self.net, src, self.bos_id, self.eos_id, limit, use_cache=use_cache)
-                alpha = 0.0  # beam search with one beam and no penalty is greedy search, with the ban
+                return greedy_decode(self.net, src, self.bos_id, self.eos_id, limit, use_cache=use_cache)
             return beam_search(
-                self.net, src, self.bos_id, self.eos_id, limit, beam_size, alpha, use_cache, Constraints(banned=self.banned_ids)
+                self.net, src, self.bos_id, self.eos_id, limit, beam_size=beam_size, length_penalty=alpha, use_cache=use_cache
             )
         finally:
             self.train(was_training)
@@ -451,12 +446,20 @@ class Seq2SeqTransformer(L.LightningModule):
             return 0.0
         return self.hparams.length_penalty if length_penalty is None else length_penalty
 
-    def _ensemble_nets(self, ensemble) -> list:
-        """This module's network and those of `ensemble` (other `Seq2SeqTransformer`s), in eval mode."""
+    def _ensemble_nets(self, ensemble, alignment_layer: int | None = None) -> list:
+        """This module's network and those of `ensemble` (other `Seq2SeqTransformer`s), in eval mode; an
+        `InputError` for an `alignment_layer` that one of them lacks."""
         check_same_vocabularies([self, *ensemble])
         for member in ensemble:
             member.eval()
-        return [self.net, *(m.net for m in ensemble)]
+        nets = [self.net, *(m.net for m in ensemble)]
+        layers = min(net.config.num_decoder_layers for net in nets)
+        if alignment_layer is not None and not -layers <= alignment_layer < layers:
+            raise InputError(
+                f"alignment layer {alignment_layer} is out of range: the model has {layers} decoder layers "
+                f"(0 to {layers - 1}, or -{layers} to -1 from the last)"
+            )
+        return nets
 
     @torch.no_grad()
     def decode_hypotheses(
@@ -493,16 +496,14 @@ class Seq2SeqTransformer(L.LightningModule):
             raise InputError(f"temperature must be > 0, got {temperature}")
         if prefixes is not None and len(prefixes) != len(sentences):
             raise InputError(f"{len(prefixes)} prefixes for {len(sentences)} sentences: give one per sentence")
-        nets = self._ensemble_nets(ensemble)
+        nets = self._ensemble_nets(ensemble, alignment_layer)
         was_training = self.training
         self.eval()
         try:
             src = self.encode_sources(sentences)
             limit = max_len if max_len is not None else self._default_max_len(src)
             limit = min(limit, min(net.max_len for net in nets) - 1)
-            # Sampling never draws <pad> or <bos>, which are no text (a search never picks them from a trained model).
-            unk = self.tgt_tokenizer.unk_id
-            banned = tuple(dict.fromkeys((unk,) * ban_unk + (self.pad_id, self.bos_id) * sampling + self.banned_ids))
+            banned = (self.tgt_tokenizer.unk_id,) if ban_unk else ()
             constraints = Constraints(min_len, no_repeat_ngram_size, banned, self._prefix_ids(prefixes))
             alpha = self.score_alpha(beam_size, length_penalty, sampling)
             if sampling:
@@ -566,7 +567,7 @@ class Seq2SeqTransformer(L.LightningModule):
             raise InputError(f"{len(references)} references for {len(sentences)} sentences: give one per sentence")
         if not sentences:
             return []
-        nets = self._ensemble_nets(ensemble)
+        nets = self._ensemble_nets(ensemble, alignment_layer)
         targets = [self.tgt_tokenizer.encode(r) for r in references]
         limit = min(net.max_len for net in nets)
         for i, t in enumerate(targets):

@@ -231,7 +231,14 @@ def test_bad_decoding_input_is_one_line_and_status_2_with_nothing_written(toys, 
         (["--score-reference", str(two_lines)], "2 lines for 3 inputs"),
         (["--score-reference", str(tmp_path / "none.txt")], "not found"),
         (["--ckpt", ckpt, other_ckpt], "another target vocabulary"),
+        (["--print-alignment", "--alignment-layer", "99"], "alignment layer 99 is out of range"),
+        (["--print-alignment", "--alignment-layer", "-3"], "2 decoder layers"),
+        (["--score-reference", str(tmp_path / "three.txt"), "--print-alignment", "--alignment-layer", "2"], "out of range"),
+        (["--length-penalty", "-1"], "--length-penalty"),
+        (["--length-penalty", "nan"], "--length-penalty"),
+        (["--sampling", "--temperature", "inf"], "--temperature"),
     ]
+    (tmp_path / "three.txt").write_text("I\nI am\nI like\n", encoding="utf-8")
     for extra, message in cases:
         argv = ["--ckpt", ckpt, *extra] if extra[0] != "--ckpt" else extra
         code, out, err = run_script(capsys, "translate", *argv, *SOURCES)

@@ -257,6 +257,51 @@ def test_decoding_tools_through_ctranslate2_match_ours(tmp_path, trained_toy):
         translator.translate(SRC, beam_size=2, nbest=3)
 
 
+def biased_model(**token_biases: float) -> Seq2SeqTransformer:
+    """`sharpened_model` with an output bias (exported as CTranslate2's) that favours the named target tokens."""
+    model = sharpened_model(generator_bias=True)
+    with torch.no_grad():
+        for name, value in token_biases.items():
+            model.net.generator.bias[getattr(model, f"{name}_id")] = value
+    return model
+
+
+MORE_SRC = [*SRC, "w20 w21 w22", "w50 w51", "w33 w34 w35 w36", "w12", "w44 w45 w46 w47 w48"]
+
+
+def test_a_model_that_ends_at_once_translates_alike_through_ctranslate2(tmp_path):
+    """Some of the model's best outputs are empty (`<eos>` first): CTranslate2, told our minimum length (0),
+    gives them too, where its own default (1) would make it write a token first."""
+    model = biased_model(eos=7.0)
+    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"))
+    ours = model.translate(MORE_SRC)
+    assert 0 < ours.count("") < len(ours)  # some end at once, some do not
+    assert translator.translate(MORE_SRC) == ours
+    assert translator.translate(MORE_SRC, beam_size=3, length_penalty=0.0) == model.translate(
+        MORE_SRC, beam_size=3, length_penalty=0.0
+    )
+
+
+def test_no_hypothesis_holds_pad_or_bos_in_either_engine(tmp_path):
+    """A model whose likeliest tokens are <pad> and <bos>: no hypothesis of an n-best list, a sample or a
+    greedy output holds either, through our decoder or CTranslate2."""
+    model = biased_model(pad=12.0, bos=12.0)
+    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"))
+    src = model.encode_sources(MORE_SRC)
+    with torch.no_grad():
+        memory, src_pad = model.net.encode(src)
+        first = model.net.decode(torch.full((len(MORE_SRC), 1), model.bos_id), memory, src_pad)[:, -1].argmax(-1)
+    specials = {model.pad_id, model.bos_id}
+    assert set(first.tolist()) <= specials  # unbanned, every output would start with one
+    for engine in (model, translator):
+        lists = engine.translate(MORE_SRC, beam_size=4, nbest=4, length_penalty=0.0)
+        lists += engine.translate(MORE_SRC, nbest=4, sampling=True, seed=0)
+        lists += engine.translate(MORE_SRC, nbest=1, min_len=2)
+        tokens = [h.tokens for row in lists for h in row]
+        assert len(tokens) == 9 * len(MORE_SRC) and all(tokens)
+        assert not [t for t in tokens if specials & set(t)], engine
+
+
 def test_translate_script_nbest_format_is_the_same_on_ctranslate2(tmp_path, trained_toy, capsys):
     from tests.test_decoding_scripts import parse, run_script
 
