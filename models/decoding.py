@@ -39,10 +39,34 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .checks import at_least, check_hparams, finite_above, finite_at_least, probability_mass
+
 if TYPE_CHECKING:
     from .seq2seq import Seq2SeqNet
 
 NEG_INF = float("-inf")
+
+# What the searches' arguments may hold (models.checks), written once: each search checks its own, and
+# inference.options.DecodingOptions, the options a user gives, takes these entries as its own.
+SEARCH_CHECKS = {
+    "beam_size": at_least(1),
+    "nbest": at_least(1),
+    "length_penalty": finite_at_least(0),
+    "temperature": finite_above(0),
+    "top_k": at_least(0),
+    "top_p": probability_mass,
+    "min_len": at_least(0),
+    "no_repeat_ngram_size": at_least(0),
+}
+
+
+def nbest_fits_the_beam(h) -> str | bool:
+    """A beam holds at most `beam_size` hypotheses (samples are drawn as many as asked)."""
+    return (
+        h.get("sampling")
+        or h["nbest"] <= h["beam_size"]
+        or f"nbest={h['nbest']} is larger than beam_size={h['beam_size']}: a beam holds at most beam_size hypotheses"
+    )
 
 
 def special_ids(pad_id: int, bos_id: int, device: torch.device) -> torch.Tensor:
@@ -161,8 +185,7 @@ class Constraints:
     prefix: torch.Tensor | None = None
 
     def __post_init__(self):
-        if self.min_len < 0 or self.no_repeat_ngram_size < 0:
-            raise ValueError("min_len and no_repeat_ngram_size must be >= 0")
+        check_hparams(self, {"min_len": self.min_len, "no_repeat_ngram_size": self.no_repeat_ngram_size}, SEARCH_CHECKS)
 
     def rows(self, repeat: int) -> torch.Tensor | None:
         """The prefix of every row of a (B*repeat, ...) batch."""
@@ -243,12 +266,8 @@ def beam_search_nbest(
 ) -> list[list[Hypothesis]]:
     """→ for each sentence its `nbest` best hypotheses, best first (finished ones, then, where fewer
     than `nbest` finished within `max_len`, the best unfinished ones)."""
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    if not 1 <= nbest <= beam_size:
-        raise ValueError(f"nbest must be between 1 and the beam size {beam_size}, got {nbest}")
-    if length_penalty < 0:
-        raise ValueError(f"length_penalty must be >= 0, got {length_penalty}")
+    searched = {"beam_size": beam_size, "nbest": nbest, "length_penalty": length_penalty}
+    check_hparams("beam_search", searched, SEARCH_CHECKS, nbest_fits_the_beam)
     nets = _as_list(net)
     B, K, N, device, pad = src.size(0), beam_size, nbest, src.device, nets[0].pad_id
     scorer = StepScorer(nets, src, K, use_cache)
@@ -341,12 +360,8 @@ def sample(
     of most likely tokens whose probability reaches `top_p` (nucleus sampling; 1: all). Each sample's
     score is the model's own log-prob of its tokens (at temperature 1, unrestricted), / lp(length):
     what `score_targets` gives it. Best first."""
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    if top_k < 0 or num_samples < 1:
-        raise ValueError("top_k must be >= 0 and num_samples >= 1")
+    drawn = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "nbest": num_samples, "length_penalty": length_penalty}
+    check_hparams("sample", drawn, SEARCH_CHECKS)
     nets = _as_list(net)
     B, n, device, pad = src.size(0), num_samples, src.device, nets[0].pad_id
     scorer = StepScorer(nets, src, n, use_cache)

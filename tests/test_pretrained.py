@@ -215,7 +215,7 @@ def test_logits_and_decoding_match_marian(tmp_path, spm_models, name, regime) ->
 
     # Token ids: MarianTokenizer's, </s> appended to the source, on both sides.
     batch = tok(SOURCES, return_tensors="pt", padding=True)
-    src = ours.encode_sources(SOURCES)
+    src = ours.translator.encode_sources(SOURCES)
     assert torch.equal(src, batch["input_ids"])
     targets = _lines("train.en.gz", 5)
     theirs = tok(text_target=targets)["input_ids"]
@@ -326,7 +326,7 @@ def test_imported_model_exported_to_ctranslate2_decodes_greedy_identically(tmp_p
     model = Seq2SeqTransformer.from_pretrained(str(marian_dir))
     out = export_ctranslate2(model, tmp_path / "ct2")
     translator = CTranslate2Translator(out)
-    src = model.encode_sources(SOURCES)
+    src = model.translator.encode_sources(SOURCES)
     ours = greedy_decode(model.net, src, model.bos_id, model.eos_id, 30)
     theirs = translator.translate_ids([translator.source_tokens(s) for s in SOURCES], beam_size=1, max_len=30)
     assert [row[1:].tolist()[: len(ids)] for row, ids in zip(ours, theirs)] == theirs
