@@ -319,6 +319,20 @@ def test_import_bad_input_is_one_line_and_writes_nothing(tmp_path, marian_dir, p
         assert out.read_bytes() == b"earlier"
 
 
+def test_a_translator_reads_a_marian_folder_as_the_task_imports_it(marian_dir) -> None:
+    """`Translator.from_pretrained` builds the network without the LightningModule: the same settings, weights and
+    outputs as `Seq2SeqTransformer.from_pretrained`."""
+    from inference import Translator
+
+    module = Seq2SeqTransformer.from_pretrained(str(marian_dir))
+    translator = Translator.from_pretrained(marian_dir)
+    assert translator.net.config == module.net.config
+    assert all(torch.equal(a, b) for a, b in zip(translator.net.state_dict().values(), module.net.state_dict().values()))
+    for beams in (1, 3):
+        want = module.translate(SOURCES, beam_size=beams, length_penalty=0.0, max_len=30)
+        assert translator.translate(SOURCES, beam_size=beams, length_penalty=0.0, max_len=30) == want
+
+
 def test_imported_model_exported_to_ctranslate2_decodes_greedy_identically(tmp_path, marian_dir) -> None:
     pytest.importorskip("ctranslate2")
     from deploy.ctranslate2 import CTranslate2Translator, export_ctranslate2
