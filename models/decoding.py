@@ -1,6 +1,6 @@
 """Decoding as functions over a network's `encode` and `decode`: greedy search, batched beam search
 with n-best lists, sampling, scoring given targets and alignments. Any module with `encode(src) ->
-(memory, src_pad)`, `decode(tgt, memory, src_pad, cache) -> logits`, `core.new_cache()`, `pad_id`
+(memory, src_pad)`, `decode(tgt, memory, src_pad, cache) -> logits`, `new_cache()`, `pad_id`
 and `max_len` can be decoded (`models.Seq2SeqNet` is one); the network does not know about
 decoding, so nothing imports in a circle. Every search also takes a list of such networks, an
 ensemble (`StepScorer`).
@@ -92,7 +92,7 @@ def greedy_decode(
     max_len = min(max_len, net.max_len - 1)
     ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
-    cache = net.core.new_cache() if use_cache else None
+    cache = net.new_cache() if use_cache else None
     specials = special_ids(net.pad_id, bos_id, src.device)
     for _ in range(max_len):
         step_input = ys[:, -1:] if use_cache else ys
@@ -148,7 +148,7 @@ class StepScorer:
             memory, src_pad = net.encode(src)  # (B, S, D), (B, S)
             # Row b*repeat + k is copy k of sentence b.
             memory, src_pad = memory.repeat_interleave(repeat, dim=0), src_pad.repeat_interleave(repeat, dim=0)
-            self.states.append((memory, src_pad, net.core.new_cache() if use_cache else None))
+            self.states.append((memory, src_pad, net.new_cache() if use_cache else None))
 
     @property
     def max_len(self) -> int:

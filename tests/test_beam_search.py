@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import random
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -224,7 +223,7 @@ class TableNet(nn.Module):
     def __init__(self, table, vocab: int, max_len: int = 64):
         super().__init__()
         self.table, self.vocab, self.pad_id, self.max_len, self.calls = table, vocab, PAD, max_len, 0
-        self.core = SimpleNamespace(new_cache=PrefixCache)
+        self.new_cache = PrefixCache
 
     def encode(self, src):
         return src[:, :, None].double(), src.eq(PAD)  # the "memory" carries the source ids
