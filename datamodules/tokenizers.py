@@ -131,3 +131,9 @@ def tokenizer_from_dict(data: dict) -> Tokenizer:
             f"known kinds: {sorted(TOKENIZER_KINDS)}"
         ) from None
     return cls.from_dict(data)
+
+
+def same_vocabulary(src: dict, tgt: dict) -> bool:
+    """Whether two tokenizers' `to_dict()`s number the same pieces alike (one table for both sides): equal, or,
+    for Marian's (two SentencePiece models over one `vocab.json`), with the same pieces."""
+    return src == tgt or ("pieces" in src and src.get("pieces") == tgt.get("pieces"))

@@ -18,9 +18,10 @@ Three details make a naive conversion translate differently, and are handled her
 Options CTranslate2 cannot represent the way we compute them (rotary positions in our rotate-half
 layout inside an encoder–decoder, query/key norms with our gain, relative position biases, no absolute
 positions) are refused by `check_exportable`.
-An imported Marian model (tasks/pretrained.py) exports with its own vocabulary and special tokens, no final
-norms, its output bias and its unscaled embeddings where it has them; its decoder starts from `<pad>`, which
-CTranslate2 is told never to generate (`suppress_sequences`), as ours never does.
+An imported Marian model (inference/marian.py) exports with its own vocabulary and special tokens, no final
+norms, its output bias and its unscaled embeddings where it has them; its decoder starts from `<pad>`.
+CTranslate2 is told never to generate `<pad>` or `<bos>` (`suppress_sequences`), as our searches never do, and
+to end as early as ours may (`min_decoding_length`: ours, 0 by default, where CTranslate2's own default is 1).
 Beam search: both apply GNMT's length penalty, but CTranslate2 stops a sentence once its top beam
 ends (OpenNMT's rule), where ours stops once no live hypothesis can still beat the best finished one
 under the penalty (models.decoding). With alpha = 0 the two rules agree and so do the outputs; with
@@ -40,6 +41,7 @@ import torch
 from datamodules.batching import frame_source, map_in_length_batches
 from datamodules.tokenizers import SubwordTokenizer, tokenizer_from_dict
 from datamodules.vocab import PAD, SPECIAL_TOKENS
+from inference.options import CHECKPOINT_DEFAULTS, DecodingOptions
 from models.config import Seq2SeqConfig
 from models.decoding import Hypothesis, length_penalty_factor
 from models.errors import InputError
@@ -47,8 +49,6 @@ from models.positional import SinusoidalPositionalEncoding
 from training.faults import atomic_output
 
 TOKENIZERS_FILE = "tokenizers.json"  # our tokenizers and decoding defaults, beside CTranslate2's model.bin
-# Decoding tools CTranslate2 lacks (alignments: its attention is not our layer's head average), by their flags.
-UNSUPPORTED = {"alignment_layer": "alignments (--print-alignment)", "ensemble": "ensembles (several --ckpt)"}
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 
@@ -111,7 +111,8 @@ def _converter_class():
 
 
 def build_spec(model):
-    """The `ctranslate2.specs.TransformerSpec` of a `Seq2SeqTransformer`'s weights and vocabularies."""
+    """The `ctranslate2.specs.TransformerSpec` of a `Seq2SeqTransformer`'s (or a `Translator`'s) weights and
+    vocabularies."""
     _ctranslate2()
     from ctranslate2.specs import common_spec, transformer_spec
 
@@ -221,7 +222,8 @@ def _set_ffn(spec, state, prefix, activation: str) -> None:
 
 
 def export_ctranslate2(model, out_dir: str | Path, quantization: str | None = None, force: bool = False) -> Path:
-    """Write `model` (a `Seq2SeqTransformer`) as a CTranslate2 model directory, with our tokenizers.
+    """Write `model` (a `Seq2SeqTransformer` or an `inference.Translator`) as a CTranslate2 model directory, with
+    our tokenizers and its decoding defaults.
 
     An existing `out_dir` is replaced only with `force`, and only if it is empty or an earlier
     export (it holds CTranslate2's model.bin): never a directory of something else. Missing parent
@@ -243,14 +245,11 @@ def export_ctranslate2(model, out_dir: str | Path, quantization: str | None = No
     # be made (a regular file in the way, no permission) is named by atomic_output's error below.
     with contextlib.suppress(OSError):
         out_dir.parent.mkdir(parents=True, exist_ok=True)
-    hp = model.hparams
+    options = (model.translator if hasattr(model, "translator") else model).options  # a task module's, or a Translator's
     meta = {
         "tokenizers": {"src": model.src_tokenizer.to_dict(), "tgt": model.tgt_tokenizer.to_dict()},
         "max_len": model.net.config.max_len,
-        "max_len_a": hp["max_len_a"],
-        "max_len_b": hp["max_len_b"],
-        "length_penalty": hp["length_penalty"],
-        "ban_pad": hp.get("ban_pad", False),
+        "decoding": {name: getattr(options, name) for name in CHECKPOINT_DEFAULTS},  # the model's decoding defaults
         "quantization": quantization or "float32",
     }
     with atomic_output(out_dir, folder=True) as tmp:
@@ -262,8 +261,9 @@ def export_ctranslate2(model, out_dir: str | Path, quantization: str | None = No
 class CTranslate2Translator:
     """Translate text with an exported model: our tokenizers around a `ctranslate2.Translator`.
 
-    `compute_type` is CTranslate2's ("default" runs the weights as exported, "int8", "float32", ...).
-    Output lengths follow the checkpoint's `max_len_a` × source + `max_len_b`, as `Seq2SeqTransformer`'s do."""
+    `compute_type` is CTranslate2's ("default" runs the weights as exported, "int8", "float32", ...). Its default
+    `options` are the exported model's decoding defaults (length penalty, max_len_a × source + max_len_b), as
+    `inference.Translator`'s are a checkpoint's."""
 
     def __init__(self, model_dir: str | Path, device: str = "cpu", compute_type: str = "default", threads: int = 0):
         ctranslate2 = _ctranslate2()
@@ -276,12 +276,15 @@ class CTranslate2Translator:
             self.meta["tokenizers"]["src"], self.meta["tokenizers"]["tgt"]  # noqa: B018 (present, or KeyError)
         except (ValueError, KeyError, TypeError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise ExportError(f"{meta_path} is damaged ({type(err).__name__}: {err}); export the model again") from None
+        # Exports before the decoding options had their defaults at the top level.
+        self.options = DecodingOptions.from_mapping(self.meta.get("decoding", self.meta))
         self.src_tokenizer = tokenizer_from_dict(self.meta["tokenizers"]["src"])
         self.tgt_tokenizer = tokenizer_from_dict(self.meta["tokenizers"]["tgt"])
         self.src_vocab = vocabulary(self.src_tokenizer)
         tgt_vocab = vocabulary(self.tgt_tokenizer)
         self.tgt_index = {tok: i for i, tok in enumerate(tgt_vocab)}
-        self.banned = [[tgt_vocab[self.tgt_tokenizer.pad_id]]] if self.meta.get("ban_pad") else None  # Marian's <pad>
+        specials = (self.tgt_tokenizer.pad_id, self.tgt_tokenizer.bos_id)  # one id in Marian's vocabulary
+        self.banned = [[tgt_vocab[i]] for i in dict.fromkeys(specials)]  # never generated (models.decoding.no_specials)
         threads = threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
         self._options = dict(device=device, compute_type=compute_type, inter_threads=1, intra_threads=threads)
         self._model_dir, self._seed = model_dir, None
@@ -297,114 +300,79 @@ class CTranslate2Translator:
         framed = frame_source(self.src_tokenizer.encode(sentence), self.meta["max_len"], self.src_tokenizer.eos_id)
         return [self.src_vocab[i] for i in framed]
 
-    def translate_ids(
-        self, sources: list[list[str]], beam_size: int = 1, max_len: int | None = None, length_penalty: float | None = None
-    ) -> list[list[int]]:
-        """Token lists (each ending in `<eos>`) → output ids, `<eos>` included when generated."""
-        results = self._translate_batch(sources, beam_size, max_len, length_penalty)
+    def translate_ids(self, sources: list[list[str]], **options) -> list[list[int]]:
+        """Token lists (each ending in `<eos>`) → the best output's ids, `<eos>` included when generated."""
+        results = self._translate_batch(sources, self.options.replace(**options))
         return [[self.tgt_index[tok] for tok in r.hypotheses[0]] for r in results]
 
-    def _max_len(self, sources: list[list[str]], max_len: int | None) -> int:
-        if max_len is None:
-            longest = max(len(s) for s in sources)
-            max_len = int(self.meta["max_len_a"] * longest + self.meta["max_len_b"])
-        return min(max_len, self.meta["max_len"] - 1)
+    def _translate_batch(self, sources: list[list[str]], options: DecodingOptions, prefixes: list[str] | None = None):
+        return self.translator.translate_batch(sources, **self.translate_batch_options(sources, options, prefixes))
 
-    def _translate_batch(self, sources, beam_size, max_len, length_penalty, **options):
-        alpha = self.meta["length_penalty"] if length_penalty is None else length_penalty
-        return self.translator.translate_batch(
-            sources,
-            beam_size=beam_size,
-            length_penalty=alpha if beam_size > 1 else 0.0,
-            max_decoding_length=self._max_len(sources, max_len),
+    def translate_batch_options(self, sources: list[list[str]], options: DecodingOptions, prefixes=None) -> dict:
+        """Our decoding options as CTranslate2's `translate_batch` arguments, the one place they are mapped; an
+        `InputError` for what CTranslate2 lacks."""
+        if options.alignment_layer is not None:
+            raise InputError("CTranslate2 has no alignments (--print-alignment): use --engine torch")
+        if options.static_cache is not None or not options.use_cache:
+            raise InputError("CTranslate2 decodes with its own cache: static_cache and use_cache are this project's engine's")
+        max_len = options.max_len
+        if max_len is None:
+            max_len = int(options.max_len_a * max(len(s) for s in sources) + options.max_len_b)
+        mapped = dict(
+            beam_size=1 if options.sampling else options.beam_size,
+            num_hypotheses=options.nbest,
+            length_penalty=options.ranking_alpha,
+            max_decoding_length=min(max_len, self.meta["max_len"] - 1),
+            # Our minimum (0 unless asked): CTranslate2's default, 1, would never let an output end at once.
+            min_decoding_length=options.min_len,  # tokens before the end token, as ours
+            no_repeat_ngram_size=options.no_repeat_ngram_size,
+            disable_unk=options.ban_unk,
+            suppress_sequences=self.banned,
             return_end_token=True,
             max_input_length=0,
-            suppress_sequences=self.banned,
-            **options,
         )
-
-    def translate_many(
-        self, sentences: list[str], beam_size: int = 1, batch_size: int = 64, on_batch=None, **kwargs
-    ) -> list[str]:
-        """`translate` over many sentences in batches of similar length (as `Seq2SeqTransformer.translate_many`)."""
-        translate = lambda batch: self.translate(batch, beam_size=beam_size, **kwargs)
-        return map_in_length_batches(translate, sentences, batch_size, on_batch)
-
-    def translate(
-        self,
-        sentences: list[str],
-        beam_size: int = 1,
-        max_len: int | None = None,
-        nbest: int | None = None,
-        length_penalty: float | None = None,
-        **tools,
-    ):
-        """As `Seq2SeqTransformer.translate`: the best output's text, or with `nbest` each sentence's
-        `nbest` `Hypothesis`es, best first, their scores ours (`score` of their tokens: CTranslate2's
-        teacher-forced log-probs, our length penalty). The decoding tools go through CTranslate2's
-        own options (`decode_options`); those it lacks are refused."""
-        if isinstance(sentences, str):
-            sentences = [sentences]
-        if not sentences:
-            return []
-        if nbest is None and not tools:
-            ids = self.translate_ids([self.source_tokens(s) for s in sentences], beam_size, max_len, length_penalty)
-            return [self.tgt_tokenizer.decode(row) for row in ids]
-        n = nbest or 1
-        sampling = tools.get("sampling", False)
-        if not sampling and n > beam_size:
-            raise InputError(f"nbest={n} is larger than beam_size={beam_size}: a beam holds at most beam_size hypotheses")
-        options = self.decode_options(n, **tools)
-        sources = [self.source_tokens(s) for s in sentences]
-        prefixes = tools.get("prefixes")
+        if options.sampling:
+            self._reseed(options.seed)
+            mapped.update(sampling_topk=options.top_k, sampling_topp=options.top_p, sampling_temperature=options.temperature)
         if prefixes is not None:
             vocab = vocabulary(self.tgt_tokenizer)
-            options["target_prefix"] = [[vocab[i] for i in self.tgt_tokenizer.encode(p)] if p.strip() else None for p in prefixes]
-        results = self._translate_batch(sources, 1 if sampling else beam_size, max_len, length_penalty, **options)
-        alpha = 0.0 if sampling or beam_size == 1 else (self.meta["length_penalty"] if length_penalty is None else length_penalty)
+            mapped["target_prefix"] = [[vocab[i] for i in self.tgt_tokenizer.encode(p)] if p.strip() else None for p in prefixes]
+        return mapped
+
+    def _reseed(self, seed: int | None) -> None:
+        """CTranslate2's generators live in the translator's worker threads and take the seed when those start: a
+        new seed needs a new translator. The same seed goes on drawing."""
+        if seed is not None and seed != self._seed:
+            _ctranslate2().set_random_seed(seed)
+            self.translator = _ctranslate2().Translator(str(self._model_dir), **self._options)
+            self._seed = seed
+
+    def translate_many(self, sentences: list[str], batch_size: int = 64, on_batch=None, **kwargs) -> list[str]:
+        """`translate` over many sentences in batches of similar length (as `inference.Translator.translate_many`)."""
+        translate = lambda batch: self.translate(batch, **kwargs)
+        return map_in_length_batches(translate, sentences, batch_size, on_batch)
+
+    def translate(self, sentences: list[str], nbest: int | None = None, prefixes: list[str] | None = None, **options):
+        """As `inference.Translator.translate`: the best output's text, or with `nbest` each sentence's `nbest`
+        `Hypothesis`es, best first, their scores ours (`score` of their tokens: CTranslate2's teacher-forced
+        log-probs, our length penalty). The options go through `translate_batch_options`."""
+        if isinstance(sentences, str):
+            sentences = [sentences]
+        opts = self.options.for_call(nbest, prefixes, sentences, **options)
+        if not sentences:
+            return []
+        sources = [self.source_tokens(s) for s in sentences]
+        results = self._translate_batch(sources, opts, prefixes)
+        if nbest is None and opts.plain and prefixes is None:
+            return [self.tgt_tokenizer.decode([self.tgt_index[tok] for tok in r.hypotheses[0]]) for r in results]
         outputs = [[[self.tgt_index[tok] for tok in hyp] for hyp in r.hypotheses] for r in results]
         flat = [(b, ids) for b, row in enumerate(outputs) for ids in row]
-        scored = self._score_ids([sources[b] for b, _ in flat], [ids for _, ids in flat], alpha)
+        scored = self._score_ids([sources[b] for b, _ in flat], [ids for _, ids in flat], opts.ranking_alpha)
         hyps: list[list[Hypothesis]] = [[] for _ in sentences]
         for (b, _), h in zip(flat, scored):
             hyps[b].append(h)
         hyps = [sorted(row, key=lambda h: -h.score) for row in hyps]
         return [row[0].text for row in hyps] if nbest is None else hyps
-
-    def decode_options(
-        self,
-        nbest: int = 1,
-        sampling: bool = False,
-        temperature: float = 1.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        min_len: int = 0,
-        no_repeat_ngram_size: int = 0,
-        ban_unk: bool = False,
-        prefixes: list[str] | None = None,
-        **unsupported,
-    ) -> dict:
-        """CTranslate2's `translate_batch` options for our decoding tools; an `InputError` for a tool it lacks."""
-        if unsupported:
-            names = ", ".join(UNSUPPORTED.get(name, name) for name in sorted(unsupported))
-            raise InputError(f"CTranslate2 has no {names}: use --engine torch")
-        if not 0 < top_p <= 1:
-            raise InputError(f"top_p must be in (0, 1], got {top_p}")
-        if temperature <= 0:
-            raise InputError(f"temperature must be > 0, got {temperature}")
-        options = dict(num_hypotheses=nbest, no_repeat_ngram_size=no_repeat_ngram_size, disable_unk=ban_unk)
-        if min_len:
-            options["min_decoding_length"] = min_len  # tokens before the end token, as ours
-        if sampling:
-            if seed is not None and seed != self._seed:
-                # CTranslate2's generators live in the translator's worker threads and take the seed
-                # when those start: a new seed needs a new translator. The same seed goes on drawing.
-                _ctranslate2().set_random_seed(seed)
-                self.translator = _ctranslate2().Translator(str(self._model_dir), **self._options)
-                self._seed = seed
-            options.update(sampling_topk=top_k, sampling_topp=top_p, sampling_temperature=temperature)
-        return options
 
     def _score_ids(self, sources: list[list[str]], outputs: list[list[int]], alpha: float) -> list[Hypothesis]:
         """Our `Hypothesis` of each output (`<eos>` last where it finished): CTranslate2's teacher-forced
@@ -421,16 +389,8 @@ class CTranslate2Translator:
             hyps.append(Hypothesis(tokens, log_probs, score, text=self.tgt_tokenizer.decode(tokens)))
         return hyps
 
-    def score_alpha(self, beam_size: int = 1, length_penalty: float | None = None, sampling: bool = False) -> float:
-        """As `Seq2SeqTransformer.score_alpha`."""
-        if beam_size == 1 or sampling:
-            return 0.0
-        return self.meta["length_penalty"] if length_penalty is None else length_penalty
-
-    def score(self, sentences: list[str], references: list[str], length_penalty: float = 0.0, **unsupported) -> list[Hypothesis]:
-        """As `Seq2SeqTransformer.score`, by CTranslate2's `score_batch`."""
-        if unsupported:
-            raise InputError("CTranslate2 runs one model: an ensemble needs --engine torch")
+    def score(self, sentences: list[str], references: list[str], length_penalty: float = 0.0) -> list[Hypothesis]:
+        """As `inference.Translator.score`, by CTranslate2's `score_batch`."""
         if len(references) != len(sentences):
             raise InputError(f"{len(references)} references for {len(sentences)} sentences: give one per sentence")
         sources = [self.source_tokens(s) for s in sentences]

@@ -1,10 +1,16 @@
-"""The engines a trained translator runs on, as the scripts pick them: this project's PyTorch module
-(`--engine torch --ckpt CKPT`) or CTranslate2 (`--engine ctranslate2 --model DIR`, from scripts/export.py)."""
+"""The engines a trained translator runs on, as the scripts pick them: this project's (`--engine torch --ckpt
+CKPT`, an `inference.Translator`) or CTranslate2 (`--engine ctranslate2 --model DIR`, from scripts/export.py).
+Both translate with `translate`, `translate_many` and `score`, and take the same `DecodingOptions`."""
 
 from __future__ import annotations
 
+from inference.options import DecodingOptions, add_decoding_arguments, options_from_args
+from inference.translator import Translator, check_same_vocabularies
 from models.errors import InputError
-from training.loading import load_checkpoint, load_training_weights
+
+# The decoding options every script that translates takes as flags (inference.options), the search's first.
+SEARCH = ("beam_size", "length_penalty", "max_len")
+TOOLS = ("sampling", "top_k", "top_p", "temperature", "seed", "no_repeat_ngram_size", "min_len", "ban_unk")
 
 
 def add_engine_arguments(parser) -> None:
@@ -44,78 +50,39 @@ def check_engine_arguments(parser, args) -> None:
         parser.error("--engine ctranslate2 needs --model DIR (a directory written by scripts/export.py)")
 
 
-def add_decoding_arguments(parser) -> None:
-    """The decoding tools' flags (models.decoding) that change the outputs, shared by scripts/translate.py
-    and scripts/evaluate.py; fairseq's names."""
-    group = parser.add_argument_group("decoding tools")
-    group.add_argument("--sampling", action="store_true", help="sample outputs instead of searching (back-translation)")
-    group.add_argument("--sampling-topk", type=int, default=None, help="sample among the K likeliest tokens (default: all)")
-    group.add_argument(
-        "--sampling-topp", type=float, default=None, help="sample in the nucleus of mass P, 0 < P <= 1 (default: 1)"
-    )
-    group.add_argument("--temperature", type=float, default=None, help="divides the logits before sampling (default: 1)")
-    group.add_argument("--seed", type=int, default=None, help="seed of the sampling (default: unseeded)")
-    group.add_argument("--no-repeat-ngram-size", type=int, default=0, help="no n-gram of this size twice in an output")
-    group.add_argument("--min-len", type=int, default=0, help="output tokens before <eos>, at least (default: 0)")
-    group.add_argument("--ban-unk", action="store_true", help="never generate <unk>")
+def add_search_arguments(parser, *extra: str, beam_size: int = 4) -> None:
+    """The search's flags (`SEARCH` and `extra` options), then the decoding tools' (`TOOLS`): fairseq's names."""
+    add_decoding_arguments(parser, SEARCH + extra, "search", beam_size=beam_size)
+    add_decoding_arguments(parser, TOOLS, "decoding tools")
 
 
-def check_decoding_arguments(args) -> None:
-    """One `InputError` line (exit status 2) for decoding flags out of range or without their mode."""
-    if not args.sampling and any(v is not None for v in (args.sampling_topk, args.sampling_topp, args.temperature, args.seed)):
-        raise InputError("--sampling-topk, --sampling-topp, --temperature and --seed apply to --sampling only")
-    if args.sampling_topp is not None and not 0 < args.sampling_topp <= 1:
-        raise InputError(f"--sampling-topp must be in (0, 1], got {args.sampling_topp}")
-    if args.temperature is not None and args.temperature <= 0:
-        raise InputError(f"--temperature must be > 0, got {args.temperature}")
-    for name in ("sampling_topk", "no_repeat_ngram_size", "min_len"):
-        if (getattr(args, name) or 0) < 0:
-            raise InputError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
-
-
-def decoding_options(args) -> dict:
-    """`Seq2SeqTransformer.translate`'s decoding tools that the flags ask for (none: plain search)."""
-    options = {}
-    if args.sampling:
-        options.update(sampling=True, temperature=args.temperature or 1.0, top_k=args.sampling_topk or 0, seed=args.seed)
-        options["top_p"] = 1.0 if args.sampling_topp is None else args.sampling_topp
-    if args.no_repeat_ngram_size:
-        options["no_repeat_ngram_size"] = args.no_repeat_ngram_size
-    if args.min_len:
-        options["min_len"] = args.min_len
-    if args.ban_unk:
-        options["ban_unk"] = True
-    return options
+def decoding_options(args, defaults: DecodingOptions | None = None, *extra: str) -> DecodingOptions:
+    """`defaults` (a translator's) with the search and tools' flags given; a bad value or combination is one
+    `InputError` line naming the flags. Called once at parsing (with plain defaults, to refuse bad flags before
+    anything loads) and once with the loaded translator's."""
+    return options_from_args(args, defaults or DecodingOptions(), SEARCH + TOOLS + extra)
 
 
 def load_translator(args):
-    """What `add_engine_arguments` picked: a `Seq2SeqTransformer` in eval mode (with its training weights
-    when `args.weights == "training"`) or a `deploy.ctranslate2.CTranslate2Translator`; both translate
-    with `translate` and `translate_many`. With several checkpoints, the first one (`load_ensemble`
-    gives the others)."""
+    """What `add_engine_arguments` picked: an `inference.Translator` of the first checkpoint (its training
+    weights when `args.weights == "training"`) or a `deploy.ctranslate2.CTranslate2Translator`. With several
+    checkpoints, `load_ensemble` gives the others."""
     if args.engine == "ctranslate2":
         from .ctranslate2 import CTranslate2Translator  # imported only when asked for: CTranslate2 is optional
 
         return CTranslate2Translator(args.model, device=args.device, compute_type=args.compute_type)
-    return _load_model(args, args.ckpt[0])
+    return _load(args, args.ckpt[0])
 
 
 def load_ensemble(args, first) -> list:
-    """The models of the checkpoints after the first (an ensemble with `first`, `load_translator`'s),
+    """The translators of the checkpoints after the first (an ensemble with `first`, `load_translator`'s),
     their vocabularies checked against the first's: [] for one checkpoint or CTranslate2."""
     if args.engine == "ctranslate2" or len(args.ckpt) == 1:
         return []
-    from tasks.seq2seq import check_same_vocabularies
-
-    others = [_load_model(args, path) for path in args.ckpt[1:]]
+    others = [_load(args, path) for path in args.ckpt[1:]]
     check_same_vocabularies([first, *others])
     return others
 
 
-def _load_model(args, path: str):
-    from tasks import Seq2SeqTransformer
-
-    model = load_checkpoint(Seq2SeqTransformer, path, map_location=args.device)
-    if getattr(args, "weights", "averaged") == "training":
-        load_training_weights(model, path)
-    return model.eval()
+def _load(args, path: str) -> Translator:
+    return Translator.from_checkpoint(path, weights=getattr(args, "weights", "averaged"), device=args.device)

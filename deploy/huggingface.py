@@ -245,9 +245,9 @@ def generation_config(model) -> dict:
         length_penalty=hp.get("length_penalty", 1.0),
         early_stopping=False,  # stop when no live beam can beat the finished ones: ours with alpha = 0
         max_length=model.net.config.max_len,  # the decoder's start included: max_len - 1 new tokens, as ours
+        # our searches never generate <pad> or <bos> (models/decoding.py); generate is told the same
+        bad_words_ids=[[token] for token in dict.fromkeys((tgt.pad_id, tgt.bos_id))],
     )
-    if hp.get("ban_pad", False):
-        config["bad_words_ids"] = [[tgt.pad_id]]
     return config
 
 

@@ -10,6 +10,7 @@ bad value is reported as itself rather than as a ZeroDivisionError. All problems
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Mapping
 from numbers import Real
 from typing import Any
@@ -20,9 +21,16 @@ Check = Callable[[Any], "str | None"]  # a value → what is wrong with it, or N
 Relation = Callable[[Mapping[str, Any]], "str | bool | None"]  # all values → what is wrong, or True/None
 
 
-def check_hparams(owner: object, values: Mapping[str, Any], checks: Mapping[str, Check], *relations: Relation) -> None:
-    """Raise one `HyperparameterError` naming `owner` (a class name, or an object whose class names it)
-    and every argument of `values` that fails its entry of `checks`, then every failing relation."""
+def check_hparams(
+    owner: object,
+    values: Mapping[str, Any],
+    checks: Mapping[str, Check],
+    *relations: Relation,
+    error: type[ValueError] = HyperparameterError,
+) -> None:
+    """Raise one `error` naming `owner` (a class name, or an object whose class names it) and every argument of
+    `values` that fails its entry of `checks`, then every failing relation. The default, `HyperparameterError`,
+    is a module's; input to `translate` (inference.options) is an `InputError`."""
     name = owner if isinstance(owner, str) else type(owner).__name__
     problems = []
     for arg, check in checks.items():
@@ -32,7 +40,7 @@ def check_hparams(owner: object, values: Mapping[str, Any], checks: Mapping[str,
     if not problems:
         problems = [r for r in (relation(values) for relation in relations) if isinstance(r, str)]
     if problems:
-        raise HyperparameterError(f"{name}: {'; '.join(problems)}")
+        raise error(f"{name}: {'; '.join(problems)}")
 
 
 def _number(value: Any) -> bool:
@@ -76,3 +84,22 @@ def no_more_than(a: str, b: str) -> Relation:
 
 # The optimiser's settings, shared by the task modules (a network's own are checked by its config, models/config.py).
 OPTIMISER = {"lr": above(0), "weight_decay": at_least(0), "label_smoothing": fraction}
+
+
+def finite_at_least(low: float) -> Check:
+    """A finite number ≥ `low` (a length penalty: `finite_at_least(0)`; NaN and infinity are refused)."""
+    return lambda v: None if _number(v) and low <= v < math.inf else f"must be at least {low} and finite"
+
+
+def finite_above(low: float) -> Check:
+    """A finite number > `low` (a sampling temperature: `finite_above(0)`)."""
+    return lambda v: None if _number(v) and low < v < math.inf else f"must be above {low} and finite"
+
+
+def probability_mass(value: Any) -> str | None:
+    """A number in (0, 1] (nucleus sampling's top-p)."""
+    return None if _number(value) and 0 < value <= 1 else "must be in (0, 1]"
+
+
+def integer(value: Any) -> str | None:
+    return None if isinstance(value, int) and not isinstance(value, bool) else "must be an integer"

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
+from .activations import ACTIVATIONS
 from .checks import Check, Relation, at_least, boolean, check_hparams, divisible, fraction, one_of
-from .layers import ACTIVATIONS
 from .norms import NORMS
 from .positional import POSITIONALS
 from .relative import TEXT_RELATIVE_BIASES

@@ -1,6 +1,6 @@
 """Decoding as functions over a network's `encode` and `decode`: greedy search, batched beam search
 with n-best lists, sampling, scoring given targets and alignments. Any module with `encode(src) ->
-(memory, src_pad)`, `decode(tgt, memory, src_pad, cache) -> logits`, `core.new_cache()`, `pad_id`
+(memory, src_pad)`, `decode(tgt, memory, src_pad, cache) -> logits`, `new_cache()`, `pad_id`
 and `max_len` can be decoded (`models.Seq2SeqNet` is one); the network does not know about
 decoding, so nothing imports in a circle. Every search also takes a list of such networks, an
 ensemble (`StepScorer`).
@@ -21,6 +21,10 @@ sentence is done, or at `max_len`.
 
 With beam_size=1 and length_penalty=0 beam search is exactly `greedy_decode`.
 
+No search ever generates `<pad>` or `<bos>` (`no_specials`): neither is text, a start token inside an
+output would hide an invisible token in its text (one text, two scores in an n-best list), and Marian's
+decoder starts from `<pad>` (fairseq and `transformers` ban them likewise).
+
 Constraints (`Constraints`) mask next-token log-probs to -inf without renormalising: a hypothesis's
 score stays the model's own log-probability of its tokens, so scoring an output as a given target
 (`score_targets`) gives its search score back, forced prefixes included.
@@ -35,10 +39,45 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .checks import at_least, check_hparams, finite_above, finite_at_least, probability_mass
+
 if TYPE_CHECKING:
     from .seq2seq import Seq2SeqNet
 
 NEG_INF = float("-inf")
+
+# What the searches' arguments may hold (models.checks), written once: each search checks its own, and
+# inference.options.DecodingOptions, the options a user gives, takes these entries as its own.
+SEARCH_CHECKS = {
+    "beam_size": at_least(1),
+    "nbest": at_least(1),
+    "length_penalty": finite_at_least(0),
+    "temperature": finite_above(0),
+    "top_k": at_least(0),
+    "top_p": probability_mass,
+    "min_len": at_least(0),
+    "no_repeat_ngram_size": at_least(0),
+}
+
+
+def nbest_fits_the_beam(h) -> str | bool:
+    """A beam holds at most `beam_size` hypotheses (samples are drawn as many as asked)."""
+    return (
+        h.get("sampling")
+        or h["nbest"] <= h["beam_size"]
+        or f"nbest={h['nbest']} is larger than beam_size={h['beam_size']}: a beam holds at most beam_size hypotheses"
+    )
+
+
+def special_ids(pad_id: int, bos_id: int, device: torch.device) -> torch.Tensor:
+    """The ids no search generates, `<pad>` and `<bos>`, as an index for `no_specials` (made once per search)."""
+    return torch.tensor([pad_id, bos_id], device=device)
+
+
+def no_specials(scores: torch.Tensor, specials: torch.Tensor) -> torch.Tensor:
+    """(N, V) next-token logits or log-probs with `specials` at -inf. A new tensor: a captured step's output
+    (models.static_cache) is left as it is."""
+    return scores.index_fill(-1, specials, NEG_INF)
 
 
 @torch.no_grad()
@@ -53,10 +92,11 @@ def greedy_decode(
     max_len = min(max_len, net.max_len - 1)
     ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
-    cache = net.core.new_cache() if use_cache else None
+    cache = net.new_cache() if use_cache else None
+    specials = special_ids(net.pad_id, bos_id, src.device)
     for _ in range(max_len):
         step_input = ys[:, -1:] if use_cache else ys
-        logits = net.decode(step_input, memory, src_pad, cache)[:, -1]  # (B, V)
+        logits = no_specials(net.decode(step_input, memory, src_pad, cache)[:, -1], specials)  # (B, V)
         next_token = logits.argmax(dim=-1).masked_fill(finished, net.pad_id)
         ys = torch.cat([ys, next_token[:, None]], dim=1)
         finished |= next_token.eq(eos_id)
@@ -108,7 +148,7 @@ class StepScorer:
             memory, src_pad = net.encode(src)  # (B, S, D), (B, S)
             # Row b*repeat + k is copy k of sentence b.
             memory, src_pad = memory.repeat_interleave(repeat, dim=0), src_pad.repeat_interleave(repeat, dim=0)
-            self.states.append((memory, src_pad, net.core.new_cache() if use_cache else None))
+            self.states.append((memory, src_pad, net.new_cache() if use_cache else None))
 
     @property
     def max_len(self) -> int:
@@ -145,8 +185,7 @@ class Constraints:
     prefix: torch.Tensor | None = None
 
     def __post_init__(self):
-        if self.min_len < 0 or self.no_repeat_ngram_size < 0:
-            raise ValueError("min_len and no_repeat_ngram_size must be >= 0")
+        check_hparams(self, {"min_len": self.min_len, "no_repeat_ngram_size": self.no_repeat_ngram_size}, SEARCH_CHECKS)
 
     def rows(self, repeat: int) -> torch.Tensor | None:
         """The prefix of every row of a (B*repeat, ...) batch."""
@@ -227,12 +266,8 @@ def beam_search_nbest(
 ) -> list[list[Hypothesis]]:
     """→ for each sentence its `nbest` best hypotheses, best first (finished ones, then, where fewer
     than `nbest` finished within `max_len`, the best unfinished ones)."""
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    if not 1 <= nbest <= beam_size:
-        raise ValueError(f"nbest must be between 1 and the beam size {beam_size}, got {nbest}")
-    if length_penalty < 0:
-        raise ValueError(f"length_penalty must be >= 0, got {length_penalty}")
+    searched = {"beam_size": beam_size, "nbest": nbest, "length_penalty": length_penalty}
+    check_hparams("beam_search", searched, SEARCH_CHECKS, nbest_fits_the_beam)
     nets = _as_list(net)
     B, K, N, device, pad = src.size(0), beam_size, nbest, src.device, nets[0].pad_id
     scorer = StepScorer(nets, src, K, use_cache)
@@ -240,6 +275,7 @@ def beam_search_nbest(
     constraints = constraints or Constraints()
     prefix = constraints.rows(K)  # (B*K, P) or None
     batch = torch.arange(B, device=device)[:, None]  # (B, 1)
+    specials = special_ids(pad, bos_id, device)
 
     live_seqs = torch.full((B, K, 1), bos_id, dtype=torch.long, device=device)  # (B, K, t)
     live_scores = torch.full((B, K), NEG_INF, device=device)  # (B, K) total log-probs
@@ -253,7 +289,8 @@ def beam_search_nbest(
 
     for t in range(1, max_len + 1):  # t = tokens generated after this step
         flat_seqs = live_seqs.view(B * K, t)
-        logp = constraints.apply(scorer.log_probs(flat_seqs), flat_seqs, eos_id, prefix)  # (B*K, V)
+        logp = no_specials(scorer.log_probs(flat_seqs), specials)
+        logp = constraints.apply(logp, flat_seqs, eos_id, prefix)  # (B*K, V)
         V = logp.size(-1)
         logp = logp.view(B, K, V)
         cand = live_scores.to(logp.dtype)[:, :, None] + logp  # (B, K, V)
@@ -323,23 +360,20 @@ def sample(
     of most likely tokens whose probability reaches `top_p` (nucleus sampling; 1: all). Each sample's
     score is the model's own log-prob of its tokens (at temperature 1, unrestricted), / lp(length):
     what `score_targets` gives it. Best first."""
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    if top_k < 0 or num_samples < 1:
-        raise ValueError("top_k must be >= 0 and num_samples >= 1")
+    drawn = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "nbest": num_samples, "length_penalty": length_penalty}
+    check_hparams("sample", drawn, SEARCH_CHECKS)
     nets = _as_list(net)
     B, n, device, pad = src.size(0), num_samples, src.device, nets[0].pad_id
     scorer = StepScorer(nets, src, n, use_cache)
     max_len = min(max_len, scorer.max_len - 1)
     constraints = constraints or Constraints()
     prefix = constraints.rows(n)
+    specials = special_ids(pad, bos_id, device)
     ys = torch.full((B * n, 1), bos_id, dtype=torch.long, device=device)  # (B*n, t)
     tok = torch.zeros(B * n, 0, device=device)  # (B*n, t-1) each token's log-prob
     finished = torch.zeros(B * n, dtype=torch.bool, device=device)
     for _ in range(max_len):
-        logp = constraints.apply(scorer.log_probs(ys), ys, eos_id, prefix)  # (B*n, V)
+        logp = constraints.apply(no_specials(scorer.log_probs(ys), specials), ys, eos_id, prefix)  # (B*n, V)
         logits = logp / temperature
         if top_k:
             kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (B*n, 1)

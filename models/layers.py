@@ -9,19 +9,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from .activations import ACTIVATIONS, GATED
 from .attention import MultiHeadAttention
 from .norms import make_norm
 
 if TYPE_CHECKING:
     from .config import TransformerConfig
-
-# Name → the nonlinearity; the gated ones (GLU variants) apply it to a gate that multiplies a value.
-# "silu" (swish) ungated is Marian's (OPUS-MT's) feed-forward.
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu, "swiglu": F.silu, "geglu": F.gelu}
-GATED = ("swiglu", "geglu")
 
 
 class FeedForward(nn.Module):

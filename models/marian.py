@@ -7,10 +7,10 @@ our post-norm encoder–decoder with these options set (see `options_from_config
   - embeddings × sqrt(d_model) only when the config says `scale_embedding` (every OPUS-MT model does);
   - a plain SiLU (swish) feed-forward (`activation="silu"`), or relu / gelu;
   - a bias on the output layer, `final_logits_bias` (`generator_bias=True`);
-  - `<pad>` as the last id, the decoder starting from it, and never generating it (`ban_pad=True`; the ids
-    are the tokenizer's, datamodules.sentencepiece);
+  - `<pad>` as the last id and the decoder starting from it (the ids are the tokenizer's,
+    datamodules.sentencepiece); no search generates it, as for every model (models.decoding);
   - one table for both sides' embeddings, or two (`share_encoder_decoder_embeddings`), and the output layer
-    tied to the target one or not (`tie_word_embeddings`); tasks/pretrained.py reads which from the weights.
+    tied to the target one or not (`tie_word_embeddings`); inference/marian.py reads which from the weights.
 Its attention projects q, k and v with three matrices; ours fuses them (one q/k/v matmul in self-attention,
 one k/v matmul of the memory in cross-attention), so `state_dict_from_marian` concatenates them.
 
@@ -24,7 +24,7 @@ import torch
 
 from .errors import InputError
 
-# Hugging Face's activation names (transformers.activations.ACT2FN) → ours (models.layers.ACTIVATIONS).
+# Hugging Face's activation names (transformers.activations.ACT2FN) → ours (models.activations.ACTIVATIONS).
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
 
 
@@ -33,8 +33,8 @@ class MarianFormatError(InputError):
 
 
 def options_from_config(config: dict, where: str = "config.json") -> dict:
-    """A Marian `config.json` (as a dict) → the keyword arguments of `tasks.Seq2SeqTransformer` (the network's
-    shape and Marian's options; not the tokenizers)."""
+    """A Marian `config.json` (as a dict) → the fields of our `models.config.Seq2SeqConfig` (the network's shape
+    and Marian's options) but the vocabulary sizes and the padding id, which the tokenizers give."""
     if config.get("model_type") != "marian":
         raise MarianFormatError(f"{where} is not a Marian model's (model_type={config.get('model_type')!r}, expected 'marian')")
     same = [("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]
@@ -64,7 +64,6 @@ def options_from_config(config: dict, where: str = "config.json") -> dict:
             scale_embeddings=bool(config.get("scale_embedding", False)),
             final_norm=False,
             generator_bias=True,
-            ban_pad=True,
         )
     except (KeyError, TypeError, ValueError) as err:
         raise MarianFormatError(f"{where}: missing or malformed {err}") from None

@@ -50,6 +50,10 @@ class Seq2SeqNet(nn.Module):
         if length > self.max_len:
             raise ValueError(f"sequence of {length} tokens exceeds the model's max_len={self.max_len}")
 
+    def new_cache(self) -> DecoderCache:
+        """An empty key/value cache for incremental `decode` (what the searches of models.decoding start from)."""
+        return self.core.new_cache()
+
     def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, S) ids → memory (B, S, D) and its padding mask (B, S), True = padding."""
         self._check_len(src.size(1))

@@ -11,7 +11,7 @@ not a Python int, so the same captured step serves every t. Cross-attention keys
 projected once per source into buffers of their own.
 
 `StaticDecoder(net, mode)` presents what the searches of `models.decoding` read from a network
-(`encode`, `decode`, `core.new_cache()`, `pad_id`, `max_len`), so greedy and beam search run on it
+(`encode`, `decode`, `new_cache()`, `pad_id`, `max_len`), so greedy and beam search run on it
 unchanged; `greedy` and `beam` below size the buffers for the steps asked and call them:
 
     decoder = StaticDecoder(net, mode="compile")      # build once: compiled steps are kept per shape
@@ -83,13 +83,6 @@ class StaticCache:
         return sum(t.numel() * t.element_size() for k, kv in groups.items() if kind in (None, k) for pair in kv for t in pair)
 
 
-class _Core:
-    """What the searches call on `net.core`: only `new_cache`."""
-
-    def __init__(self, decoder: StaticDecoder):
-        self.new_cache = decoder.new_cache
-
-
 class StaticDecoder:
     """A `Seq2SeqNet` (in eval mode) decoded with preallocated buffers and a capturable step. Keep one per
     network and mode: the buffers, compiled steps and graphs of each shape are reused by later calls."""
@@ -110,7 +103,6 @@ class StaticDecoder:
             raise ValueError(f"mode 'cuda-graph' needs the network on a CUDA device, not {device.type}")
         self.net, self.mode, self.length_multiple = net, mode, length_multiple
         self.pad_id, self.max_len = net.pad_id, net.max_len
-        self.core = _Core(self)
         self._states: dict[tuple, _StepState] = {}
         self._buffer_len = net.max_len
         self._step = self._eager_step

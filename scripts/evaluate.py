@@ -32,9 +32,8 @@ from datamodules.corpus_readers import read_aligned  # noqa: E402
 from datamodules.errors import DataNotFoundError  # noqa: E402
 from datamodules.progress import StageBar  # noqa: E402
 from deploy.engines import (  # noqa: E402
-    add_decoding_arguments,
     add_engine_arguments,
-    check_decoding_arguments,
+    add_search_arguments,
     check_engine_arguments,
     decoding_options,
     load_ensemble,
@@ -50,10 +49,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_engine_arguments(parser)
     parser.add_argument("--src", required=True, help="source sentences, one a line (plain or .gz)")
     parser.add_argument("--ref", required=True, help="reference translations, line-aligned with --src")
-    parser.add_argument("--beam-size", type=int, default=4, help="beam width; 1 = greedy (default: 4)")
-    parser.add_argument("--length-penalty", type=float, default=None, help="default: the checkpoint's")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (default: 64)")
-    parser.add_argument("--max-len", type=int, default=None, help="most output tokens (default: a x source + b)")
     parser.add_argument("--hyp-out", default=None, help="also write the translations to this file")
     parser.add_argument(
         "--tokenize",
@@ -62,12 +58,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="SacreBLEU tokenizer (default: zh for Chinese references, else 13a)",
     )
     add_weights_argument(parser, "score")
-    add_decoding_arguments(parser)
+    add_search_arguments(parser)
     args = parser.parse_args(argv)
     check_engine_arguments(parser, args)
-    check_decoding_arguments(args)
-    if args.beam_size < 1 or args.batch_size < 1:
-        parser.error("--beam-size and --batch-size must be at least 1")
+    decoding_options(args)  # bad values and combinations refused before anything loads
+    if args.batch_size < 1:
+        parser.error("--batch-size must be at least 1")
     return args
 
 
@@ -102,14 +98,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     with atomic_output(args.hyp_out) if args.hyp_out else contextlib.nullcontext() as hyp_tmp:
         model = load_translator(args)
         ensemble = load_ensemble(args, model)
-        kwargs = {} if args.length_penalty is None or args.beam_size == 1 else {"length_penalty": args.length_penalty}
-        kwargs.update(decoding_options(args), **({"ensemble": ensemble} if ensemble else {}))
+        options = {k: v for k, v in decoding_options(args, model.options).as_dict().items() if k != "nbest"}  # 1-best
+        options |= {"ensemble": ensemble} if ensemble else {}
         start = time.time()
         sources = [s for s, _ in pairs]
         with translation_progress(sources, args.batch_size) as on_batch:
-            hyps = model.translate_many(
-                sources, beam_size=args.beam_size, batch_size=args.batch_size, max_len=args.max_len, on_batch=on_batch, **kwargs
-            )
+            hyps = model.translate_many(sources, batch_size=args.batch_size, on_batch=on_batch, **options)
         seconds = time.time() - start
         if hyp_tmp is not None:
             hyp_tmp.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")

@@ -7,7 +7,7 @@
 The folder holds config.json, model.safetensors (or pytorch_model.bin), source.spm, target.spm and
 vocab.json (target_vocab.json too when the sides have separate vocabularies), as `save_pretrained` writes
 them; a hub name is downloaded into Hugging Face's cache first. The output is an ordinary
-`Seq2SeqTransformer` checkpoint, its tokenizers inside (tasks/pretrained.py): translate.py, evaluate.py,
+`Seq2SeqTransformer` checkpoint, its tokenizers inside (inference/marian.py): translate.py, evaluate.py,
 export.py and fit.py (configs/opus_mt_finetune.yaml) take it. `--length-penalty` sets the checkpoint's
 default for beam search (OPUS-MT's `generate` divides by length, which ours, GNMT's, does not: 0 turns
 normalisation off in both). An unknown hub name offline, a folder missing a file, a config.json that is

@@ -49,72 +49,57 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` 
 from datamodules.corpus_readers import LineDecodeError, decode_lines, iter_lines  # noqa: E402
 from datamodules.errors import DataNotFoundError  # noqa: E402
 from deploy.engines import (  # noqa: E402
-    add_decoding_arguments,
     add_engine_arguments,
-    check_decoding_arguments,
+    add_search_arguments,
     check_engine_arguments,
     decoding_options,
     load_ensemble,
     load_translator,
 )
+from inference.options import DecodingOptions  # noqa: E402
 from models.errors import InputError  # noqa: E402
+
+OPTIONS = ("nbest", "alignment_layer", "static_cache")  # this script's decoding options beyond evaluate.py's
 from training.faults import exit_on_user_error, writing_to  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_engine_arguments(parser)
-    parser.add_argument("--beam-size", type=int, default=4, help="beam width; 1 = greedy (default: 4)")
-    parser.add_argument(
-        "--length-penalty", type=float, default=None, help="GNMT length penalty alpha for beam search (default: the checkpoint's)"
-    )
-    parser.add_argument(
-        "--max-len", type=int, default=None, help="most output tokens (default: max_len_a x source length + max_len_b)"
-    )
     parser.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default: 32)")
-    add_decoding_arguments(parser)
-    parser.add_argument("--nbest", type=int, default=None, help="write the N best (or N samples) per input, with scores")
+    add_search_arguments(parser, *OPTIONS)
     parser.add_argument("--print-scores", action="store_true", help="add the raw log-prob sum and each token's log-prob")
     parser.add_argument("--print-alignment", action="store_true", help="add each target token's source token, as i-j pairs")
-    parser.add_argument(
-        "--alignment-layer", type=int, default=-1, help="the decoder layer of --print-alignment (default: the last)"
-    )
     parser.add_argument("--score-reference", metavar="REF", help="score REF's lines as translations of the inputs")
     parser.add_argument("--prefix-file", metavar="FILE", help="outputs start with FILE's lines, one per input")
-    parser.add_argument(
-        "--static-cache",
-        choices=["eager", "compile", "cuda-graph"],
-        default=None,
-        help="decode with the preallocated key/value cache (models/static_cache.py): eager, compiled by torch.compile "
-        "(CUDA graphs on a GPU), or captured in CUDA graphs directly (GPU only); the same outputs (default: off)",
-    )
     parser.add_argument("sentences", nargs="*", help="sentences to translate (default: standard input, one a line)")
     args = parser.parse_args(argv)
     check_engine_arguments(parser, args)
-    check_decoding_arguments(args)
-    if args.nbest is not None and args.nbest < 1:
-        raise InputError(f"--nbest must be at least 1, got {args.nbest}")
-    if args.nbest is not None and not args.sampling and args.nbest > args.beam_size:
-        raise InputError(f"--nbest {args.nbest} is larger than --beam-size {args.beam_size}: a beam holds at most that many")
+    if args.print_alignment and args.alignment_layer is None:
+        args.alignment_layer = -1  # the last layer's
+    if not args.print_alignment:
+        args.alignment_layer = None  # alignments are computed only to be printed
+    options(args)  # bad values and combinations refused before anything loads
     if args.engine == "ctranslate2" and args.print_alignment:
         raise InputError("CTranslate2 has no alignments (--print-alignment): use --engine torch")
     if args.score_reference and (args.nbest or args.sampling or args.prefix_file):
         raise InputError("--score-reference scores given translations: it takes no --nbest, --sampling or --prefix-file")
-    if args.beam_size < 1:
-        parser.error("--beam-size must be at least 1")
     if args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
-    if args.max_len is not None and args.max_len < 1:
-        parser.error("--max-len must be at least 1")
     if args.static_cache and args.engine != "torch":
         parser.error("--static-cache decodes this project's model: it needs --engine torch")
     if args.static_cache == "cuda-graph" and not args.device.startswith("cuda"):
         parser.error("--static-cache cuda-graph needs --device cuda")
-    tools = args.nbest or args.print_alignment or args.score_reference or args.prefix_file or decoding_options(args)
-    if args.static_cache and (tools or len(args.ckpt or []) > 1):
+    if args.static_cache and (tabbed(args) or args.prefix_file or len(args.ckpt or []) > 1):
         parser.error("--static-cache decodes the plain greedy or beam search of one model: not with --nbest, an ensemble "
                      "or the decoding tools")  # fmt: skip
     return args
+
+
+def options(args: argparse.Namespace, translator=None):
+    """The decoding options of the flags, over `translator`'s defaults (a plain `DecodingOptions` without one)."""
+    defaults = translator.options if translator is not None else DecodingOptions()
+    return decoding_options(args, defaults, *OPTIONS)
 
 
 def chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
@@ -170,32 +155,23 @@ def translate_chunk(
     """The output lines of `lines`, the inputs `start`, `start + 1`, ...: one translation per line, or
     with `tabbed(args)` N lines per input (N = --nbest, else 1). A blank input gives a blank line, or
     N lines `INDEX<TAB><TAB>`, so that every output stays with its input."""
-    kwargs = {} if args.length_penalty is None or args.beam_size == 1 else {"length_penalty": args.length_penalty}
-    if args.static_cache:
-        kwargs["static_cache"] = args.static_cache
-    kwargs.update(decoding_options(args))
-    if ensemble:
-        kwargs["ensemble"] = ensemble
+    opts = options(args, model)
     n = args.nbest or 1
     todo = [i for i, line in enumerate(lines) if line.strip()]
     out = [[f"{start + i}\t\t"] * n if tabbed(args) else [""] for i in range(len(lines))]
     if not todo:
         return [line for lines_of_one in out for line in lines_of_one]
     sources = [lines[i].strip() for i in todo]
+    extra = {"ensemble": ensemble} if ensemble else {}
     if refs is not None:
-        alpha = model.score_alpha(args.beam_size, args.length_penalty, args.sampling)
-        extra = {"ensemble": ensemble} if ensemble else {}
-        if args.print_alignment:
-            extra["alignment_layer"] = args.alignment_layer
-        hyps = [[h] for h in model.score(sources, [refs[i] for i in todo], alpha, **extra)]
+        if opts.alignment_layer is not None:
+            extra["alignment_layer"] = opts.alignment_layer
+        hyps = [[h] for h in model.score(sources, [refs[i] for i in todo], opts.ranking_alpha, **extra)]
     else:
         if prefixes is not None:
-            kwargs["prefixes"] = [prefixes[i] for i in todo]
-        if args.print_alignment:
-            kwargs["alignment_layer"] = args.alignment_layer
-        hyps = model.translate(
-            sources, beam_size=args.beam_size, max_len=args.max_len, nbest=n if tabbed(args) else None, **kwargs
-        )
+            extra["prefixes"] = [prefixes[i] for i in todo]
+        given = {k: v for k, v in opts.as_dict().items() if k != "nbest"}
+        hyps = model.translate(sources, nbest=n if tabbed(args) else None, **given, **extra)
     for i, row in zip(todo, hyps):
         out[i] = [format_hypothesis(start + i, h, args) for h in row] if tabbed(args) else [row]
     return [line for lines_of_one in out for line in lines_of_one]

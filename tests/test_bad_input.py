@@ -281,11 +281,11 @@ def test_empty_sentence_is_refused(toy_model):
 def test_overlong_sentence_is_truncated_with_a_warning(toy_model):
     long = " ".join("我是学生" * 20)  # 80 characters > max_len=32 positions
     with pytest.warns(UserWarning, match="truncated to the model's max_len=32"):
-        src, out = toy_model.encode_sources([long]), toy_model.translate([long])
+        src, out = toy_model.translator.encode_sources([long]), toy_model.translate([long])
     short = " ".join(("我是学生" * 20)[:31])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # its first 31 characters and <eos> fill the 32 positions: no warning
-        assert torch.equal(src, toy_model.encode_sources([short])) and out == toy_model.translate([short])
+        assert torch.equal(src, toy_model.translator.encode_sources([short])) and out == toy_model.translate([short])
 
 
 def test_unknown_characters_become_unk(toy_model):

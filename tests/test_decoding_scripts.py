@@ -5,10 +5,12 @@ input, with nothing written. The models are the toy translator trained for a few
 
 from __future__ import annotations
 
+import copy
 import re
 
 import lightning as L
 import pytest
+import torch
 
 from datamodules import ToyTranslationDataModule
 from datamodules.toy import TOY_PAIRS
@@ -19,6 +21,8 @@ from tests.helpers import TOY_MODEL, quiet_trainer, save_checkpoint
 from tests.test_translation import _script
 
 SOURCES = [s for s, _ in TOY_PAIRS]
+# Sentences the two toy models translate differently (unseen combinations): an ensemble's outputs differ from either's.
+DISPUTED = [*SOURCES, "我 是", "男 生 学 习"]
 
 
 def _train(root, seed: int, epochs: int) -> tuple[Seq2SeqTransformer, str]:
@@ -104,7 +108,9 @@ def test_forced_prefixes_start_the_outputs_and_score_as_references(toys, capsys,
     rows = parse(out)
     assert all(r[2].startswith("I like") for r in rows[:2]) and all(r[2].startswith("I am a") for r in rows[4:])
     assert not weak.translate(SOURCES[:1], beam_size=2)[0].startswith("I like")  # the prefix changed the output
-    scored = weak.score([SOURCES[int(r[0])] for r in rows], [r[2] for r in rows], weak.score_alpha(2))
+    scored = weak.translator.score(
+        [SOURCES[int(r[0])] for r in rows], [r[2] for r in rows], weak.translator.options.replace(beam_size=2).ranking_alpha
+    )
     for r, h in zip(rows, scored):
         assert float(r[1]) == pytest.approx(h.score, abs=1e-4)
 
@@ -121,7 +127,7 @@ def test_sampling_is_seeded_and_top_k_one_is_greedy(toys, capsys):
     assert [r[2] for r in rows] == [h.text for h in hyps]
     finished = [(r, h) for r, h in zip(rows, hyps) if h.tokens[-1] == EOS]
     assert len(finished) > 6
-    scored = weak.score([SOURCES[int(r[0])] for r, _ in finished], [r[2] for r, _ in finished])
+    scored = weak.translator.score([SOURCES[int(r[0])] for r, _ in finished], [r[2] for r, _ in finished])
     for (r, _), h in zip(finished, scored):
         assert float(r[1]) == pytest.approx(h.score, abs=1e-4)  # the model's own log-prob, at temperature 1
     code, out, err = run_script(capsys, "translate", "--ckpt", weak_ckpt, "--sampling", "--sampling-topk", "1", *SOURCES)
@@ -129,26 +135,33 @@ def test_sampling_is_seeded_and_top_k_one_is_greedy(toys, capsys):
     assert out.splitlines() == weak.translate(SOURCES, beam_size=1)
 
 
-def test_constraints_through_the_script(toys, capsys):
+def test_constraints_through_the_script(toys, capsys, tmp_path):
+    """Each constraint changes what the model writes: without its flag the outputs break it, with it none does."""
     _, (weak, weak_ckpt) = toys
-    code, out, err = run_script(
-        capsys,
-        "translate",
-        "--ckpt",
-        weak_ckpt,
-        "--beam-size",
-        "2",
-        "--no-repeat-ngram-size",
-        "1",
-        "--min-len",
-        "3",
-        "--ban-unk",
-        *SOURCES,
-    )
-    assert code == 0, err
-    for line in out.splitlines():
-        words = line.split()
-        assert len(words) >= 3 and len(set(words)) == len(words) and "<unk>" not in words
+
+    def lines(ckpt, *flags):
+        code, out, err = run_script(capsys, "translate", "--ckpt", ckpt, "--beam-size", "2", *flags, *SOURCES)
+        assert code == 0, err
+        return [line.split() for line in out.splitlines()]
+
+    def repeats_a_bigram(words):
+        return len(set(zip(words, words[1:]))) < len(words) - 1
+
+    # --min-len: the outputs are shorter than 5 tokens without it; --min-len 5 makes them repeat bigrams instead.
+    assert all(len(words) < 5 for words in lines(weak_ckpt))
+    long = lines(weak_ckpt, "--min-len", "5")
+    assert all(len(words) >= 5 for words in long) and any(repeats_a_bigram(words) for words in long)
+    # --no-repeat-ngram-size 2: the same minimum length without a repeated bigram.
+    assert not any(repeats_a_bigram(words) for words in lines(weak_ckpt, "--min-len", "5", "--no-repeat-ngram-size", "2"))
+    # --ban-unk: a model whose <unk> takes the logits of "student" writes it; banned, it writes "student" again.
+    fond_of_unk, tokenizer = copy.deepcopy(weak), weak.tgt_tokenizer
+    with torch.no_grad():
+        rows = fond_of_unk.net.generator.weight
+        rows[tokenizer.unk_id] = 2 * rows[tokenizer.encode("student")[0]]
+    unk_ckpt = str(save_checkpoint(fond_of_unk, tmp_path / "unk.ckpt"))
+    assert any("<unk>" in words for words in lines(unk_ckpt))
+    assert not any("<unk>" in words for words in lines(unk_ckpt, "--ban-unk"))
+    assert lines(unk_ckpt, "--ban-unk") == lines(weak_ckpt)
 
 
 # ---------------------------------------------------------------------------------- ensembles, alignment
@@ -162,9 +175,10 @@ def test_an_ensemble_of_two_copies_is_the_model_and_of_two_models_their_average(
     assert code == 0, err
     assert [r[2] for r in parse(twice)] == [r[2] for r in parse(alone)]
     assert [float(r[1]) for r in parse(twice)] == pytest.approx([float(r[1]) for r in parse(alone)], abs=1e-5)
-    code, both, err = run_script(capsys, "translate", "--ckpt", ckpt, weak_ckpt, "--beam-size", "2", *SOURCES)
+    code, both, err = run_script(capsys, "translate", "--ckpt", ckpt, weak_ckpt, "--beam-size", "2", *DISPUTED)
     assert code == 0, err
-    assert both.splitlines() == strong.translate(SOURCES, beam_size=2, ensemble=[weak])
+    assert both.splitlines() == strong.translate(DISPUTED, beam_size=2, ensemble=[weak])
+    assert both.splitlines() != strong.translate(DISPUTED, beam_size=2)  # the weaker model changed some outputs
 
 
 def test_alignments_pair_every_target_token_with_a_source_token(toys, capsys, tmp_path):
@@ -177,7 +191,7 @@ def test_alignments_pair_every_target_token_with_a_source_token(toys, capsys, tm
         assert [j for _, j in pairs] == list(range(len(r[2].split())))  # a word vocabulary: one token per word
         assert all(0 <= i < len(SOURCES[int(r[0])].split()) for i, _ in pairs)
         # The oracle: the argmax of the module's own attention map (greedy output, layer 0, heads averaged).
-        weights, _, _ = strong.attention_weights(SOURCES[int(r[0])], layer=0)
+        weights, _, _ = strong.translator.attention_weights(SOURCES[int(r[0])], layer=0)
         assert [i for i, _ in pairs] == weights[: len(pairs), :-1].argmax(-1).tolist()
     # Forced alignment: scoring the outputs as references aligns them the same way.
     ref = tmp_path / "ref.txt"
@@ -201,14 +215,15 @@ def test_alignments_pair_every_target_token_with_a_source_token(toys, capsys, tm
 def test_evaluate_takes_an_ensemble_and_the_constraints(toys, capsys, tmp_path):
     (strong, ckpt), (weak, weak_ckpt) = toys
     src, ref, hyp = tmp_path / "src.txt", tmp_path / "ref.txt", tmp_path / "hyp.txt"
-    src.write_text("".join(s + "\n" for s in SOURCES), encoding="utf-8")
-    ref.write_text("".join(t + "\n" for _, t in TOY_PAIRS), encoding="utf-8")
+    src.write_text("".join(s + "\n" for s in DISPUTED), encoding="utf-8")
+    ref.write_text("".join(t + "\n" for t in [*(t for _, t in TOY_PAIRS), "I am", "a boy learning"]), encoding="utf-8")
     argv = ["--src", str(src), "--ref", str(ref), "--beam-size", "2", "--no-repeat-ngram-size", "2", "--hyp-out", str(hyp)]
     code, out, err = run_script(capsys, "evaluate", "--ckpt", ckpt, weak_ckpt, *argv)
     assert code == 0, err
     assert "ensemble of 2" in out
-    expected = strong.translate(SOURCES, beam_size=2, ensemble=[weak], no_repeat_ngram_size=2)
+    expected = strong.translate(DISPUTED, beam_size=2, ensemble=[weak], no_repeat_ngram_size=2)
     assert hyp.read_text(encoding="utf-8").splitlines() == expected
+    assert expected != strong.translate(DISPUTED, beam_size=2, no_repeat_ngram_size=2)  # not the stronger model alone
 
 
 # ------------------------------------------------------------------------------------------ bad input
@@ -231,7 +246,14 @@ def test_bad_decoding_input_is_one_line_and_status_2_with_nothing_written(toys, 
         (["--score-reference", str(two_lines)], "2 lines for 3 inputs"),
         (["--score-reference", str(tmp_path / "none.txt")], "not found"),
         (["--ckpt", ckpt, other_ckpt], "another target vocabulary"),
+        (["--print-alignment", "--alignment-layer", "99"], "alignment layer 99 is out of range"),
+        (["--print-alignment", "--alignment-layer", "-3"], "2 decoder layers"),
+        (["--score-reference", str(tmp_path / "three.txt"), "--print-alignment", "--alignment-layer", "2"], "out of range"),
+        (["--length-penalty", "-1"], "--length-penalty"),
+        (["--length-penalty", "nan"], "--length-penalty"),
+        (["--sampling", "--temperature", "inf"], "--temperature"),
     ]
+    (tmp_path / "three.txt").write_text("I\nI am\nI like\n", encoding="utf-8")
     for extra, message in cases:
         argv = ["--ckpt", ckpt, *extra] if extra[0] != "--ckpt" else extra
         code, out, err = run_script(capsys, "translate", *argv, *SOURCES)

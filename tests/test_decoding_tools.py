@@ -22,7 +22,7 @@ from models.decoding import (
     sample,
     score_targets,
 )
-from tests.test_beam_search import BOS, EOS, PAD, exhaustive_width, make_net, make_sources, strip
+from tests.test_beam_search import BOS, EOS, PAD, SPECIALS, exhaustive_width, make_net, make_sources, strip
 
 
 def all_finished(net, src, vocab: int, max_len: int, alpha: float, allowed=lambda seq: True) -> list[tuple[float, list[int]]]:
@@ -36,7 +36,7 @@ def all_finished(net, src, vocab: int, max_len: int, alpha: float, allowed=lambd
             logp = net.decode(torch.tensor([prefix]), memory, src_pad)[0, -1].log_softmax(-1)
         for token in range(vocab):
             seq = prefix[1:] + [token]
-            if not allowed(seq):
+            if token in SPECIALS or not allowed(seq):
                 continue
             total = score + float(logp[token])
             if token == EOS:
@@ -64,6 +64,35 @@ def check_scores_are_teacher_forced(net, src, hyps_per_sentence, alpha: float) -
             assert h.token_log_probs == pytest.approx(ref.token_log_probs, abs=1e-9)
             assert h.score == pytest.approx(ref.score, abs=1e-9)
             assert h.score == pytest.approx(h.log_prob / length_penalty_factor(len(h.tokens), alpha), abs=1e-12)
+
+
+# ------------------------------------------------------------------------------------- special tokens
+
+
+def test_no_search_generates_pad_or_bos():
+    """A net whose likeliest tokens are <pad> and <bos>: greedy search, beam search, n-best lists, sampling,
+    constrained searches and ensembles, cached or not, never generate either (models.decoding.no_specials)."""
+    net, other, src = make_net(1), make_net(2), make_sources(1)
+    for member in (net, other):
+        decode, bias = member.decode, torch.zeros(8, dtype=torch.float64)
+        bias[list(SPECIALS)] = 4.0
+        member.decode = lambda *args, decode=decode, bias=bias, **kwargs: decode(*args, **kwargs) + bias
+    with torch.no_grad():
+        memory, src_pad = net.encode(src)
+        first = net.decode(torch.full((src.size(0), 1), BOS), memory, src_pad)[:, -1]
+    assert set(first.argmax(-1).tolist()) <= set(SPECIALS)  # unbanned, every sentence would start with one
+    rule = Constraints(min_len=2, no_repeat_ngram_size=2, banned=(3,))
+    outputs = []
+    for use_cache in (True, False):
+        outputs += [strip(row)[1:] for row in greedy_decode(net, src, BOS, EOS, 12, use_cache=use_cache)]
+        outputs += [strip(row)[1:] for row in beam_search(net, src, BOS, EOS, 12, 3, 1.0, use_cache)]
+        for nets in (net, [net, other]):
+            for constraints in (None, rule):
+                rows = beam_search_nbest(nets, src, BOS, EOS, 12, 4, 4, 1.0, use_cache, constraints)
+                rows += sample(nets, src, BOS, EOS, 12, num_samples=8, use_cache=use_cache, constraints=constraints)
+                outputs += [h.tokens for row in rows for h in row]
+    assert len(outputs) > 100 and all(tokens for tokens in outputs)
+    assert not [tokens for tokens in outputs if set(tokens) & set(SPECIALS)]
 
 
 # ------------------------------------------------------------------------------------------ n-best
@@ -122,6 +151,7 @@ def test_sampled_first_tokens_follow_the_softmax(kwargs):
     with torch.no_grad():
         memory, src_pad = net.encode(src)
         logits = net.decode(torch.tensor([[BOS]]), memory, src_pad)[0, -1] / kwargs.get("temperature", 1.0)
+        logits[list(SPECIALS)] = float("-inf")  # never drawn: the softmax over the other tokens
     order = logits.argsort(descending=True)
     p = logits.softmax(-1)
     keep = torch.zeros(vocab, dtype=torch.bool)
@@ -190,7 +220,7 @@ def test_no_repeat_ngrams_holds_for_every_search(n):
 
 
 def test_min_len_and_banned_tokens_against_exhaustive_search():
-    vocab, L = 5, 4
+    vocab, L = 6, 4  # <pad>, <bos>, <eos> and a banned token leave two tokens to write with
     net, src = make_net(6, tgt_vocab=vocab, eos_bias=1.0), make_sources(6, (3,))
     rule = Constraints(min_len=2, banned=(3,))
     allowed = lambda seq: 3 not in seq and (seq[-1] != EOS or len(seq) > 2)  # noqa: E731

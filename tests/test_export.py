@@ -6,6 +6,8 @@ and beam outputs of a trained toy model and of a model trained briefly on real T
 
 from __future__ import annotations
 
+import json
+
 import lightning as L
 import pytest
 import torch
@@ -18,7 +20,7 @@ from tasks import Seq2SeqTransformer
 from tests.helpers import SHARED_DATA, TOY_MODEL, quiet_trainer, save_checkpoint, script
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="pip install -e '.[deploy]'")
-from deploy.ctranslate2 import CTranslate2Translator, ExportError, export_ctranslate2, vocabulary  # noqa: E402
+from deploy.ctranslate2 import TOKENIZERS_FILE, CTranslate2Translator, ExportError, export_ctranslate2, vocabulary  # noqa: E402
 from models.errors import InputError  # noqa: E402
 
 WORDS = Vocab([f"w{i}" for i in range(60)], "word").to_dict()
@@ -47,7 +49,7 @@ def sharpened_model(**options) -> Seq2SeqTransformer:
 
 
 def our_log_probs(model, sources, targets) -> torch.Tensor:
-    src = model.encode_sources(sources)
+    src = model.translator.encode_sources(sources)
     tgt = pad_sequences([frame_target(model.tgt_tokenizer.encode(t)) for t in targets], 0)
     with torch.no_grad():
         logp = model.net(src, tgt[:, :-1]).log_softmax(-1)  # (B, T, V)
@@ -239,11 +241,11 @@ def test_decoding_tools_through_ctranslate2_match_ours(tmp_path, trained_toy):
         for source, row in zip(sources, lists):
             assert len(row) == 3 and [h.score for h in row] == sorted((h.score for h in row), reverse=True)
             finished = [h for h in row if h.tokens[-1] == 2]
-            for h, scored in zip(finished, ours.score([source] * len(finished), [h.text for h in finished], 0.0)):
+            for h, scored in zip(finished, ours.translator.score([source] * len(finished), [h.text for h in finished], 0.0)):
                 assert h.score == pytest.approx(scored.score, abs=1e-4)
     assert all(len(t.split()) >= 6 for t in toy.translate(toy_sources, min_len=6))  # the constraint is active
     scored = translator.score(SRC, TGT, 0.5)
-    for a, b in zip(scored, model.score(SRC, TGT, 0.5)):
+    for a, b in zip(scored, model.translator.score(SRC, TGT, 0.5)):
         assert a.tokens == b.tokens and a.score == pytest.approx(b.score, abs=1e-4)
     greedy = model.translate(SRC, beam_size=1)
     assert translator.translate(SRC, sampling=True, top_k=1, seed=0) == greedy
@@ -255,6 +257,66 @@ def test_decoding_tools_through_ctranslate2_match_ours(tmp_path, trained_toy):
         translator.translate(SRC, alignment_layer=-1)
     with pytest.raises(InputError, match="larger than beam_size"):
         translator.translate(SRC, beam_size=2, nbest=3)
+
+
+def biased_model(**token_biases: float) -> Seq2SeqTransformer:
+    """`sharpened_model` with an output bias (exported as CTranslate2's) that favours the named target tokens."""
+    model = sharpened_model(generator_bias=True)
+    with torch.no_grad():
+        for name, value in token_biases.items():
+            model.net.generator.bias[getattr(model, f"{name}_id")] = value
+    return model
+
+
+MORE_SRC = [*SRC, "w20 w21 w22", "w50 w51", "w33 w34 w35 w36", "w12", "w44 w45 w46 w47 w48"]
+
+
+def test_a_model_that_ends_at_once_translates_alike_through_ctranslate2(tmp_path):
+    """Some of the model's best outputs are empty (`<eos>` first): CTranslate2, told our minimum length (0),
+    gives them too, where its own default (1) would make it write a token first."""
+    model = biased_model(eos=7.0)
+    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"))
+    ours = model.translate(MORE_SRC)
+    assert 0 < ours.count("") < len(ours)  # some end at once, some do not
+    assert translator.translate(MORE_SRC) == ours
+    assert translator.translate(MORE_SRC, beam_size=3, length_penalty=0.0) == model.translate(
+        MORE_SRC, beam_size=3, length_penalty=0.0
+    )
+
+
+def test_no_hypothesis_holds_pad_or_bos_in_either_engine(tmp_path):
+    """A model whose likeliest tokens are <pad> and <bos>: no hypothesis of an n-best list, a sample or a
+    greedy output holds either, through our decoder or CTranslate2."""
+    model = biased_model(pad=12.0, bos=12.0)
+    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"))
+    src = model.translator.encode_sources(MORE_SRC)
+    with torch.no_grad():
+        memory, src_pad = model.net.encode(src)
+        first = model.net.decode(torch.full((len(MORE_SRC), 1), model.bos_id), memory, src_pad)[:, -1].argmax(-1)
+    specials = {model.pad_id, model.bos_id}
+    assert set(first.tolist()) <= specials  # unbanned, every output would start with one
+    for engine in (model, translator):
+        lists = engine.translate(MORE_SRC, beam_size=4, nbest=4, length_penalty=0.0)
+        lists += engine.translate(MORE_SRC, nbest=4, sampling=True, seed=0)
+        lists += engine.translate(MORE_SRC, nbest=1, min_len=2)
+        tokens = [h.tokens for row in lists for h in row]
+        assert len(tokens) == 9 * len(MORE_SRC) and all(tokens)
+        assert not [t for t in tokens if specials & set(t)], engine
+
+
+def test_an_export_carries_the_decoding_defaults_and_reads_older_exports(tmp_path):
+    """The export's metadata holds the model's decoding defaults as a plain dict, which the CTranslate2 translator
+    takes as its options; an export written before that (the defaults at the top level) reads the same."""
+    model = sharpened_model(length_penalty=0.3, max_len_a=0.5, max_len_b=3)
+    out = export_ctranslate2(model, tmp_path / "ct2")
+    meta = json.loads((out / TOKENIZERS_FILE).read_text())
+    assert meta["decoding"] == {"length_penalty": 0.3, "max_len_a": 0.5, "max_len_b": 3}
+    assert CTranslate2Translator(out).options == model.translator.options
+    (out / TOKENIZERS_FILE).write_text(json.dumps({k: v for k, v in meta.items() if k != "decoding"} | meta["decoding"]))
+    older = CTranslate2Translator(out)
+    assert older.options == model.translator.options
+    assert older.translate(SRC) == model.translate(SRC)
+    assert all(len(t.split()) <= int(0.5 * 9 + 3) for t in older.translate(SRC))  # max_len_a × source + max_len_b
 
 
 def test_translate_script_nbest_format_is_the_same_on_ctranslate2(tmp_path, trained_toy, capsys):

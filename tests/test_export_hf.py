@@ -72,7 +72,7 @@ def same_rows(ours: torch.Tensor, theirs: torch.Tensor, eos: int) -> None:
 
 def assert_same_logits(model, hf, tokenizer, sources, atol) -> None:
     batch = tokenizer(sources, return_tensors="pt", padding=True)
-    src = model.encode_sources(sources)
+    src = model.translator.encode_sources(sources)
     assert torch.equal(batch["input_ids"], src)  # AutoTokenizer gives our ids, <eos> appended
     torch.manual_seed(1)
     tgt = torch.randint(4, len(model.tgt_tokenizer), (len(sources), 9))
@@ -88,7 +88,7 @@ def assert_same_search(model, hf, tokenizer, sources, limit: int = 30, ends: boo
     `<eos>` or none does (`ends`): where some hypotheses end and the best runs to the limit, `generate` ranks
     them together and ours returns the best that ended (models/decoding.py), by design."""
     batch = tokenizer(sources, return_tensors="pt", padding=True)
-    src = model.encode_sources(sources)
+    src = model.translator.encode_sources(sources)
     banned = Constraints(banned=model.banned_ids)
     for beams in (1, 4):
         ours = beam_search(model.net, src, model.bos_id, model.eos_id, limit, beams, 0.0, constraints=banned)
@@ -123,7 +123,7 @@ def test_random_networks_compute_and_decode_as_ours(tmp_path, options):
     shaped, state = marian_shaped(model)
     net = Seq2SeqNet(shaped).eval()
     net.load_state_dict(state)
-    src = model.encode_sources(SRC)
+    src = model.translator.encode_sources(SRC)
     tgt = torch.randint(4, 60, (len(SRC), 9))
     tgt[:, 0] = model.bos_id
     with torch.no_grad():
@@ -292,8 +292,8 @@ def test_import_pretrained_reads_the_folder_back(tmp_path, trained_toy, capsys):
     assert back.src_tokenizer.encode("我 是 学 生") == model.src_tokenizer.encode("我 是 学 生")
     assert back.banned_ids == ()  # the folder does not ban <pad>: ours never needed to
     sources = [s for s, _ in TOY_PAIRS] + ["学 生 我"]
-    src = model.encode_sources(sources)
-    assert torch.equal(back.encode_sources(sources), src)
+    src = model.translator.encode_sources(sources)
+    assert torch.equal(back.translator.encode_sources(sources), src)
     tgt = torch.randint(4, len(SHARED_TOY), (len(sources), 7))
     tgt[:, 0] = model.bos_id
     with torch.no_grad():
@@ -326,7 +326,8 @@ def test_an_imported_marian_model_exports_back_to_marian(tmp_path):
         torch.testing.assert_close(
             hf(**batch, decoder_input_ids=tgt).logits, original(**batch, decoder_input_ids=tgt).logits, atol=1e-5, rtol=0
         )
-    assert json.loads((tmp_path / "hf" / "generation_config.json").read_text())["bad_words_ids"] == [[model.pad_id]]
+    banned = json.loads((tmp_path / "hf" / "generation_config.json").read_text())["bad_words_ids"]
+    assert banned == [[t] for t in dict.fromkeys((model.tgt_tokenizer.pad_id, model.tgt_tokenizer.bos_id))]
     assert_same_search(model, hf, tokenizer, SOURCES)
 
 

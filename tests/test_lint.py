@@ -22,13 +22,12 @@ def test_ruff(command):
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 
 
-# The layers, lowest first: a package imports only from layers below it (deploy may also use tasks' model);
-# nothing imports the scripts.
-LAYERS = {"models": 0, "datamodules": 1, "training": 2, "tasks": 3, "deploy": 4, "scripts": 5}
+# The layers, lowest first: a package imports only from layers below it; nothing imports the scripts.
+LAYERS = {"models": 0, "datamodules": 1, "training": 2, "inference": 3, "tasks": 4, "deploy": 5, "scripts": 6}
 
 
 def test_imports_form_a_tree_of_layers():
-    """scripts → deploy/tasks → training → datamodules → models, lazy imports included: no import circle,
+    """scripts → deploy → tasks → inference → training → datamodules → models, lazy imports included: no import circle,
     each layer's errors in its own errors.py (the model's in models/, the data files' in datamodules/, the
     checkpoints' in training/), and argument checks (models/checks.py) importable from every layer."""
     import ast
@@ -58,3 +57,57 @@ def test_subprocess_time_limits_are_set_in_one_place():
         if number.search(line)
     ]
     assert not found, "\n".join(found)
+
+
+def _imports_within(package: str) -> dict[str, set[str]]:
+    """Each module of `package` (its `__init__` included) → the modules of the same package it imports, lazy and
+    type-checking imports included: `from .x import y` and `from package.x import y` name x; `from . import y`
+    and `from package import y` name y where it is a module, else the package's `__init__`."""
+    import ast
+
+    modules = {path.stem for path in (ROOT / package).glob("*.py")}
+    target = lambda name: name if name in modules else "__init__"  # noqa: E731
+    graph = {}
+    for path in sorted((ROOT / package).glob("*.py")):
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (
+                node.level == 1 or (node.level == 0 and node.module or "").split(".")[0] == package
+            ):
+                parts = (node.module or "").split(".")[node.level == 0 :]
+                edges |= {target(parts[0])} if parts and parts[0] else {target(a.name) for a in node.names}
+            elif isinstance(node, ast.Import):
+                edges |= {target(a.name.split(".")[1]) for a in node.names if a.name.startswith(f"{package}.")}
+        graph[path.stem] = edges - {path.stem}
+    return graph
+
+
+def _circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One circle of `graph` (a path that comes back to its start), or None."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return path[path.index(node) :] + [node]
+        if node in done:
+            return None
+        for nxt in sorted(graph.get(node, ())):
+            if found := visit(nxt, [*path, node]):
+                return found
+        done.add(node)
+        return None
+
+    return next((c for c in (visit(n, []) for n in sorted(graph)) if c), None)
+
+
+@pytest.mark.parametrize("package", list(LAYERS))
+def test_no_import_circle_inside_a_package(package):
+    """Inside a folder too, imports form a tree: no module imports one that imports it back, however far round
+    (a lazy or type-checking import counts: it is a circle that only its placement keeps from failing)."""
+    circle = _circle(_imports_within(package))
+    assert circle is None, f"{package}/: " + " -> ".join(circle)
+
+
+def test_the_circle_finder_finds_circles():
+    assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _circle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None

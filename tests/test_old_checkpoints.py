@@ -12,9 +12,11 @@ same code right after saving; the ones a later commit computes are compared with
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from datamodules.mnist import MEAN, STD
+from inference import DecodingOptions, Translator
 from models.config import MnistNetConfig, Seq2SeqConfig
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
 from tests.helpers import ROOT, script
@@ -38,11 +40,32 @@ MNIST_LOGITS = [
 ]
 
 
+def test_old_seq2seq_checkpoint_translates_as_it_did_through_the_translator():
+    """Written before the decoding options were one object: its hyperparameters (plain values, read with
+    weights_only=True) give the Translator its decoding defaults, and a Translator read from the file without
+    the LightningModule, or made from the module Lightning loads, translates as the checkpoint did: greedy,
+    beam 3, n-best lists headed by the same outputs, and a reference scored as the best output's n-best score."""
+    hparams = torch.load(SEQ2SEQ, map_location="cpu", weights_only=True)["hyper_parameters"]
+    direct = Translator.from_checkpoint(SEQ2SEQ)
+    via_module = Translator.from_module(load_checkpoint(Seq2SeqTransformer, SEQ2SEQ))
+    for translator in (direct, via_module):
+        assert translator.options == DecodingOptions(
+            length_penalty=hparams["length_penalty"], max_len_a=hparams["max_len_a"], max_len_b=hparams["max_len_b"]
+        )
+        assert translator.translate(SOURCES) == TRANSLATIONS
+        assert translator.translate(SOURCES, beam_size=3) == TRANSLATIONS
+        lists = translator.translate(SOURCES, beam_size=3, nbest=2)
+        assert [row[0].text for row in lists] == TRANSLATIONS and all(len(row) == 2 for row in lists)
+        scored = translator.score(SOURCES, TRANSLATIONS, translator.options.replace(beam_size=3).ranking_alpha)
+        assert [h.score for h in scored] == pytest.approx([row[0].score for row in lists], abs=1e-5)
+    assert direct.net.config == via_module.net.config
+
+
 def test_old_seq2seq_checkpoint_loads_and_translates_as_it_did():
     model = load_checkpoint(Seq2SeqTransformer, SEQ2SEQ).eval()
     assert model.translate(SOURCES) == TRANSLATIONS
     assert model.translate(SOURCES, beam_size=3) == TRANSLATIONS
-    src = model.encode_sources(SOURCES[:2])
+    src = model.translator.encode_sources(SOURCES[:2])
     tgt = torch.tensor([[model.bos_id, 4, 5], [model.bos_id, 6, 7]])
     with torch.no_grad():
         logits = model(src, tgt)  # (2, 3, V)

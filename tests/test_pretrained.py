@@ -21,7 +21,7 @@ import sentencepiece as spm
 import torch
 
 from datamodules.batching import frame_source
-from models.decoding import Constraints, beam_search
+from models.decoding import beam_search, greedy_decode
 from tasks import Seq2SeqTransformer
 from tests.helpers import ENV, ROOT, SHARED_DATA, fit, script
 from training.loading import load_checkpoint, read_checkpoint
@@ -211,11 +211,11 @@ def test_logits_and_decoding_match_marian(tmp_path, spm_models, name, regime) ->
     hf, tok = make_marian(tmp_path / "marian", spm_models, name, eos_bias=0.0 if regime == "to-the-limit" else CONFIGS[name][2])
     ours = Seq2SeqTransformer.from_pretrained(str(tmp_path / "marian"))
     pad = hf.config.pad_token_id
-    assert (ours.pad_id, ours.bos_id, ours.eos_id, ours.banned_ids) == (pad, pad, 0, (pad,))
+    assert (ours.pad_id, ours.bos_id, ours.eos_id) == (pad, pad, 0)
 
     # Token ids: MarianTokenizer's, </s> appended to the source, on both sides.
     batch = tok(SOURCES, return_tensors="pt", padding=True)
-    src = ours.encode_sources(SOURCES)
+    src = ours.translator.encode_sources(SOURCES)
     assert torch.equal(src, batch["input_ids"])
     targets = _lines("train.en.gz", 5)
     theirs = tok(text_target=targets)["input_ids"]
@@ -231,8 +231,9 @@ def test_logits_and_decoding_match_marian(tmp_path, spm_models, name, regime) ->
     print(f"{name}: max |logit difference| {diff:.2e} (logits up to {want.abs().max().item():.1f})")
     assert diff < 1e-4
 
-    # Greedy and beam search: the same ids as generate's, pad banned, no length normalisation for beams.
-    greedy = beam_search(ours.net, src, ours.bos_id, ours.eos_id, 40, 1, 0.0, constraints=Constraints(banned=ours.banned_ids))
+    # Greedy and beam search: the same ids as generate's (which bans <pad>, as every search of ours does, asked or
+    # not), no length normalisation for beams.
+    greedy = greedy_decode(ours.net, src, ours.bos_id, ours.eos_id, 40)
     _same_rows(greedy, _generate(hf, batch, pad, num_beams=1), pad)
     for beams in (2, 5):
         beam = beam_search(
@@ -243,7 +244,6 @@ def test_logits_and_decoding_match_marian(tmp_path, spm_models, name, regime) ->
             40,
             beam_size=beams,
             length_penalty=0.0,
-            constraints=Constraints(banned=(pad,)),
         )
         ended = beam.eq(ours.eos_id).any(dim=1)
         assert ended.all() if regime == "ends" else not ended.any(), f"not the {regime} regime: {ended.tolist()}"
@@ -345,6 +345,20 @@ def test_import_names_the_vocabulary_whose_padding_id_or_size_disagrees(tmp_path
     assert f"vocab.json has {pad:,} entries and target_vocab.json {pad + 1:,}" in line and "differ in size" in line
 
 
+def test_a_translator_reads_a_marian_folder_as_the_task_imports_it(marian_dir) -> None:
+    """`Translator.from_pretrained` builds the network without the LightningModule: the same settings, weights and
+    outputs as `Seq2SeqTransformer.from_pretrained`."""
+    from inference import Translator
+
+    module = Seq2SeqTransformer.from_pretrained(str(marian_dir))
+    translator = Translator.from_pretrained(marian_dir)
+    assert translator.net.config == module.net.config
+    assert all(torch.equal(a, b) for a, b in zip(translator.net.state_dict().values(), module.net.state_dict().values()))
+    for beams in (1, 3):
+        want = module.translate(SOURCES, beam_size=beams, length_penalty=0.0, max_len=30)
+        assert translator.translate(SOURCES, beam_size=beams, length_penalty=0.0, max_len=30) == want
+
+
 def test_imported_model_exported_to_ctranslate2_decodes_greedy_identically(tmp_path, marian_dir) -> None:
     pytest.importorskip("ctranslate2")
     from deploy.ctranslate2 import CTranslate2Translator, export_ctranslate2
@@ -352,8 +366,8 @@ def test_imported_model_exported_to_ctranslate2_decodes_greedy_identically(tmp_p
     model = Seq2SeqTransformer.from_pretrained(str(marian_dir))
     out = export_ctranslate2(model, tmp_path / "ct2")
     translator = CTranslate2Translator(out)
-    src = model.encode_sources(SOURCES)
-    ours = beam_search(model.net, src, model.bos_id, model.eos_id, 30, 1, 0.0, constraints=Constraints(banned=model.banned_ids))
+    src = model.translator.encode_sources(SOURCES)
+    ours = greedy_decode(model.net, src, model.bos_id, model.eos_id, 30)
     theirs = translator.translate_ids([translator.source_tokens(s) for s in SOURCES], beam_size=1, max_len=30)
     assert [row[1:].tolist()[: len(ids)] for row, ids in zip(ours, theirs)] == theirs
     assert all(ids[-1] == model.eos_id or len(ids) == 30 for ids in theirs)

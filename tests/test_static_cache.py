@@ -1,5 +1,6 @@
 """The static key/value cache (models.static_cache) against today's growing cache: the same tokens from greedy
-and beam search, over batches, lengths and attention options, eager and compiled."""
+and beam search, over batches, lengths and attention options (every relative bias, Marian's options), eager and
+compiled; each comparison also on a net that ends no row early, so that every case decodes many tokens."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ OPTIONS = [
     {"positional": "learned", "norm_first": True, "norm": "rmsnorm"},
     {"positional": "none", "relative_bias": "t5"},
     {"relative_bias": "alibi", "num_kv_heads": 1},
+    # Marian's (OPUS-MT's) options, as an imported model has them (models/marian.py)
+    {"positional": "sinusoidal_halves", "scale_embeddings": False, "final_norm": False, "activation": "silu"},
 ]
 
 
@@ -54,10 +57,13 @@ BATCHES = [(7,), (7, 3, 5, 1, 6), (4, 4, 9)]
 @pytest.mark.parametrize("lengths", BATCHES)
 @pytest.mark.parametrize("max_len", [1, 6, 30])
 def test_greedy_equals_growing_cache(options, lengths, max_len):
-    net, src = make_net(options), sources(lengths)
-    expected = greedy_decode(net, src, BOS, EOS, max_len)
-    got = StaticDecoder(net, length_multiple=8).greedy(src, BOS, EOS, max_len)
-    assert torch.equal(got, expected)
+    src = sources(lengths)
+    for eos_bias in (0.2, -3.0):  # some rows end early (all may, at once); then none does, each decodes max_len tokens
+        net = make_net(options, eos_bias=eos_bias)
+        expected = greedy_decode(net, src, BOS, EOS, max_len)
+        got = StaticDecoder(net, length_multiple=8).greedy(src, BOS, EOS, max_len)
+        assert torch.equal(got, expected)
+    assert expected.size(1) == 1 + max_len and expected[:, -1].ne(PAD).all()  # every step of every row compared
 
 
 def test_comparisons_cover_finished_and_unfinished_rows():
@@ -74,13 +80,15 @@ def test_comparisons_cover_finished_and_unfinished_rows():
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0])
 def test_beam_equals_growing_cache(options, beam_size, length_penalty):
     # float64, as tests/test_beam_search.py: no near-tie between candidates can flip a choice.
-    net = make_net(options, torch.float64, eos_bias=-0.2)
-    decoder = StaticDecoder(net, length_multiple=8)
-    for lengths, max_len in ((BATCHES[1], 20), (BATCHES[2], 5), ((3,), 12)):
-        src = sources(lengths, seed=max_len)
-        kwargs = dict(beam_size=beam_size, length_penalty=length_penalty)
-        expected = beam_search(net, src, BOS, EOS, max_len, **kwargs)
-        assert torch.equal(decoder.beam(src, BOS, EOS, max_len, **kwargs), expected)
+    for eos_bias in (-0.2, -3.0):  # some hypotheses end early; then none does, each decodes max_len tokens
+        net = make_net(options, torch.float64, eos_bias=eos_bias)
+        decoder = StaticDecoder(net, length_multiple=8)
+        for lengths, max_len in ((BATCHES[1], 20), (BATCHES[2], 5), ((3,), 12)):
+            src = sources(lengths, seed=max_len)
+            kwargs = dict(beam_size=beam_size, length_penalty=length_penalty)
+            expected = beam_search(net, src, BOS, EOS, max_len, **kwargs)
+            assert torch.equal(decoder.beam(src, BOS, EOS, max_len, **kwargs), expected)
+    assert expected.size(1) > 2  # more than one token decoded
 
 
 @pytest.mark.parametrize("options", OPTIONS)

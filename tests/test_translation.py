@@ -87,15 +87,15 @@ def test_validation_logs_bleu_and_attention_maps(trained):
     last = trainer.current_epoch - 1
     assert (root / "attention" / f"epoch{last}_0.png").stat().st_size > 1000
     assert (root / "attention" / f"epoch{last}_1.png").exists()
-    weights, src_tokens, out_tokens = model.attention_weights(TOY_PAIRS[0][0])
+    weights, src_tokens, out_tokens = model.translator.attention_weights(TOY_PAIRS[0][0])
     assert weights.shape == (len(out_tokens), len(src_tokens))
     assert torch.allclose(weights.sum(-1), torch.ones(len(out_tokens)), atol=1e-4)  # rows are distributions
 
 
 def test_translate_uses_the_length_limit(trained):
     _, model, _, _ = trained
-    src = model.encode_sources([TOY_PAIRS[0][0]])
-    assert model._default_max_len(src) == int(1.5 * src.size(1) + 10)
+    src = model.translator.encode_sources([TOY_PAIRS[0][0]])
+    assert model.translator.max_output_len(src) == int(1.5 * src.size(1) + 10)
     assert all(len(h.split()) <= 1 for h in model.translate([TOY_PAIRS[0][0]], max_len=1))
     assert model.translate_many([s for s, _ in TOY_PAIRS], batch_size=2) == model.translate([s for s, _ in TOY_PAIRS])
 

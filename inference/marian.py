@@ -1,13 +1,14 @@
-"""Hugging Face Marian (OPUS-MT) checkpoints as `Seq2SeqTransformer`s: `from_pretrained(name_or_folder)`.
+"""Reading a Hugging Face Marian (OPUS-MT) model: its folder, or a hub name's download.
 
 A folder holds `config.json`, the weights (`model.safetensors` or `pytorch_model.bin`), `source.spm`,
 `target.spm` and `vocab.json` (and `target_vocab.json` when the two sides have separate vocabularies), as
 `MarianMTModel.save_pretrained` plus `MarianTokenizer.save_pretrained` write them, or `config.json`, the
 weights and one `tokenizer.json` of ours, as scripts/export.py (`--to hf`) writes them; a hub name
 ("Helsinki-NLP/opus-mt-de-en") is downloaded into Hugging Face's cache first (`huggingface_hub`). The
-config becomes our options and the weights our names (models/marian.py), the SentencePiece models and id
+config becomes our network's settings and the weights our names (models/marian.py), the SentencePiece models and id
 tables our tokenizers (datamodules/sentencepiece.py). Reading needs `safetensors` (or torch, for a .bin),
-`sentencepiece` and, for hub names, `huggingface_hub`; not `transformers`.
+`sentencepiece` and, for hub names, `huggingface_hub`; not `transformers`. `Translator.from_pretrained` and
+`Seq2SeqTransformer.from_pretrained` build on `read_marian`.
 
 A folder missing a file, a config that is not Marian's, a hub name that cannot be downloaded (offline, or
 no such model): one `InputError` line naming it.
@@ -25,9 +26,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from datamodules.sentencepiece import SentencePieceVocab
 from datamodules.tokenizers import SubwordTokenizer
 from models.errors import InputError
-from models.marian import MarianFormatError, options_from_config, state_dict_from_marian
-
-from .seq2seq import Seq2SeqTransformer
+from models.marian import MarianFormatError, options_from_config
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 NEEDED = ("config.json", "source.spm", "target.spm", "vocab.json")
@@ -122,14 +121,12 @@ def _fast_tokenizer(folder: Path, config: dict) -> SubwordTokenizer:
 
 
 def read_marian(folder: Path) -> tuple[dict, dict, dict[str, torch.Tensor]]:
-    """A Marian folder → (our options, our tokenizers' `to_dict()`s {"src", "tgt"}, Marian's weights)."""
+    """A Marian folder → (our network's settings, `models.config.Seq2SeqConfig` fields but the vocabularies';
+    our tokenizers' `to_dict()`s {"src", "tgt"}; Marian's weights)."""
     if not (folder / "source.spm").is_file() and (folder / "tokenizer.json").is_file():  # scripts/export.py's
         config = _read_json(folder / "config.json")
         options = options_from_config(config, str(folder / "config.json"))
         src = tgt = _fast_tokenizer(folder, config)
-        generation = folder / "generation_config.json"
-        bans = _read_json(generation).get("bad_words_ids") if generation.is_file() else None
-        options["ban_pad"] = [src.pad_id] in (bans or [])  # ours never generate <pad> unbanned: no ban
     else:
         missing = [name for name in NEEDED if not (folder / name).is_file()]
         if missing:
@@ -149,14 +146,3 @@ def read_marian(folder: Path) -> tuple[dict, dict, dict[str, torch.Tensor]]:
     options["share_embeddings"] = enc.shape == dec.shape and torch.equal(enc, dec) and src.to_dict() == tgt.to_dict()
     options["tie_embeddings"] = out is not None and out.shape == dec.shape and torch.equal(out, dec)
     return options, {"src": src.to_dict(), "tgt": tgt.to_dict()}, weights
-
-
-def from_pretrained(name_or_folder: str | Path, **overrides) -> Seq2SeqTransformer:
-    """A `Seq2SeqTransformer` with a Marian model's weights and tokenizers; `overrides` set other arguments
-    (lr, warmup_steps, dropout, ... for fine-tuning). Decoding defaults are Marian's: beam search with no
-    length normalisation would differ from its `generate`, so `length_penalty` is left to the caller."""
-    folder = marian_folder(name_or_folder)
-    options, tokenizers, weights = read_marian(folder)
-    model = Seq2SeqTransformer(tokenizers=tokenizers, **{**options, **overrides})
-    model.net.load_state_dict(state_dict_from_marian(weights, model.net.state_dict()))
-    return model.eval()

@@ -1,0 +1,183 @@
+"""Decoding options: one frozen dataclass that checks itself, read by both engines and the scripts.
+
+    options = DecodingOptions(beam_size=4, nbest=2, length_penalty=0.6)
+    options.replace(sampling=True, top_k=10)      # a new, checked object
+
+Each option's name, default and check is written here once (models.checks: every mistake in one line). The
+scripts' flags are made from the fields (`add_decoding_arguments`; fairseq's names, kept in each field's
+`flag`); a checkpoint keeps its decoding defaults among its hyperparameters (`CHECKPOINT_DEFAULTS`) and a
+CTranslate2 export beside its weights, both as plain dicts (`as_dict`, `from_mapping`); deploy/ctranslate2.py
+maps them once to CTranslate2's arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from models.checks import Check, Relation, at_least, boolean, check_hparams, finite_at_least, integer, one_of
+from models.decoding import SEARCH_CHECKS, nbest_fits_the_beam
+from models.errors import InputError
+from models.static_cache import MODES
+
+# The options a checkpoint (the task's hyperparameters) and an export carry: the model's own decoding defaults.
+CHECKPOINT_DEFAULTS = ("length_penalty", "max_len_a", "max_len_b")
+# Options that only sampling reads.
+SAMPLING_ONLY = ("temperature", "top_k", "top_p", "seed")
+
+
+def _option(default: Any, flag: str, help: str, **argparse: Any) -> Any:
+    """A field with its command-line flag (fairseq's name) and help."""
+    return field(default=default, metadata={"flag": flag, "help": help, **argparse})
+
+
+def _sampling_options_need_sampling(h: Mapping[str, Any]) -> str | bool:
+    unset = all(h[name] == DecodingOptions.default(name) for name in SAMPLING_ONLY)
+    return h["sampling"] or unset or f"{', '.join(SAMPLING_ONLY[:-1])} and {SAMPLING_ONLY[-1]} apply to sampling only"
+
+
+def _static_cache_is_plain_search(h: Mapping[str, Any]) -> str | bool:
+    if h["static_cache"] is None:
+        return True
+    if not h["use_cache"]:
+        return "static_cache is a key/value cache: it cannot be used with use_cache=False"
+    tools = ("sampling", "min_len", "no_repeat_ngram_size", "ban_unk", "alignment_layer")
+    used = [name for name in tools if h[name] not in (None, False, 0)] + ["nbest"] * (h["nbest"] > 1)
+    return not used or f"static_cache decodes the plain greedy or beam search: not with {', '.join(used)}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodingOptions:
+    """How to decode: the search, its limits and the decoding tools (models/decoding.py)."""
+
+    beam_size: int = _option(1, "--beam-size", "beam width; 1 = greedy")
+    nbest: int = _option(1, "--nbest", "write the N best (or N samples) per input, with scores")
+    length_penalty: float = _option(1.0, "--length-penalty", "GNMT length penalty alpha of beam search")
+    max_len: int | None = _option(None, "--max-len", "most output tokens (default: max_len_a x source length + max_len_b)")
+    max_len_a: float = 1.5  # output tokens allowed per source token ...
+    max_len_b: int = 10  # ... plus these (fairseq's --max-len-a/b; both a checkpoint's own)
+    min_len: int = _option(0, "--min-len", "output tokens before <eos>, at least")
+    no_repeat_ngram_size: int = _option(0, "--no-repeat-ngram-size", "no n-gram of this size twice in an output")
+    ban_unk: bool = _option(False, "--ban-unk", "never generate <unk>")
+    sampling: bool = _option(False, "--sampling", "sample outputs instead of searching (back-translation)")
+    temperature: float = _option(1.0, "--temperature", "divides the logits before sampling")
+    top_k: int = _option(0, "--sampling-topk", "sample among the K likeliest tokens, 0 for all")
+    top_p: float = _option(1.0, "--sampling-topp", "sample in the nucleus of mass P, 0 < P <= 1, 1 for all")
+    seed: int | None = _option(None, "--seed", "seed of the sampling (default: unseeded)")
+    alignment_layer: int | None = _option(None, "--alignment-layer", "the decoder layer of --print-alignment (default: the last)")
+    use_cache: bool = True  # a key/value cache (False: every step reruns the whole prefix, as a reference)
+    static_cache: str | None = _option(
+        None,
+        "--static-cache",
+        "decode with the preallocated key/value cache (models/static_cache.py): eager, compiled by torch.compile "
+        "(CUDA graphs on a GPU), or captured in CUDA graphs directly (GPU only); the same outputs",
+        choices=MODES,
+    )
+
+    CHECKS: ClassVar[Mapping[str, Check]] = {
+        **SEARCH_CHECKS,  # the searches' own (models/decoding.py)
+        "max_len": at_least(1),
+        "max_len_a": finite_at_least(0),
+        "max_len_b": at_least(0),
+        "ban_unk": boolean,
+        "sampling": boolean,
+        "seed": integer,
+        "alignment_layer": integer,
+        "use_cache": boolean,
+        "static_cache": one_of(MODES),
+    }
+    RELATIONS: ClassVar[tuple[Relation, ...]] = (
+        nbest_fits_the_beam,
+        _sampling_options_need_sampling,
+        _static_cache_is_plain_search,
+    )
+
+    def __post_init__(self) -> None:
+        check_hparams(self, self.as_dict(), self.CHECKS, *self.RELATIONS, error=InputError)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every option by name: plain values, as a checkpoint or an export stores them."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def replace(self, **changes: Any) -> DecodingOptions:
+        """These options with `changes` (an unknown name is an `InputError`), checked again."""
+        unknown = sorted(set(changes) - set(self.as_dict()))
+        if unknown:
+            raise InputError(f"no decoding option {', '.join(unknown)}; the options: {', '.join(self.as_dict())}")
+        return dataclasses.replace(self, **changes)
+
+    def for_call(self, nbest: int | None = None, prefixes: list | None = None, sentences: list | None = None, **given):
+        """These options (a translator's defaults) with a `translate` call's: its `given` options (None: the
+        default), its `nbest`, and the check that its `prefixes`, if any, are one per sentence."""
+        if prefixes is not None and len(prefixes) != len(sentences):
+            raise InputError(f"{len(prefixes)} prefixes for {len(sentences)} sentences: give one per sentence")
+        given = {k: v for k, v in given.items() if v is not None}
+        return self.replace(**given, **({"nbest": nbest} if nbest is not None else {}))
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        return cls.__dataclass_fields__[name].default
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], names: tuple[str, ...] = CHECKPOINT_DEFAULTS) -> DecodingOptions:
+        """The options of `names` that `values` holds (a checkpoint's hyperparameters, an export's metadata), the
+        other options at their defaults: what a model written before an option existed decodes with."""
+        return cls(**{k: values[k] for k in names if k in values})
+
+    @property
+    def ranking_alpha(self) -> float:
+        """The length penalty that scores rank by: this one for beam search, 0 for greedy search and sampling
+        (which rank by the plain sum of log-probs)."""
+        return 0.0 if self.beam_size == 1 or self.sampling else self.length_penalty
+
+    @property
+    def plain(self) -> bool:
+        """The best output of a greedy or beam search, with none of the decoding tools."""
+        return not (self.sampling or self.min_len or self.no_repeat_ngram_size or self.ban_unk or self.nbest > 1) and (
+            self.alignment_layer is None
+        )
+
+
+# ------------------------------------------------------------------------------------------ flags
+
+
+def flag_of(name: str) -> str:
+    return DecodingOptions.__dataclass_fields__[name].metadata["flag"]
+
+
+def add_decoding_arguments(parser, names: tuple[str, ...], title: str = "decoding", **defaults: Any) -> None:
+    """The flags of the options `names`, made from their fields: each defaults to None (the model's own default)
+    unless `defaults` gives the script's (translate.py's --beam-size 4, say). `options_from_args` reads them."""
+    group = parser.add_argument_group(title)
+    for name in names:
+        meta = DecodingOptions.__dataclass_fields__[name].metadata
+        default, own = defaults.get(name), DecodingOptions.default(name)
+        extra = {k: v for k, v in meta.items() if k not in ("flag", "help")}
+        if own is False:
+            group.add_argument(meta["flag"], dest=name, action="store_true", default=None, help=meta["help"])
+            continue
+        shown = default if default is not None else "the model's" if name in CHECKPOINT_DEFAULTS else own
+        shown = f" (default: {shown})" if shown is not None else ""
+        kind = float if isinstance(own, float) else str if "choices" in extra else int
+        extra.setdefault("metavar", None if "choices" in extra else meta["flag"].removeprefix("--").replace("-", "_").upper())
+        group.add_argument(meta["flag"], dest=name, type=kind, default=default, help=meta["help"] + shown, **extra)
+
+
+def options_from_args(args, defaults: DecodingOptions, names: tuple[str, ...]) -> DecodingOptions:
+    """`defaults` (the model's) with the flags of `names` that were given; a bad value or combination is one
+    `InputError` line that names the flags."""
+    given = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+    try:
+        return defaults.replace(**given)
+    except InputError as err:
+        raise InputError(_in_flags(str(err).removeprefix("DecodingOptions: "))) from None
+
+
+def _in_flags(message: str) -> str:
+    """A check's message in the flags' words: `top_p=1.5` → `--sampling-topp 1.5`, `sampling` → `--sampling`."""
+    names = "|".join(sorted((n for n, f in DecodingOptions.__dataclass_fields__.items() if "flag" in f.metadata), key=len)[::-1])
+    message = re.sub(rf"\b({names})=", lambda m: flag_of(m.group(1)) + " ", message)
+    return re.sub(rf"(?<![-\w])({names})\b", lambda m: flag_of(m.group(1)), message)

@@ -1,0 +1,345 @@
+"""`Translator`: inference for this project's translation networks, the one object a user holds.
+
+    translator = Translator.from_checkpoint("runs/multi30k/.../epoch012-step2899.ckpt")
+    translator = Translator.from_pretrained("Helsinki-NLP/opus-mt-de-en")     # a Marian (OPUS-MT) model
+    translator = Translator.from_module(model)                                # a Seq2SeqTransformer in memory
+    translator.translate(["Ein Hund rennt."])                                 # ['A dog runs.']
+    translator.translate(["Ein Hund rennt."], beam_size=4, nbest=2)           # each sentence's 2 best Hypothesis
+    translator.score(["Ein Hund rennt."], ["A dog is running."])              # a reference's log-probs
+
+It holds a network (`models.Seq2SeqNet`), its two tokenizers and its default `DecodingOptions` (a checkpoint's
+length penalty and length limits); a call's keyword arguments replace some of them (inference/options.py). The
+searches are models/decoding.py's; ensembles, forced prefixes, alignments and attention weights are here, as
+are the static/compiled decoders (models/static_cache.py), kept per mode and device for later calls. The
+CTranslate2 engine (deploy/ctranslate2.py) offers the same `translate`, `translate_many` and `score`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+
+import datamodules
+from datamodules.batching import frame_source, map_in_length_batches, pad_sequences
+from datamodules.tokenizers import tokenizer_from_dict
+from models import Seq2SeqNet
+from models.config import Seq2SeqConfig
+from models.decoding import Constraints, Hypothesis, align, beam_search, beam_search_nbest, greedy_decode, sample, score_targets
+from models.errors import InputError
+from models.marian import state_dict_from_marian
+from models.static_cache import StaticDecoder
+from training.errors import CheckpointError
+from training.loading import read_checkpoint, weights_of
+
+from .marian import marian_folder, read_marian
+from .options import DecodingOptions
+
+TASK = "Seq2SeqTransformer"  # the LightningModule whose checkpoints hold a translation network
+
+
+def _caller_stacklevel() -> int:
+    """The `stacklevel` that points a warning at the first frame outside this package, the task module, the data
+    modules and torch (whose no_grad wrapper sits between `translate` and its caller): the user's line."""
+    here = os.path.dirname(__file__)
+    internal = (here, os.path.join(os.path.dirname(here), "tasks"), *(os.path.dirname(m.__file__) for m in (datamodules, torch)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(internal):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def check_same_vocabularies(models: list) -> None:
+    """An ensemble's models (translators or task modules) must read and write the same ids: the same tokenizers."""
+    first = models[0]
+    for i, other in enumerate(models[1:], 1):
+        for side in ("src", "tgt"):
+            if getattr(other, f"{side}_tokenizer").to_dict() != getattr(first, f"{side}_tokenizer").to_dict():
+                raise InputError(
+                    f"the ensemble's model {i + 1} has another {'source' if side == 'src' else 'target'} vocabulary "
+                    "than model 1: an ensemble needs models trained on the same vocabularies"
+                )
+
+
+@contextlib.contextmanager
+def _evaluating(nets: list):
+    """The networks in eval mode, each put back in its own mode afterwards (a validation's BLEU runs mid-fit)."""
+    modes = [net.training for net in nets]
+    for net in nets:
+        net.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for net, mode in zip(nets, modes):
+            net.train(mode)
+
+
+class Translator:
+    """A translation network with its tokenizers and default decoding options (see the module's docstring)."""
+
+    def __init__(self, net: Seq2SeqNet, src_tokenizer, tgt_tokenizer, options: DecodingOptions | None = None, batch_size=64):
+        self.net, self.src_tokenizer, self.tgt_tokenizer = net, src_tokenizer, tgt_tokenizer
+        self.options = options or DecodingOptions()
+        self.batch_size = batch_size  # translate_many's sentences per batch
+        self.pad_id, self.bos_id, self.eos_id = tgt_tokenizer.pad_id, tgt_tokenizer.bos_id, tgt_tokenizer.eos_id
+        self._static_decoders: dict[tuple, StaticDecoder] = {}
+
+    # ---------------------------------------------------------------------------------- construction
+
+    @classmethod
+    def from_module(cls, module) -> Translator:
+        """The translator of a `Seq2SeqTransformer` in memory: its network itself (not a copy), its tokenizers, and
+        its hyperparameters' decoding defaults."""
+        hp = module.hparams
+        return cls(
+            module.net,
+            module.src_tokenizer,
+            module.tgt_tokenizer,
+            DecodingOptions.from_mapping(hp),
+            hp.get("eval_batch_size", 64),
+        )
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, weights: str = "averaged", device: str | torch.device = "cpu") -> Translator:
+        """The translator of a `Seq2SeqTransformer` checkpoint, with its `weights` ("averaged": the EMA or averaged
+        ones where the run kept them, else its only ones; "training": an EMA run's training weights), without the
+        LightningModule. A file that is not such a checkpoint, or whose weights do not fit it, is a `CheckpointError`."""
+        state = read_checkpoint(path)
+        hp = state.get("hyper_parameters", {})
+        found = hp.get("_class_path", "").rsplit(".", 1)[-1]
+        tokenizers = hp.get("tokenizers")
+        if (found and found != TASK) or not isinstance(tokenizers, dict) or set(tokenizers) != {"src", "tgt"}:
+            other = f"a {found} checkpoint" if found else "a checkpoint of another model"
+            raise CheckpointError(f"{path} holds {other}, not a {TASK} one")
+        src, tgt = tokenizer_from_dict(tokenizers["src"]), tokenizer_from_dict(tokenizers["tgt"])
+        prefix = "net."
+        net_state = {k.removeprefix(prefix): v for k, v in weights_of(state, path, weights).items() if k.startswith(prefix)}
+        try:
+            config = Seq2SeqConfig.from_hparams(hp, src_vocab_size=len(src), tgt_vocab_size=len(tgt), pad_id=tgt.pad_id)
+            net = Seq2SeqNet(config)
+            net.load_state_dict(net_state)
+        except (RuntimeError, KeyError, TypeError, ValueError) as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise CheckpointError(f"{path} does not fit {TASK}: {first}") from None
+        try:
+            net = net.to(device)
+        except (RuntimeError, ValueError) as err:  # no such device, or no CUDA here
+            raise InputError(f"cannot run the model on device {str(device)!r}: {str(err).strip().splitlines()[0]}") from None
+        return cls(net.eval(), src, tgt, DecodingOptions.from_mapping(hp), hp.get("eval_batch_size", 64))
+
+    @classmethod
+    def from_pretrained(cls, name_or_folder: str | Path, options: DecodingOptions | None = None) -> Translator:
+        """A Hugging Face Marian (OPUS-MT) model, from its folder or hub name (inference/marian.py). Its decoding
+        defaults are ours unless `options` are given (Marian's `generate` normalises no beam by length)."""
+        config, tokenizers, weights = read_marian(marian_folder(name_or_folder))
+        src, tgt = tokenizer_from_dict(tokenizers["src"]), tokenizer_from_dict(tokenizers["tgt"])
+        net = Seq2SeqNet(Seq2SeqConfig(**config, src_vocab_size=len(src), tgt_vocab_size=len(tgt), pad_id=tgt.pad_id))
+        net.load_state_dict(state_dict_from_marian(weights, net.state_dict()))
+        return cls(net.eval(), src, tgt, options)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.net.parameters()).device
+
+    # ---------------------------------------------------------------------------------- translation
+
+    def encode_sources(self, sentences: list[str]) -> torch.Tensor:
+        """Strings → (B, S) padded source ids on the network's device. Over-long sentences are truncated to the
+        network's `max_len` with a warning; empty ones are refused."""
+        ids = []
+        for i, sentence in enumerate(sentences):
+            if not isinstance(sentence, str) or not sentence.strip():
+                raise InputError(f"sentence {i} is empty: there is nothing to translate")
+            encoded = self.src_tokenizer.encode(sentence)
+            if len(encoded) + 1 > self.net.max_len:
+                warnings.warn(
+                    f"sentence {i} has {len(encoded)} tokens; truncated to the model's max_len={self.net.max_len}",
+                    stacklevel=_caller_stacklevel(),
+                )
+            ids.append(frame_source(encoded, self.net.max_len, self.src_tokenizer.eos_id))
+        return pad_sequences(ids, self.pad_id).to(self.device)
+
+    def translate(
+        self, sentences: list[str], nbest: int | None = None, ensemble=(), prefixes: list[str] | None = None, **options
+    ) -> list[str] | list[list[Hypothesis]]:
+        """Translate a batch of sentences with this translator's options, `options` (`DecodingOptions`' names; None
+        for the default) replacing some. Returns each sentence's best output's text, or, with `nbest`, its `nbest`
+        best `models.decoding.Hypothesis` (text, tokens, each token's log-prob, score), best first.
+
+        `ensemble`: more translators (or task modules) whose next-token probabilities are averaged with this one's
+        (fairseq's rule); `prefixes`: one target prefix per sentence ("" for none) that each output starts with.
+        The output length is capped by `max_len`, else max_len_a × the longest source + max_len_b, within the
+        network's positions."""
+        if isinstance(sentences, str):
+            sentences = [sentences]
+        opts = self.options.for_call(nbest, prefixes, sentences, **options)
+        if opts.static_cache is not None and (nbest is not None or ensemble or prefixes is not None):
+            raise InputError("static_cache decodes the plain greedy or beam search: not with nbest or the decoding tools")
+        if not sentences:
+            return []
+        if nbest is None and opts.plain and not ensemble and prefixes is None:
+            with _evaluating([self.net]):
+                out = self._best(self.encode_sources(sentences), opts)
+            return [self.tgt_tokenizer.decode(row.tolist()) for row in out]
+        hyps = self._hypotheses(sentences, opts, ensemble, prefixes)
+        return [row[0].text for row in hyps] if nbest is None else hyps
+
+    def translate_many(self, sentences: list[str], batch_size: int | None = None, on_batch=None, **kwargs) -> list[str]:
+        """`translate` over many sentences in batches of similar length; results in input order. `on_batch(batch)`
+        is called after each batch (progress lines)."""
+        translate = lambda batch: self.translate(batch, **kwargs)
+        return map_in_length_batches(translate, sentences, batch_size or self.batch_size, on_batch)
+
+    def max_output_len(self, src: torch.Tensor, opts: DecodingOptions | None = None, nets=None) -> int:
+        """Output tokens at most: `max_len`, else a·S + b for a (B, S) source batch; within every network's positions."""
+        opts, nets = opts or self.options, nets or [self.net]
+        limit = opts.max_len if opts.max_len is not None else int(opts.max_len_a * src.size(1) + opts.max_len_b)
+        return min(limit, min(net.max_len for net in nets) - 1)
+
+    def _best(self, src: torch.Tensor, opts: DecodingOptions) -> torch.Tensor:
+        """(B, L) ids of each sentence's best output by greedy or beam search, `<bos>` first."""
+        limit = self.max_output_len(src, opts)
+        if opts.static_cache is not None:
+            decoder = self.static_decoder(opts.static_cache)
+            if opts.beam_size == 1:
+                return decoder.greedy(src, self.bos_id, self.eos_id, limit)
+            return decoder.beam(
+                src, self.bos_id, self.eos_id, limit, beam_size=opts.beam_size, length_penalty=opts.length_penalty
+            )
+        if opts.beam_size == 1:
+            return greedy_decode(self.net, src, self.bos_id, self.eos_id, limit, use_cache=opts.use_cache)
+        searched = dict(beam_size=opts.beam_size, length_penalty=opts.length_penalty, use_cache=opts.use_cache)
+        return beam_search(self.net, src, self.bos_id, self.eos_id, limit, **searched)
+
+    def static_decoder(self, mode: str) -> StaticDecoder:
+        """One `StaticDecoder` per mode and device, kept so that its buffers and compiled steps serve later calls."""
+        key = (mode, self.device)
+        if key not in self._static_decoders:
+            self._static_decoders[key] = StaticDecoder(self.net, mode)
+        return self._static_decoders[key]
+
+    def _members(self, ensemble, alignment_layer: int | None) -> list:
+        """This translator's network and those of `ensemble`; an `InputError` for an `alignment_layer` one lacks."""
+        check_same_vocabularies([self, *ensemble])
+        nets = [self.net, *(member.net for member in ensemble)]
+        layers = min(net.config.num_decoder_layers for net in nets)
+        if alignment_layer is not None and not -layers <= alignment_layer < layers:
+            raise InputError(
+                f"alignment layer {alignment_layer} is out of range: the model has {layers} decoder layers "
+                f"(0 to {layers - 1}, or -{layers} to -1 from the last)"
+            )
+        return nets
+
+    def _hypotheses(self, sentences: list[str], opts: DecodingOptions, ensemble, prefixes) -> list[list[Hypothesis]]:
+        """The `opts.nbest` best hypotheses of each sentence, best first: by beam search (greedy with one beam), or
+        `nbest` samples; with their alignments when `opts.alignment_layer` is set."""
+        nets = self._members(ensemble, opts.alignment_layer)
+        with _evaluating(nets):
+            src = self.encode_sources(sentences)
+            limit = self.max_output_len(src, opts, nets)
+            banned = (self.tgt_tokenizer.unk_id,) if opts.ban_unk else ()
+            constraints = Constraints(opts.min_len, opts.no_repeat_ngram_size, banned, self._prefix_ids(prefixes))
+            common = dict(length_penalty=opts.ranking_alpha, use_cache=opts.use_cache, constraints=constraints)
+            if opts.sampling:
+                generator = None if opts.seed is None else torch.Generator(src.device).manual_seed(opts.seed)
+                hyps = sample(
+                    nets,
+                    src,
+                    self.bos_id,
+                    self.eos_id,
+                    limit,
+                    num_samples=opts.nbest,
+                    temperature=opts.temperature,
+                    top_k=opts.top_k,
+                    top_p=opts.top_p,
+                    generator=generator,
+                    **common,
+                )
+            else:
+                hyps = beam_search_nbest(
+                    nets, src, self.bos_id, self.eos_id, limit, beam_size=opts.beam_size, nbest=opts.nbest, **common
+                )
+            if opts.alignment_layer is not None:
+                flat = [(b, h) for b, row in enumerate(hyps) for h in row]
+                rows = torch.tensor([b for b, _ in flat], device=src.device)
+                tokens = [h.tokens for _, h in flat]
+                for (_, h), pairs in zip(flat, align(nets, src[rows], tokens, self.bos_id, self.eos_id, opts.alignment_layer)):
+                    h.alignment = pairs
+        for row in hyps:
+            for h in row:
+                h.text = self.tgt_tokenizer.decode(h.tokens)
+        return hyps
+
+    def _prefix_ids(self, prefixes: list[str] | None) -> torch.Tensor | None:
+        """(B, P) target ids each output must start with, -1 after a sentence's own prefix; None when there are none."""
+        if prefixes is None:
+            return None
+        ids = [self.tgt_tokenizer.encode(p) if p and p.strip() else [] for p in prefixes]
+        if not any(ids):
+            return None
+        return pad_sequences(ids, -1).to(self.device)
+
+    # ---------------------------------------------------------------------------------- scoring
+
+    def score(
+        self, sentences: list[str], references: list[str], length_penalty: float = 0.0, ensemble=(), alignment_layer=None
+    ) -> list[Hypothesis]:
+        """Each (sentence, reference) pair's `Hypothesis` by teacher forcing: the reference's tokens and `<eos>`,
+        each one's log-prob, and the score a search with this `length_penalty` would rank it by
+        (`DecodingOptions.ranking_alpha` gives the one of a decoding setting); with `alignment_layer`, the
+        reference's alignment to its source (forced alignment)."""
+        if len(references) != len(sentences):
+            raise InputError(f"{len(references)} references for {len(sentences)} sentences: give one per sentence")
+        if not sentences:
+            return []
+        nets = self._members(ensemble, alignment_layer)
+        targets = [self.tgt_tokenizer.encode(r) for r in references]
+        limit = min(net.max_len for net in nets)
+        for i, t in enumerate(targets):
+            if len(t) + 1 > limit - 1:
+                raise InputError(f"reference {i} has {len(t)} tokens: more than the model's max_len={limit} allows")
+        with _evaluating(nets):
+            src = self.encode_sources(sentences)
+            hyps = score_targets(nets, src, targets, self.bos_id, self.eos_id, length_penalty)
+            if alignment_layer is not None:
+                for h, pairs in zip(hyps, align(nets, src, [h.tokens for h in hyps], self.bos_id, self.eos_id, alignment_layer)):
+                    h.alignment = pairs
+        for h in hyps:
+            h.text = self.tgt_tokenizer.decode(h.tokens)
+        return hyps
+
+    def attention_weights(self, sentence: str, layer: int = -1) -> tuple[torch.Tensor, list[str], list[str]]:
+        """Greedy-translate one sentence and return the decoder's cross-attention over the source, averaged over
+        heads, of `layer`: ((T, S) weights, source pieces, output pieces)."""
+        self._members((), layer)
+        with _evaluating([self.net]):
+            src = self.encode_sources([sentence])
+            greedy = DecodingOptions.from_mapping(self.options.as_dict())  # the limits only: a plain greedy search
+            out = self._best(src, greedy)[0].tolist()
+            if self.eos_id in out:
+                out = out[: out.index(self.eos_id) + 1]
+            memory, src_pad = self.net.encode(src)
+            tgt_in = torch.tensor([out[:-1] if len(out) > 1 else out], device=src.device)
+            _, weights = self.net.decode(tgt_in, memory, src_pad, need_weights=True)
+        w = weights[layer][0].float().mean(0).cpu()  # (T, S)
+        return w, _pieces(self.src_tokenizer, src[0].tolist()), _pieces(self.tgt_tokenizer, out[1:])
+
+
+def _pieces(tokenizer, ids: list[int]) -> list[str]:
+    """Each id's piece as the tokenizer has it, the special tokens by their names."""
+    specials = {tokenizer.pad_id: "<pad>", tokenizer.bos_id: "<bos>", tokenizer.eos_id: "<eos>"}
+    inner = getattr(tokenizer, "tokenizer", None)  # a SubwordTokenizer's Hugging Face tokenizer
+    out = []
+    for i in ids:
+        if i in specials:
+            out.append(specials[i])
+        elif inner is not None:
+            out.append(inner.id_to_token(i) or "?")
+        else:
+            out.append(tokenizer.tokens[i] if hasattr(tokenizer, "tokens") else str(i))
+    return out
