@@ -49,12 +49,11 @@ from datamodules.tokenizers import SubwordTokenizer
 from datamodules.vocab import SPECIAL_TOKENS, Vocab
 from models.config import Seq2SeqConfig
 from models.errors import InputError
-from models.marian import state_dict_to_marian
+from models.marian import ACTIVATIONS_TO_MARIAN, config_to_marian, state_dict_to_marian
 from models.seq2seq import Seq2SeqNet
 from training.faults import atomic_output
 
 MARIAN_LAYER_NORM_EPS = 1e-5  # torch's LayerNorm default, which Marian's layers use
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "silu": "swish"}  # ours → Hugging Face's names
 # What marks an earlier export (a folder that --force may replace).
 EXPORT_FILES = ("config.json", "generation_config.json")
 
@@ -87,7 +86,10 @@ def check_exportable(config: Seq2SeqConfig) -> None:
             c.num_kv_heads not in (None, c.nhead),
             f"grouped-query attention (num_kv_heads={c.num_kv_heads}): Marian has one key/value head per query head",
         ),
-        (c.activation not in ACTIVATIONS, f"activation={c.activation}: Marian's feed-forward is ungated (relu, gelu, silu)"),
+        (
+            c.activation not in ACTIVATIONS_TO_MARIAN,
+            f"activation={c.activation}: Marian's feed-forward is ungated (relu, gelu, silu)",
+        ),
         (
             c.positional not in ("sinusoidal", "sinusoidal_halves"),
             f"positional={c.positional}: Marian's positions are fixed sinusoids added to the embeddings",
@@ -201,35 +203,6 @@ def marian_shaped(model) -> tuple[Seq2SeqConfig, dict]:
     )
     Seq2SeqNet(shaped).load_state_dict(state)  # every weight in place, each of its shape
     return shaped, state
-
-
-def marian_config(shaped: Seq2SeqConfig, model) -> dict:
-    """`MarianConfig`'s arguments for a Marian-shaped config (`marian_shaped`) of `model`."""
-    c, tgt = shaped, model.tgt_tokenizer
-    return dict(
-        vocab_size=c.src_vocab_size,
-        decoder_vocab_size=c.tgt_vocab_size,
-        d_model=c.d_model,
-        encoder_layers=c.num_encoder_layers,
-        decoder_layers=c.num_decoder_layers,
-        encoder_attention_heads=c.nhead,
-        decoder_attention_heads=c.nhead,
-        encoder_ffn_dim=c.dim_feedforward,
-        decoder_ffn_dim=c.dim_feedforward,
-        activation_function=ACTIVATIONS[c.activation],
-        dropout=c.dropout,
-        attention_dropout=c.dropout,  # ours applies `dropout` there too (models/marian.py)
-        activation_dropout=c.dropout,
-        max_position_embeddings=c.max_len,
-        scale_embedding=c.scale_embeddings,
-        share_encoder_decoder_embeddings=c.share_embeddings,
-        tie_word_embeddings=c.tie_embeddings,
-        pad_token_id=tgt.pad_id,
-        eos_token_id=tgt.eos_id,
-        bos_token_id=tgt.bos_id,
-        decoder_start_token_id=tgt.bos_id,
-        forced_eos_token_id=None,
-    )
 
 
 def generation_config(model) -> dict:
@@ -487,7 +460,8 @@ def export_huggingface(
             raise HubExportError(f"{out_dir} is not an earlier Hugging Face export; refusing to replace it")
     transformers = _transformers()
     shaped, state = marian_shaped(model)
-    hf = _load_weights(transformers, marian_config(shaped, model), state)
+    tgt = model.tgt_tokenizer
+    hf = _load_weights(transformers, config_to_marian(shaped, tgt.pad_id, tgt.eos_id, tgt.bos_id), state)
     card = model_card(model, shaped, Path(ckpt) if ckpt else None, meta, command)
     with contextlib.suppress(OSError):  # made as `mkdir -p`; one that cannot be made is atomic_output's error
         out_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,8 @@ from .errors import InputError
 
 # Hugging Face's activation names (transformers.activations.ACT2FN) → ours (models.activations.ACTIVATIONS).
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
+# Ours → the names OPUS-MT's configs use (swish for silu); the gated feed-forwards have none.
+ACTIVATIONS_TO_MARIAN = {"relu": "relu", "gelu": "gelu", "silu": "swish"}
 
 
 class MarianFormatError(InputError):
@@ -67,6 +69,37 @@ def options_from_config(config: dict, where: str = "config.json") -> dict:
         )
     except (KeyError, TypeError, ValueError) as err:
         raise MarianFormatError(f"{where}: missing or malformed {err}") from None
+
+
+def config_to_marian(config, pad_id: int, eos_id: int, bos_id: int) -> dict:
+    """`options_from_config` backwards: a Marian-shaped `Seq2SeqConfig` (post-norm, [sin | cos] positions, no final
+    norm, an output bias: deploy/huggingface.py's `marian_shaped`) and our target tokenizer's ids → `MarianConfig`'s
+    arguments; the decoder starts with our `<bos>`."""
+    c = config
+    return dict(
+        vocab_size=c.src_vocab_size,
+        decoder_vocab_size=c.tgt_vocab_size,
+        d_model=c.d_model,
+        encoder_layers=c.num_encoder_layers,
+        decoder_layers=c.num_decoder_layers,
+        encoder_attention_heads=c.nhead,
+        decoder_attention_heads=c.nhead,
+        encoder_ffn_dim=c.dim_feedforward,
+        decoder_ffn_dim=c.dim_feedforward,
+        activation_function=ACTIVATIONS_TO_MARIAN[c.activation],
+        dropout=c.dropout,
+        attention_dropout=c.dropout,  # ours applies `dropout` there too
+        activation_dropout=c.dropout,
+        max_position_embeddings=c.max_len,
+        scale_embedding=c.scale_embeddings,
+        share_encoder_decoder_embeddings=c.share_embeddings,
+        tie_word_embeddings=c.tie_embeddings,
+        pad_token_id=pad_id,
+        eos_token_id=eos_id,
+        bos_token_id=bos_id,
+        decoder_start_token_id=bos_id,
+        forced_eos_token_id=None,
+    )
 
 
 def _get(state: dict, *names: str) -> torch.Tensor:
