@@ -13,3 +13,42 @@ torch.set_num_threads(1)
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory) -> dict[str, Path]:
+    """A good toy checkpoint (the recipe's sizes, one step), its truncated and corrupt copies, an
+    MNIST one, and a toy one of another size."""
+    from datamodules import ToyTranslationDataModule
+    from tasks import MnistSequenceClassifier, Seq2SeqTransformer
+    from tests.helpers import TOY_MODEL, quiet_trainer
+
+    root = tmp_path_factory.mktemp("ckpts")
+    torch.manual_seed(0)
+    dm = ToyTranslationDataModule()
+
+    def save(model, name):
+        trainer = quiet_trainer(max_steps=1, limit_val_batches=0)
+        trainer.fit(model, train_dataloaders=dm.train_dataloader())
+        trainer.save_checkpoint(root / name)
+        return root / name
+
+    out = {"good": save(Seq2SeqTransformer(tokenizers=dm.tokenizers, **TOY_MODEL), "good.ckpt")}
+    data = out["good"].read_bytes()
+    (root / "truncated.ckpt").write_bytes(data[: len(data) // 2])
+    (root / "corrupt.ckpt").write_bytes(b"not a checkpoint at all\n" * 100)
+    out["truncated"], out["corrupt"] = root / "truncated.ckpt", root / "corrupt.ckpt"
+    out["bigger"] = save(Seq2SeqTransformer(tokenizers=dm.tokenizers, **{**TOY_MODEL, "d_model": 32}), "bigger.ckpt")
+    mnist = MnistSequenceClassifier(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32)
+    torch.save(
+        {
+            "state_dict": mnist.state_dict(),
+            "loops": {},
+            "epoch": 0,
+            "global_step": 0,
+            "hyper_parameters": {**mnist.hparams, "_class_path": "tasks.MnistSequenceClassifier"},
+        },
+        root / "mnist.ckpt",
+    )
+    out["mnist"] = root / "mnist.ckpt"
+    return out

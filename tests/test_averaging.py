@@ -9,8 +9,7 @@ import torch
 
 from datamodules import ToyTranslationDataModule
 from tasks import Seq2SeqTransformer
-from tests.helpers import quiet_trainer, script
-from tests.test_baselines import TINY, _trainer
+from tests.helpers import TINY, quiet_trainer, script, trainer_with_callbacks
 from training.callbacks import EMA
 from training.checkpointing import BestCheckpoint
 
@@ -25,7 +24,7 @@ def epochs(tmp_path_factory):
     checkpoint = BestCheckpoint(
         dirpath=root, filename="epoch{epoch:03d}-step{step}", auto_insert_metric_name=False, monitor="val/loss", save_top_k=-1
     )
-    _trainer(root, [EMA(decay=0.9), checkpoint], max_epochs=4).fit(model, datamodule=dm)
+    trainer_with_callbacks(root, [EMA(decay=0.9), checkpoint], max_epochs=4).fit(model, datamodule=dm)
     paths = sorted(root.glob("epoch*.ckpt"), key=lambda p: int(p.stem.split("step")[1]))
     assert len(paths) == 4
     return paths

@@ -23,7 +23,7 @@ from datamodules.corpus_readers import read_aligned, read_tatoeba
 from datamodules.errors import CorpusFormatError, DataFormatError
 from models.errors import HyperparameterError
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
-from tests.test_mnist import fake_mnist
+from tests.helpers import fake_mnist
 
 BOM = codecs.BOM_UTF8
 PAIRS = [(f"Sentence number {i}, café déjà vu.", f"第{i}句话，咖啡。") for i in range(30)]

@@ -8,10 +8,8 @@ import codecs
 import os
 import random
 import signal
-import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,65 +17,12 @@ from lightning.pytorch.callbacks import Callback
 
 from datamodules import UNK, ToyTranslationDataModule
 from tasks import Seq2SeqTransformer
-from tests.helpers import FIT, ROOT, TOY_MODEL, quiet_trainer, run
-from tests.test_mnist import fake_mnist
+from tests.helpers import FIT, ROOT, TOY_MODEL, assert_one_line_error, fake_mnist, run
 from training.cli import check_resume_checkpoint
 from training.errors import CheckpointError
 from training.loading import load_checkpoint
 
 SCRIPTS = ROOT / "scripts"
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> str:
-    """Non-zero exit; no traceback; exactly one `error: …` line, the last thing on stderr, naming `words`."""
-    assert result.returncode != 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, result.stderr[-3000:]
-    assert result.stderr.strip().splitlines()[-1] == errors[0]
-    for word in words:
-        assert word in errors[0], errors[0]
-    return errors[0]
-
-
-# ---------------------------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def ckpts(tmp_path_factory) -> dict[str, Path]:
-    """A good toy checkpoint (the recipe's sizes, one step), its truncated and corrupt copies, an
-    MNIST one, and a toy one of another size."""
-    root = tmp_path_factory.mktemp("ckpts")
-    torch.manual_seed(0)
-    dm = ToyTranslationDataModule()
-
-    def save(model, name):
-        trainer = quiet_trainer(max_steps=1, limit_val_batches=0)
-        trainer.fit(model, train_dataloaders=dm.train_dataloader())
-        trainer.save_checkpoint(root / name)
-        return root / name
-
-    out = {"good": save(Seq2SeqTransformer(tokenizers=dm.tokenizers, **TOY_MODEL), "good.ckpt")}
-    data = out["good"].read_bytes()
-    (root / "truncated.ckpt").write_bytes(data[: len(data) // 2])
-    (root / "corrupt.ckpt").write_bytes(b"not a checkpoint at all\n" * 100)
-    out["truncated"], out["corrupt"] = root / "truncated.ckpt", root / "corrupt.ckpt"
-    out["bigger"] = save(Seq2SeqTransformer(tokenizers=dm.tokenizers, **{**TOY_MODEL, "d_model": 32}), "bigger.ckpt")
-    from tasks.mnist import MnistSequenceClassifier
-
-    mnist = MnistSequenceClassifier(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32)
-    torch.save(
-        {
-            "state_dict": mnist.state_dict(),
-            "loops": {},
-            "epoch": 0,
-            "global_step": 0,
-            "hyper_parameters": {**mnist.hparams, "_class_path": "tasks.MnistSequenceClassifier"},
-        },
-        root / "mnist.ckpt",
-    )
-    out["mnist"] = root / "mnist.ckpt"
-    return out
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints

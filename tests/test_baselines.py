@@ -15,34 +15,19 @@ import torch
 
 from datamodules import ParallelCorpusDataModule, ToyTranslationDataModule
 from tasks import Seq2SeqTransformer
-from tests.helpers import HANG_TIMEOUT, ROOT, SHARED_DATA, quiet_trainer
-from tests.test_corpus import chinese, english, write_tatoeba
-from training.callbacks import EMA
-from training.checkpointing import BestCheckpoint, checkpoint_callbacks, last_path
-
-TINY = dict(
-    d_model=32,
-    nhead=2,
-    num_encoder_layers=1,
-    num_decoder_layers=1,
-    dim_feedforward=64,
-    max_len=48,
-    label_smoothing=0.0,
-    lr=3e-3,
-    warmup_steps=10,
-    lr_schedule="constant",
-    attention_maps=0,
+from tests.helpers import (
+    HANG_TIMEOUT,
+    ROOT,
+    SHARED_DATA,
+    TINY,
+    chinese,
+    english,
+    quiet_trainer,
+    trainer_with_callbacks,
+    write_tatoeba,
 )
-
-
-def _trainer(root: Path, callbacks: list, **kwargs) -> L.Trainer:
-    """A trainer with `callbacks`, a `BestCheckpoint` among them given its last.ckpt and helpers as the CLI does."""
-    wired = [
-        c
-        for callback in callbacks
-        for c in (checkpoint_callbacks(callback) if isinstance(callback, BestCheckpoint) else [callback])
-    ]
-    return quiet_trainer(root, callbacks=wired, **{"max_epochs": 3, "enable_checkpointing": True, **kwargs})
+from training.callbacks import EMA
+from training.checkpointing import BestCheckpoint, last_path
 
 
 class RecordsValidationWeights(Seq2SeqTransformer):
@@ -66,7 +51,7 @@ def ema_run(tmp_path_factory):
     model = RecordsValidationWeights(tokenizers=dm.tokenizers, **TINY)
     checkpoint = BestCheckpoint(dirpath=root, monitor="val/bleu", mode="max", save_last=True)
     ema = EMA(decay=0.9)
-    trainer = _trainer(root, [ema, checkpoint])
+    trainer = trainer_with_callbacks(root, [ema, checkpoint])
     trainer.fit(model, datamodule=dm)
     return trainer, model, ema, checkpoint, dm
 
@@ -181,7 +166,7 @@ def test_best_checkpoint_waits_for_a_metric_computed_every_n_epochs(tmp_path):
     checkpoint = BestCheckpoint(
         dirpath=tmp_path, monitor="val/bleu", mode="max", save_last=True, filename="epoch{epoch}", auto_insert_metric_name=False
     )
-    trainer = _trainer(tmp_path, [checkpoint], max_epochs=3)
+    trainer = trainer_with_callbacks(tmp_path, [checkpoint], max_epochs=3)
     trainer.fit(model, datamodule=dm)  # BLEU after epochs 1 only
     assert Path(checkpoint.best_model_path).name == "epoch1.ckpt"
     assert torch.load(last_path(trainer), weights_only=True)["epoch"] == 2
@@ -227,7 +212,7 @@ SCORES = [0.5, 0.7, 0.7, 0.6, 0.9, 0.6, 0.9, 0.9, 0.8, 0.6]
 def test_ties_go_to_the_later_checkpoint(tmp_path, mode, save_top_k):
     scores = SCORES if mode == "max" else [-s for s in SCORES]
     checkpoint = _scored_checkpoint(tmp_path, mode=mode, save_top_k=save_top_k)
-    _trainer(tmp_path, [checkpoint], max_epochs=len(scores)).fit(ScriptedScore(scores))
+    trainer_with_callbacks(tmp_path, [checkpoint], max_epochs=len(scores)).fit(ScriptedScore(scores))
     # Oracle: rank every epoch by (score, epoch), better first, and keep the first k.
     sign = 1 if mode == "max" else -1
     ranked = sorted(range(len(scores)), key=lambda e: (sign * scores[e], e), reverse=True)
@@ -243,7 +228,9 @@ def test_ties_go_to_the_later_checkpoint(tmp_path, mode, save_top_k):
 def test_a_metric_not_logged_this_epoch_does_not_tie_with_its_last_value(tmp_path, check_val_every_n_epoch):
     scores = [0.5, 0.9, None, None, 0.7, 0.9, None, 0.9, None, None]
     checkpoint = _scored_checkpoint(tmp_path)
-    trainer = _trainer(tmp_path, [checkpoint], max_epochs=len(scores), check_val_every_n_epoch=check_val_every_n_epoch)
+    trainer = trainer_with_callbacks(
+        tmp_path, [checkpoint], max_epochs=len(scores), check_val_every_n_epoch=check_val_every_n_epoch
+    )
     trainer.fit(ScriptedScore(scores))
     scored = [e for e in range(len(scores)) if (e + 1) % check_val_every_n_epoch == 0 and scores[e] is not None]
     best = max(scored, key=lambda e: (scores[e], e))
@@ -252,7 +239,7 @@ def test_a_metric_not_logged_this_epoch_does_not_tie_with_its_last_value(tmp_pat
 
 def test_ties_can_go_to_the_earlier_checkpoint_as_in_lightning(tmp_path):
     checkpoint = _scored_checkpoint(tmp_path, ties="earlier")
-    _trainer(tmp_path, [checkpoint], max_epochs=len(SCORES)).fit(ScriptedScore(SCORES))
+    trainer_with_callbacks(tmp_path, [checkpoint], max_epochs=len(SCORES)).fit(ScriptedScore(SCORES))
     assert Path(checkpoint.best_model_path).name == f"e{SCORES.index(max(SCORES))}.ckpt"
 
 
@@ -291,7 +278,7 @@ def test_shared_vocabulary_ties_all_three_embeddings_through_a_checkpoint(tmp_pa
     separate = Seq2SeqTransformer(tokenizers=tokenizers, **TINY)
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in separate.parameters()) - 2 * len(vocab) * 32
 
-    trainer = _trainer(tmp_path, [], max_epochs=1, limit_train_batches=3, limit_val_batches=1)
+    trainer = trainer_with_callbacks(tmp_path, [], max_epochs=1, limit_train_batches=3, limit_val_batches=1)
     trainer.fit(model, datamodule=dm)
     trainer.save_checkpoint(tmp_path / "shared.ckpt")
     reloaded = Seq2SeqTransformer.load_from_checkpoint(tmp_path / "shared.ckpt", map_location="cpu")
@@ -342,7 +329,7 @@ def test_test_decoding_is_split_across_two_processes_with_the_same_bleu(tmp_path
     dm = _corpus(tmp_path / "data")
     L.seed_everything(0)
     model = Seq2SeqTransformer(tokenizers=dm.tokenizers, eval_beam_size=2, **TINY)
-    trainer = _trainer(tmp_path, [], max_epochs=4)
+    trainer = trainer_with_callbacks(tmp_path, [], max_epochs=4)
     trainer.fit(model, datamodule=dm)
     ckpt = tmp_path / "model.ckpt"
     trainer.save_checkpoint(ckpt)

@@ -3,45 +3,11 @@
 import pytest
 import torch
 
-from models import Seq2SeqConfig, Seq2SeqNet, SinusoidalPositionalEncoding, Transformer, TransformerConfig, attention
+from models import Seq2SeqConfig, Seq2SeqNet, SinusoidalPositionalEncoding, Transformer, attention
 from models.attention import MultiHeadAttention
 from models.decoding import greedy_decode
 from models.masks import padding_mask
-
-D, H = 32, 4
-
-
-def small_core(num_encoder_layers: int, num_decoder_layers: int, **options) -> Transformer:
-    """An untrained D-wide, H-head core with a 64-wide feed-forward and no dropout, in eval mode."""
-    config = TransformerConfig(
-        d_model=D, nhead=H, num_encoder_layers=num_encoder_layers, num_decoder_layers=num_decoder_layers,
-        dim_feedforward=64, dropout=0.0, **options,
-    )  # fmt: skip
-    return Transformer(config).eval()
-
-
-def torch_reference(norm_first: bool, activation: str, layers: int = 2) -> torch.nn.Transformer:
-    return torch.nn.Transformer(
-        d_model=D,
-        nhead=H,
-        num_encoder_layers=layers,
-        num_decoder_layers=layers,
-        dim_feedforward=64,
-        dropout=0.0,
-        activation=activation,
-        norm_first=norm_first,
-        batch_first=True,
-    )
-
-
-def padded_inputs(B=3, S=7, T=6):
-    src, tgt = torch.randn(B, S, D), torch.randn(B, T, D)
-    src_pad = torch.zeros(B, S, dtype=torch.bool)
-    src_pad[1, 4:] = True
-    src_pad[2, 6:] = True
-    tgt_pad = torch.zeros(B, T, dtype=torch.bool)
-    tgt_pad[1, 3:] = True
-    return src, tgt, src_pad, tgt_pad
+from tests.helpers import D, H, padded_inputs, padded_source_ids, small_core, small_net, torch_reference
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -129,30 +95,6 @@ def test_cache_reorder_selects_rows():
     before = cache.layers[1]["self"]["k"].clone()
     cache.reorder(torch.tensor([2, 2, 0]))
     torch.testing.assert_close(cache.layers[1]["self"]["k"], before[[2, 2, 0]])
-
-
-def small_net(**kwargs) -> Seq2SeqNet:
-    """An untrained 20 → 30-token translator: it decodes long, so decoding tests cover many steps."""
-    config = Seq2SeqConfig(
-        src_vocab_size=20,
-        tgt_vocab_size=30,
-        d_model=32,
-        nhead=4,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        dim_feedforward=64,
-        dropout=0.0,
-        max_len=40,
-        **kwargs,
-    )
-    return Seq2SeqNet(config)
-
-
-def padded_source_ids() -> torch.Tensor:
-    src = torch.randint(4, 20, (4, 9))  # (B, S), 0 is padding
-    src[1, 6:] = 0
-    src[3, 2:] = 0
-    return src
 
 
 def greedy_one_by_one(net: Seq2SeqNet, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int) -> list[list[int]]:

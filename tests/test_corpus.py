@@ -18,36 +18,10 @@ from datamodules.errors import CorpusFormatError, DataNotFoundError
 from datamodules.samplers import TokenBudgetBatchSampler, padding_waste
 from datamodules.tokenizers import SubwordTokenizer, tokenizer_from_dict, train_tokenizer
 from datamodules.vocab import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Vocab
-from tests.helpers import SHARED_DATA, TOY_MODEL, quiet_trainer
+from tests.helpers import SHARED_DATA, TOY_MODEL, chinese, english, quiet_trainer, write_tatoeba
 
 CMN = SHARED_DATA / "cmn-eng" / "cmn.txt"
 MULTI30K = SHARED_DATA / "multi30k"
-
-# A small generated English/Chinese corpus: enough repetition for BPE merges, no files needed.
-_EN_SUBJ = ["I", "You", "Tom", "Mary", "We", "They", "The old man", "My sister"]
-_EN_VERB = ["like", "want", "saw", "bought", "don't need", "can't find", "painted", "forgot"]
-_EN_OBJ = ["apples.", "the red car.", "a new book!", "his dog?", "that house, again.", '"Hamlet".']
-_ZH_SUBJ = ["我", "你", "汤姆", "玛丽", "我们", "他们"]
-_ZH_VERB = ["喜欢", "想要", "看见了", "买了", "不需要"]
-_ZH_OBJ = ["苹果。", "那辆红车。", "一本新书！", "他的狗？"]
-
-
-def english(n: int = 400, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    return [f"{rng.choice(_EN_SUBJ)} {rng.choice(_EN_VERB)} {rng.choice(_EN_OBJ)}" for _ in range(n)]
-
-
-def chinese(n: int = 400, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    return [f"{rng.choice(_ZH_SUBJ)}{rng.choice(_ZH_VERB)}{rng.choice(_ZH_OBJ)}" for _ in range(n)]
-
-
-def write_tatoeba(path: Path, pairs: list[tuple[str, str]]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [f"{e}\t{z}\tCC-BY 2.0 (France) Attribution: tatoeba.org #{i}" for i, (e, z) in enumerate(pairs)]
-    path.write_text("\ufeff" + "\n".join(lines) + "\n", encoding="utf-8")
-    return path
-
 
 # ---------------------------------------------------------------------------------------------- readers
 

@@ -15,9 +15,18 @@ from models.attention import MultiHeadAttention
 from models.decoding import beam_search, greedy_decode
 from models.masks import padding_mask
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
-from tests.helpers import fit, quiet_trainer
-from tests.test_core import D, H, padded_inputs, padded_source_ids, small_core, small_net, torch_reference
-from tests.test_mnist import random_digits
+from tests.helpers import (
+    D,
+    H,
+    fit,
+    padded_inputs,
+    padded_source_ids,
+    quiet_trainer,
+    random_digits,
+    small_core,
+    small_net,
+    torch_reference,
+)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CUDA = torch.device("cuda")
@@ -90,7 +99,7 @@ def test_beam_search_on_cuda_cached_equals_uncached(num_kv_heads):
 
 
 def test_bf16_autocast_training_step_on_cuda_is_finite():
-    net = small_net().to(CUDA)
+    net = small_net().train().to(CUDA)
     src = padded_source_ids().to(CUDA)
     src[:, 1:] = 0  # heavy padding: most keys masked
     tgt = torch.randint(4, 30, (4, 12), device=CUDA)

@@ -17,8 +17,7 @@ from datamodules.toy import TOY_PAIRS
 from datamodules.vocab import EOS, Vocab
 from models.decoding import length_penalty_factor
 from tasks import Seq2SeqTransformer
-from tests.helpers import TOY_MODEL, quiet_trainer, save_checkpoint
-from tests.test_translation import _script
+from tests.helpers import TOY_MODEL, parse, quiet_trainer, run_script, save_checkpoint
 
 SOURCES = [s for s, _ in TOY_PAIRS]
 # Sentences the two toy models translate differently (unseen combinations): an ensemble's outputs differ from either's.
@@ -38,21 +37,6 @@ def toys(tmp_path_factory):
     """Two toy translators: one trained well, one for a few epochs only (flatter, so n-best lists and samples vary)."""
     root = tmp_path_factory.mktemp("toys")
     return _train(root, 0, 12), _train(root, 1, 4)
-
-
-def run_script(capsys, name: str, *argv: str) -> tuple[int, str, str]:
-    """scripts/<name>.py's main in this process → (exit status, stdout, stderr)."""
-    try:
-        _script(name).main(list(argv))
-        code = 0
-    except SystemExit as exit_info:
-        code = exit_info.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def parse(stdout: str) -> list[list[str]]:
-    return [line.split("\t") for line in stdout.splitlines()]
 
 
 # ----------------------------------------------------------------------------------- n-best, scoring

@@ -2,7 +2,7 @@
 constraints), teacher-forced scoring (every search's scores), greedy search (sampling's limits),
 the softmax itself (sampled frequencies), and each member model (ensembles).
 
-Nets are tiny and run in float64 (tests/test_beam_search.py's `make_net`), so that scores computed
+Nets are tiny and run in float64 (tests/helpers.py's `search_net`), so that scores computed
 step by step and by teacher forcing agree to ~1e-12 and no near-tie can flip a choice."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from models.decoding import (
     sample,
     score_targets,
 )
-from tests.test_beam_search import BOS, EOS, PAD, SPECIALS, exhaustive_width, make_net, make_sources, strip
+from tests.helpers import BOS, EOS, PAD, SPECIALS, exhaustive_width, search_net, search_sources, strip
 
 
 def all_finished(net, src, vocab: int, max_len: int, alpha: float, allowed=lambda seq: True) -> list[tuple[float, list[int]]]:
@@ -72,7 +72,7 @@ def check_scores_are_teacher_forced(net, src, hyps_per_sentence, alpha: float) -
 def test_no_search_generates_pad_or_bos():
     """A net whose likeliest tokens are <pad> and <bos>: greedy search, beam search, n-best lists, sampling,
     constrained searches and ensembles, cached or not, never generate either (models.decoding.no_specials)."""
-    net, other, src = make_net(1), make_net(2), make_sources(1)
+    net, other, src = search_net(1), search_net(2), search_sources(seed=1)
     for member in (net, other):
         decode, bias = member.decode, torch.zeros(8, dtype=torch.float64)
         bias[list(SPECIALS)] = 4.0
@@ -101,7 +101,7 @@ def test_no_search_generates_pad_or_bos():
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0])
 def test_nbest_of_a_wide_beam_is_the_exhaustive_ranking(length_penalty):
     vocab, L, N = 5, 3, 6
-    net, src = make_net(3, tgt_vocab=vocab, eos_bias=-1.0), make_sources(3, (4,))
+    net, src = search_net(3, tgt_vocab=vocab, eos_bias=-1.0), search_sources(seed=3, lengths=(4,))
     ranking = all_finished(net, src, vocab, L, length_penalty)
     (hyps,) = beam_search_nbest(net, src, BOS, EOS, L, exhaustive_width(vocab, L), N, length_penalty)
     assert [h.tokens for h in hyps] == [seq for _, seq in ranking[:N]]
@@ -111,7 +111,7 @@ def test_nbest_of_a_wide_beam_is_the_exhaustive_ranking(length_penalty):
 @pytest.mark.parametrize("use_cache", [True, False])
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0])
 def test_nbest_lists_are_ranked_and_scored_as_teacher_forcing(length_penalty, use_cache):
-    net, src = make_net(1), make_sources(1)
+    net, src = search_net(1), search_sources(seed=1)
     hyps = beam_search_nbest(net, src, BOS, EOS, 12, beam_size=4, nbest=4, length_penalty=length_penalty, use_cache=use_cache)
     best = beam_search(net, src, BOS, EOS, 12, beam_size=4, length_penalty=length_penalty, use_cache=use_cache)
     for b, row in enumerate(hyps):
@@ -122,7 +122,7 @@ def test_nbest_lists_are_ranked_and_scored_as_teacher_forcing(length_penalty, us
 
 
 def test_nbest_larger_than_the_beam_is_refused():
-    net, src = make_net(0), make_sources(0)
+    net, src = search_net(0), search_sources(seed=0)
     with pytest.raises(ValueError, match="nbest"):
         beam_search_nbest(net, src, BOS, EOS, 5, beam_size=2, nbest=3)
 
@@ -131,7 +131,7 @@ def test_nbest_larger_than_the_beam_is_refused():
 
 
 def test_sampling_with_top_k_one_or_a_tiny_temperature_is_greedy():
-    net, src = make_net(2), make_sources(2)
+    net, src = search_net(2), search_sources(seed=2)
     greedy = [strip(row)[1:] for row in greedy_decode(net, src, BOS, EOS, 12)]
     g = torch.Generator().manual_seed(0)
     for kwargs in (dict(top_k=1), dict(temperature=1e-4), dict(top_p=1e-6)):
@@ -147,7 +147,7 @@ def test_sampled_first_tokens_follow_the_softmax(kwargs):
     probability the restricted, tempered softmax gives it (a false alarm has odds ~1e-6 per token;
     the seed is fixed, so the test is deterministic), and tokens outside top-k / top-p never appear."""
     n, vocab = 20000, 8
-    net, src = make_net(4, tgt_vocab=vocab, eos_bias=0.0), make_sources(4, (5,))
+    net, src = search_net(4, tgt_vocab=vocab, eos_bias=0.0), search_sources(seed=4, lengths=(5,))
     with torch.no_grad():
         memory, src_pad = net.encode(src)
         logits = net.decode(torch.tensor([[BOS]]), memory, src_pad)[0, -1] / kwargs.get("temperature", 1.0)
@@ -173,7 +173,7 @@ def test_sampled_first_tokens_follow_the_softmax(kwargs):
 
 
 def test_sample_scores_are_the_models_log_probs():
-    net, src = make_net(0), make_sources(0)
+    net, src = search_net(0), search_sources(seed=0)
     out = sample(net, src, BOS, EOS, 12, num_samples=3, temperature=1.3, top_k=5, generator=torch.Generator().manual_seed(0))
     assert any(h.tokens[-1] == EOS for row in out for h in row)
     check_scores_are_teacher_forced(net, src, out, 0.0)
@@ -181,7 +181,7 @@ def test_sample_scores_are_the_models_log_probs():
 
 @pytest.mark.parametrize("top_p", [0.0, -0.1, 1.5])
 def test_top_p_outside_zero_one_is_refused(top_p):
-    net, src = make_net(0), make_sources(0)
+    net, src = search_net(0), search_sources(seed=0)
     with pytest.raises(ValueError, match="top_p"):
         sample(net, src, BOS, EOS, 3, top_p=top_p)
 
@@ -193,7 +193,7 @@ def test_top_p_outside_zero_one_is_refused(top_p):
 def test_no_repeat_ngrams_against_exhaustive_search(n, length_penalty, L):
     """A wide beam that may not repeat an n-gram finds the best of every sequence without one."""
     vocab = 5
-    net, src = make_net(13, tgt_vocab=vocab, eos_bias=-4.0), make_sources(13, (3,))
+    net, src = search_net(13, tgt_vocab=vocab, eos_bias=-4.0), search_sources(seed=13, lengths=(3,))
     rule = Constraints(no_repeat_ngram_size=n)
     ranking = all_finished(net, src, vocab, L, length_penalty, lambda seq: not has_repeated_ngram(seq, n))
     free = all_finished(net, src, vocab, L, length_penalty)
@@ -205,7 +205,7 @@ def test_no_repeat_ngrams_against_exhaustive_search(n, length_penalty, L):
 
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_no_repeat_ngrams_holds_for_every_search(n):
-    net, src = make_net(0, eos_bias=-3.0), make_sources(0)
+    net, src = search_net(0, eos_bias=-3.0), search_sources(seed=0)
     rule = Constraints(no_repeat_ngram_size=n)
     free = beam_search_nbest(net, src, BOS, EOS, 12, 3, 3, 0.0)
     assert any(has_repeated_ngram(h.tokens, n) for row in free for h in row)  # the nets do repeat without the rule
@@ -221,7 +221,7 @@ def test_no_repeat_ngrams_holds_for_every_search(n):
 
 def test_min_len_and_banned_tokens_against_exhaustive_search():
     vocab, L = 6, 4  # <pad>, <bos>, <eos> and a banned token leave two tokens to write with
-    net, src = make_net(6, tgt_vocab=vocab, eos_bias=1.0), make_sources(6, (3,))
+    net, src = search_net(6, tgt_vocab=vocab, eos_bias=1.0), search_sources(seed=6, lengths=(3,))
     rule = Constraints(min_len=2, banned=(3,))
     allowed = lambda seq: 3 not in seq and (seq[-1] != EOS or len(seq) > 2)  # noqa: E731
     ranking = all_finished(net, src, vocab, L, 0.0, allowed)
@@ -232,7 +232,7 @@ def test_min_len_and_banned_tokens_against_exhaustive_search():
 
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_forced_prefixes_start_the_outputs_and_keep_their_scores(beam_size):
-    net, src = make_net(7, eos_bias=-1.0), make_sources(7, (4, 2, 6))
+    net, src = search_net(7, eos_bias=-1.0), search_sources(seed=7, lengths=(4, 2, 6))
     prefixes = [[4, 4, 5], [], [2 + 4, 3]]  # the first repeats a token that no-repeat would ban
     prefix = torch.tensor([p + [-1] * (3 - len(p)) for p in prefixes])
     rule = Constraints(no_repeat_ngram_size=1, prefix=prefix)
@@ -250,7 +250,7 @@ def test_forced_prefixes_start_the_outputs_and_keep_their_scores(beam_size):
 
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_an_ensemble_of_one_model_or_of_two_copies_is_the_model(beam_size):
-    net, src = make_net(1), make_sources(1)
+    net, src = search_net(1), search_sources(seed=1)
     alone = beam_search_nbest(net, src, BOS, EOS, 12, beam_size, beam_size, 1.0)
     for members in ([net], [net, net]):
         together = beam_search_nbest(members, src, BOS, EOS, 12, beam_size, beam_size, 1.0)
@@ -261,7 +261,7 @@ def test_an_ensemble_of_one_model_or_of_two_copies_is_the_model(beam_size):
 
 def test_an_ensemble_averages_the_models_probabilities():
     """fairseq's rule: each token's log-prob is the log of the members' mean probability."""
-    nets, src = [make_net(1), make_net(2)], make_sources(1)
+    nets, src = [search_net(1), search_net(2)], search_sources(seed=1)
     hyps = beam_search_nbest(nets, src, BOS, EOS, 12, 3, 3, 0.0)
     assert [[h.tokens for h in row] for row in hyps] != [
         [h.tokens for h in row] for row in beam_search_nbest(nets[0], src, BOS, EOS, 12, 3, 3, 0.0)
@@ -281,8 +281,7 @@ def test_an_ensemble_averages_the_models_probabilities():
 
 
 def test_alignment_batched_equals_alone_and_points_at_real_source_tokens():
-    net, src = make_net(3), make_sources(3, (7, 3, 5))
-    del net.decode  # make_net's <eos> bias wraps `decode` for logits only; attention weights need the method itself
+    net, src = search_net(3, eos_bias=None), search_sources(seed=3, lengths=(7, 3, 5))
     src[[0, 2], [6, 4]] = EOS  # two sources framed as ours are, ending in <eos>
     outputs = [h[0].tokens for h in beam_search_nbest(net, src, BOS, EOS, 8, 2, 1, 0.0)]
     batched = align(net, src, outputs, BOS, EOS, layer=0)

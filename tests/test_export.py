@@ -17,7 +17,7 @@ from datamodules.batching import frame_target, pad_sequences
 from datamodules.toy import TOY_PAIRS
 from datamodules.vocab import Vocab
 from tasks import Seq2SeqTransformer
-from tests.helpers import SHARED_DATA, TOY_MODEL, quiet_trainer, save_checkpoint, script
+from tests.helpers import SHARED_DATA, TOY_MODEL, parse, quiet_trainer, run_script, save_checkpoint, script
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="pip install -e '.[deploy]'")
 from deploy.ctranslate2 import TOKENIZERS_FILE, CTranslate2Translator, ExportError, export_ctranslate2, vocabulary  # noqa: E402
@@ -320,8 +320,6 @@ def test_an_export_carries_the_decoding_defaults_and_reads_older_exports(tmp_pat
 
 
 def test_translate_script_nbest_format_is_the_same_on_ctranslate2(tmp_path, trained_toy, capsys):
-    from tests.test_decoding_scripts import parse, run_script
-
     ckpt = str(save_checkpoint(trained_toy, tmp_path / "toy.ckpt"))
     out = str(export_ctranslate2(trained_toy, tmp_path / "ct2"))
     sources = [s for s, _ in TOY_PAIRS]

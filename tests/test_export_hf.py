@@ -31,8 +31,26 @@ from deploy.huggingface import HubExportError, export_huggingface, marian_shaped
 from models.decoding import beam_search
 from models.seq2seq import Seq2SeqNet
 from tasks import Seq2SeqTransformer
-from tests.helpers import ENV, HANG_TIMEOUT, ROOT, SHARED_DATA, TOY_MODEL, quiet_trainer, save_checkpoint, script
-from tests.test_decoding_scripts import _script, run_script
+from tests.helpers import (
+    ENV,
+    HANG_TIMEOUT,
+    IN_TMPFS,
+    MARIAN_CONFIGS,
+    MARIAN_SOURCES,
+    ROOT,
+    SHARED_DATA,
+    TOY_MODEL,
+    can_mount,
+    load_script,
+    make_marian,
+    multi30k_lines,
+    quiet_trainer,
+    run_script,
+    save_checkpoint,
+    script,
+    snapshot,
+    train_spm,
+)
 from training.loading import load_checkpoint
 
 transformers = pytest.importorskip("transformers", reason="pip install -e '.[bench]'")
@@ -218,7 +236,7 @@ def trained_toy(tmp_path_factory):
     model.eval()
     folder = tmp_path_factory.mktemp("toy")
     ckpt = save_checkpoint(model, folder / "toy.ckpt")
-    _script("export").main(["--ckpt", str(ckpt), "--to", "hf", str(folder / "hf")])
+    load_script("export").main(["--ckpt", str(ckpt), "--to", "hf", str(folder / "hf")])
     return model, ckpt, folder / "hf"
 
 
@@ -309,18 +327,16 @@ def test_an_imported_marian_model_exports_back_to_marian(tmp_path):
     the original computes, and its MarianTokenizer gives the original's ids."""
     import sentencepiece  # noqa: F401 (the import's tokenizers)
 
-    from tests.test_pretrained import CONFIGS, SOURCES, _lines, _train_spm, make_marian
-
-    spm_models = _train_spm(_lines("train.de.gz", 400), 60), _train_spm(_lines("train.en.gz", 400), 60)
+    spm_models = train_spm(multi30k_lines("train.de.gz", 400), 60), train_spm(multi30k_lines("train.en.gz", 400), 60)
     original, tok = make_marian(
-        tmp_path / "marian", spm_models, "separate-untied-gelu", eos_bias=CONFIGS["separate-untied-gelu"][2]
+        tmp_path / "marian", spm_models, "separate-untied-gelu", eos_bias=MARIAN_CONFIGS["separate-untied-gelu"][2]
     )
     model = Seq2SeqTransformer.from_pretrained(str(tmp_path / "marian"))
     hf, tokenizer = load_hf(export_huggingface(model, tmp_path / "hf"))
     assert type(tokenizer).__name__ == "MarianTokenizer"
-    batch = tok(SOURCES, return_tensors="pt", padding=True)
-    assert torch.equal(tokenizer(SOURCES, return_tensors="pt", padding=True)["input_ids"], batch["input_ids"])
-    tgt = torch.randint(0, original.config.pad_token_id, (len(SOURCES), 9))
+    batch = tok(MARIAN_SOURCES, return_tensors="pt", padding=True)
+    assert torch.equal(tokenizer(MARIAN_SOURCES, return_tensors="pt", padding=True)["input_ids"], batch["input_ids"])
+    tgt = torch.randint(0, original.config.pad_token_id, (len(MARIAN_SOURCES), 9))
     tgt[:, 0] = original.config.pad_token_id
     with torch.no_grad():
         torch.testing.assert_close(
@@ -328,7 +344,7 @@ def test_an_imported_marian_model_exports_back_to_marian(tmp_path):
         )
     banned = json.loads((tmp_path / "hf" / "generation_config.json").read_text())["bad_words_ids"]
     assert banned == [[t] for t in dict.fromkeys((model.tgt_tokenizer.pad_id, model.tgt_tokenizer.bos_id))]
-    assert_same_search(model, hf, tokenizer, SOURCES)
+    assert_same_search(model, hf, tokenizer, MARIAN_SOURCES)
 
 
 # ---------------------------------------------------------------------------------------------- the script's faults
@@ -384,8 +400,6 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, trained_toy):
 def test_a_full_disk_keeps_the_earlier_export_whole(tmp_path, trained_toy):
     """ENOSPC for real (a full tmpfs in a private mount namespace, tests/test_faults_scripts.py's), over an earlier
     export that --force would replace: one line, exit status 1, and the earlier folder as it was."""
-    from tests.test_faults_scripts import IN_TMPFS, can_mount, snapshot
-
     if not can_mount():
         pytest.skip("no private mount namespace here (unshare -m and mount need root with CAP_SYS_ADMIN)")
     _, ckpt, folder = trained_toy

@@ -22,7 +22,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, Timer
 
-from tests.helpers import ENV, FIT, HANG_TIMEOUT, ROOT, fit, run
+from tests.helpers import ENV, FIT, HANG_TIMEOUT, ROOT, fit, recipe_args, run
 
 QUIET = ["--trainer.enable_progress_bar", "false"]
 
@@ -610,9 +610,7 @@ def test_a_checkpoint_written_before_the_checkpoint_callbacks_were_split_resumes
 def test_one_epoch_summary_names_the_last_checkpoint(tmp_path):
     # MNIST has a test split: after fitting, the best checkpoint is tested, and loading it must not
     # replace what the summary knows of the last one.
-    from tests.test_workflow import _recipe
-
-    result = fit(tmp_path / "run", *_recipe("mnist", tmp_path / "data"), *CSV, "--trainer.max_epochs", "1")
+    result = fit(tmp_path / "run", *recipe_args("mnist", tmp_path / "data"), *CSV, "--trainer.max_epochs", "1")
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(next((tmp_path / "run").rglob("summary.json")).read_text())
     (last,) = (tmp_path / "run").rglob("last.ckpt")

@@ -27,8 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ENV, HANG_TIMEOUT, ROOT
-from tests.test_bad_input import assert_one_line_error, ckpts  # noqa: F401 (ckpts: the toy checkpoint fixture)
+from tests.helpers import ENV, HANG_TIMEOUT, IN_TMPFS, ROOT, assert_one_line_error, can_mount, snapshot, succeeds
 from training.errors import CheckpointError
 from training.faults import OutputError, atomic_output, atomic_write_text, fault_message
 from training.loading import read_checkpoint
@@ -44,17 +43,6 @@ def script(name: str, *args) -> list[str]:
 def run(cmd, timeout=HANG_TIMEOUT, **kwargs) -> subprocess.CompletedProcess:
     kwargs.setdefault("env", ENV)
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout, **kwargs)
-
-
-def snapshot(folder: Path) -> dict[str, str]:
-    """Every file and folder under `folder` (itself included): relative path -> sha256 ("folder" for one)."""
-    if not folder.exists():
-        return {}
-    entries = {}
-    for path in [folder, *sorted(folder.rglob("*"))]:
-        key = str(path.relative_to(folder))
-        entries[key] = "folder" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
-    return entries
 
 
 def sha256(path: Path) -> str:
@@ -80,42 +68,16 @@ def drop_dac_override():
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
-def _works(cmd, **kwargs) -> bool:
-    try:
-        return subprocess.run(cmd, capture_output=True, timeout=HANG_TIMEOUT, **kwargs).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-def can_mount() -> bool:
-    return shutil.which("unshare") is not None and _works(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k x /mnt"])
-
-
 def can_deny_root(tmp: Path) -> bool:
     folder = tmp / "probe"
     folder.mkdir()
     folder.chmod(0o555)
     try:
         preexec = drop_dac_override if os.geteuid() == 0 else None
-        return not _works([sys.executable, "-c", f"open({str(folder / 'x')!r}, 'w')"], preexec_fn=preexec)
+        return not succeeds([sys.executable, "-c", f"open({str(folder / 'x')!r}, 'w')"], preexec_fn=preexec)
     finally:
         folder.chmod(0o755)
 
-
-# The script as a tmpfs sees it: the earlier outputs copied in, filled up or made read-only, snapshots
-# copied out before and after (the mount goes with the namespace).
-IN_TMPFS = """set -e
-mount -t tmpfs -o size=1m faults "$PLACE"
-cp -a "$EARLIER"/. "$PLACE"/
-if [ "$FAULT" = full ]; then dd if=/dev/zero of="$PLACE/filler" bs=64k 2>/dev/null || true; fi
-if [ "$FAULT" = read-only ]; then mount -o remount,ro "$PLACE"; fi
-cp -a "$PLACE"/. "$BEFORE"/
-set +e
-"$@"
-status=$?
-cp -a "$PLACE"/. "$AFTER"/
-exit $status
-"""
 
 # fault: (the errno's name in the line, whether an earlier output can sit in the place)
 FAULTS = {

@@ -111,3 +111,51 @@ def test_no_import_circle_inside_a_package(package):
 def test_the_circle_finder_finds_circles():
     assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert _circle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def _test_modules_imported(source: str) -> list[str]:
+    """The test modules (test_*) that `source` imports, lazy imports included: `from tests.test_x import y`,
+    `from .test_x import y`, `from tests import test_x`, `from . import test_x`, `import tests.test_x`, `import test_x`."""
+    import ast
+
+    def is_test(module: str) -> bool:  # tests.test_x, test_x (tests/ on the path, or relative to it)
+        parts = module.split(".")
+        return parts[-1].startswith("test_") and (len(parts) == 1 or parts[:-1] == ["tests"])
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if module in ("", "tests") and (node.level or module):  # from . import test_x, from tests import test_x
+                found += [name for name in (a.name for a in node.names) if is_test(name)]
+            elif is_test(module):
+                found.append(module)
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if is_test(a.name)]
+    return found
+
+
+def test_no_test_module_imports_another():
+    """What tests share is defined once, in tests/helpers.py (fixtures in tests/conftest.py): a test module that
+    imports another runs that one's module-level code and ties the two together."""
+    found = {
+        path.name: imported
+        for path in sorted((ROOT / "tests").glob("test_*.py"))
+        if (imported := _test_modules_imported(path.read_text()))
+    }
+    assert not found, found
+
+
+def test_the_test_import_finder_finds_test_imports():
+    forms = [
+        "from tests.test_core import small_net",
+        "from .test_core import small_net",
+        "from tests import test_core",
+        "from . import test_core",
+        "import tests.test_core",
+        "import test_core",
+        "def f():\n    from tests.test_core import small_net",
+    ]
+    for source in forms:
+        assert _test_modules_imported(source), source
+    assert not _test_modules_imported("from tests.helpers import tiny_net\nimport tests.helpers\nfrom models import test_x")

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import gzip
 import math
 import re
-import struct
 import urllib.error
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,7 +12,7 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
 from datamodules.errors import DataNotFoundError
 from datamodules.mnist import BACKGROUND, MEAN, RAW_FILES, STD, MNISTDataModule, random_affine, smooth_noise
@@ -22,37 +20,13 @@ from models.config import MnistNetConfig
 from models.errors import HyperparameterError
 from models.mnist_net import MnistNet
 from tasks.mnist import MnistSequenceClassifier
-from tests.helpers import SHARED_DATA, quiet_trainer, script
+from tests.helpers import SHARED_DATA, fake_mnist, quiet_trainer, random_digits, script
 
 SHARED_MNIST = SHARED_DATA / "mnist"
 TINY = dict(d_model=32, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=64, dropout=0.0)
 
 
 # ---- data module on real IDX files -------------------------------------------------------------
-
-
-def write_idx(path: Path, array: torch.Tensor, compress: bool) -> None:
-    """The IDX format MNIST ships in: magic (0, 0, dtype 0x08 = ubyte, ndim), big-endian dims, bytes."""
-    header = struct.pack(">BBBB", 0, 0, 0x08, array.dim()) + struct.pack(f">{array.dim()}I", *array.shape)
-    data = header + array.to(torch.uint8).numpy().tobytes()
-    if compress:
-        path = path.with_name(path.name + ".gz")
-        data = gzip.compress(data)
-    path.write_bytes(data)
-
-
-def fake_mnist(root: Path, n_train: int = 60, n_test: int = 20) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random digits in torchvision's layout; training files gzipped, test files plain."""
-    raw = root / "MNIST" / "raw"
-    raw.mkdir(parents=True)
-    g = torch.Generator().manual_seed(0)
-    train_x, test_x = (torch.randint(0, 256, (n, 28, 28), generator=g) for n in (n_train, n_test))
-    train_y, test_y = torch.arange(n_train) % 10, (torch.arange(n_test) * 3) % 10
-    write_idx(raw / "train-images-idx3-ubyte", train_x, compress=True)
-    write_idx(raw / "train-labels-idx1-ubyte", train_y, compress=True)
-    write_idx(raw / "t10k-images-idx3-ubyte", test_x, compress=False)
-    write_idx(raw / "t10k-labels-idx1-ubyte", test_y, compress=False)
-    return test_x, test_y
 
 
 def test_datamodule_reads_idx_files_and_splits(tmp_path):
@@ -318,11 +292,6 @@ def test_bad_settings_are_refused_by_the_config():
 
 
 # ---- Lightning task ----------------------------------------------------------------------------
-
-
-def random_digits(n: int, seed: int = 0) -> TensorDataset:
-    g = torch.Generator().manual_seed(seed)
-    return TensorDataset(torch.randn(n, 1, 28, 28, generator=g), torch.randint(0, 10, (n,), generator=g))
 
 
 @pytest.mark.parametrize("tokens, head", [("patches", "decoder"), ("rows", "cls")])

@@ -19,8 +19,7 @@ from datamodules.mnist import MEAN, STD
 from inference import DecodingOptions, Translator
 from models.config import MnistNetConfig, Seq2SeqConfig
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
-from tests.helpers import ROOT, script
-from tests.test_mnist import fake_mnist
+from tests.helpers import ROOT, fake_mnist, script
 from training.loading import load_checkpoint
 
 FIXTURES = ROOT / "tests" / "fixtures"

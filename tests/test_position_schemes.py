@@ -20,8 +20,7 @@ from models.positional import apply_rotary
 from models.positional2d import AxialRotaryEmbedding, sincos_2d_table
 from models.relative import ALiBi, SwinRelativeBias2d, T5RelativeBias, alibi_slopes, swin_relative_index, t5_bucket
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
-from tests.helpers import quiet_trainer
-from tests.test_variants import PAD, make_net, sources
+from tests.helpers import PAD, quiet_trainer, sources, tiny_net
 
 TINY = dict(d_model=32, nhead=4, num_encoder_layers=2, dim_feedforward=48, dropout=0.0)
 
@@ -378,7 +377,7 @@ def test_left_padding_the_source_changes_nothing_with_relative_positions_only(op
     with sinusoids added to the embeddings the same shift changes the logits (the test can fail)."""
     src, tgt = sources((5, 3)), torch.randint(3, 24, (2, 4))
     shifted = torch.cat([torch.full((2, 4), PAD), src], dim=1)
-    net = make_net(options)
+    net = tiny_net(**options)
     torch.testing.assert_close(net(shifted, tgt), net(src, tgt), atol=1e-5, rtol=1e-5)
-    absolute = make_net({**options, "positional": "sinusoidal"})
+    absolute = tiny_net(**{**options, "positional": "sinusoidal"})
     assert not torch.allclose(absolute(shifted, tgt), absolute(src, tgt), atol=1e-3)

@@ -9,172 +9,39 @@ with `Seq2SeqTransformer.from_pretrained`, and compares: logits (fp32, to 1e-4),
 
 from __future__ import annotations
 
-import gzip
 import importlib.util
-import io
 import json
 import shutil
 from pathlib import Path
 
 import pytest
-import sentencepiece as spm
 import torch
 
 from datamodules.batching import frame_source
 from models.decoding import beam_search, greedy_decode
 from tasks import Seq2SeqTransformer
-from tests.helpers import ENV, ROOT, SHARED_DATA, fit, script
+from tests.helpers import (
+    ENV,
+    MARIAN_CONFIGS,
+    MARIAN_SOURCES,
+    ROOT,
+    SHARED_DATA,
+    fit,
+    make_marian,
+    multi30k_lines,
+    script,
+    train_spm,
+)
 from training.loading import load_checkpoint, read_checkpoint
 
 transformers = pytest.importorskip("transformers", reason="pip install -e '.[bench]'")
 
 MULTI30K = SHARED_DATA / "multi30k"
-SOURCES = [
-    "Ein Hund rennt durch den Schnee.",
-    "Zwei Männer spielen Fußball auf einer Wiese.",
-    "Eine Frau mit einem roten Hut liest ein Buch.",
-    "Kinder.",
-    "Ein kleines Mädchen klettert in ein Spielhaus aus Holz, während ihr Vater zuschaut.",
-]
-
-# name → (MarianConfig arguments, separate vocabularies, the </s> bias of the "ends" regime below)
-CONFIGS = {
-    "shared-tied-swish": (
-        dict(
-            d_model=32,
-            encoder_attention_heads=4,
-            encoder_layers=2,
-            decoder_layers=2,
-            ffn=64,
-            activation_function="swish",
-            scale_embedding=True,
-        ),
-        False,
-        4.0,
-    ),
-    "separate-untied-gelu": (
-        dict(
-            d_model=48,
-            encoder_attention_heads=3,
-            encoder_layers=1,
-            decoder_layers=3,
-            ffn=96,
-            activation_function="gelu",
-            scale_embedding=False,
-            tie_word_embeddings=False,
-            share_encoder_decoder_embeddings=False,
-        ),
-        True,
-        6.0,
-    ),
-    "shared-untied-relu": (
-        dict(
-            d_model=64,
-            encoder_attention_heads=8,
-            encoder_layers=3,
-            decoder_layers=1,
-            ffn=32,
-            activation_function="relu",
-            scale_embedding=True,
-            tie_word_embeddings=False,
-        ),
-        False,
-        4.0,
-    ),
-}
-
-
-def _lines(name: str, n: int) -> list[str]:
-    with gzip.open(MULTI30K / name, "rt", encoding="utf-8") as f:
-        return [next(f).strip() for _ in range(n)]
-
-
-def _train_spm(lines: list[str], vocab_size: int) -> bytes:
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines),
-        model_writer=model,
-        vocab_size=vocab_size,
-        model_type="unigram",
-        unk_id=0,
-        bos_id=-1,
-        eos_id=-1,
-        pad_id=-1,
-        minloglevel=2,
-        num_threads=1,
-    )
-    return model.getvalue()
-
-
-def _marian_vocab(*models: bytes) -> dict[str, int]:
-    """Marian's id table: </s> 0, <unk> 1, the pieces of `models` in order, <pad> last."""
-    pieces = ["</s>", "<unk>"]
-    for model in models:
-        proc = spm.SentencePieceProcessor(model_proto=model)
-        pieces += [p for p in (proc.id_to_piece(i) for i in range(proc.get_piece_size())) if p not in pieces]
-    return {p: i for i, p in enumerate([*pieces, "<pad>"])}
 
 
 @pytest.fixture(scope="module")
 def spm_models() -> tuple[bytes, bytes]:
-    return _train_spm(_lines("train.de.gz", 400), 60), _train_spm(_lines("train.en.gz", 400), 60)
-
-
-def make_marian(folder: Path, spm_models, name: str, seed: int = 0, eos_bias: float = 3.0, init_std: float = 0.2):
-    """A random Marian model and its tokenizer saved in `folder`, as `save_pretrained` writes them."""
-    args, separate, _ = CONFIGS[name]
-    args = dict(args)
-    src_model, tgt_model = spm_models
-    src_vocab = _marian_vocab(src_model) if separate else _marian_vocab(src_model, tgt_model)
-    tgt_vocab = _marian_vocab(tgt_model) if separate else src_vocab
-    if separate:  # one <pad> id on both sides, as Marian's config has one pad_token_id: equal sizes
-        size = max(len(src_vocab), len(tgt_vocab))
-        for vocab in (src_vocab, tgt_vocab):
-            pieces = sorted(vocab, key=vocab.get)[:-1]
-            pieces += [f"<extra{i}>" for i in range(size - 1 - len(pieces))] + ["<pad>"]
-            vocab.clear()
-            vocab.update({p: i for i, p in enumerate(pieces)})
-    pad = len(tgt_vocab) - 1
-    ffn = args.pop("ffn")
-    config = transformers.MarianConfig(
-        vocab_size=len(src_vocab),
-        decoder_vocab_size=len(tgt_vocab),
-        decoder_ffn_dim=ffn,
-        encoder_ffn_dim=ffn,
-        decoder_attention_heads=args["encoder_attention_heads"],
-        max_position_embeddings=128,
-        pad_token_id=pad,
-        decoder_start_token_id=pad,
-        eos_token_id=0,
-        forced_eos_token_id=None,
-        init_std=init_std,
-        **args,
-    )
-    torch.manual_seed(seed)
-    model = transformers.MarianMTModel(config).eval()
-    with torch.no_grad():  # every weight random, norms and biases included, so that no mapping passes by luck
-        for pname, p in model.named_parameters():
-            if "layer_norm" in pname:
-                p.copy_((1.0 if pname.endswith("weight") else 0.0) + 0.2 * torch.randn_like(p))
-            elif pname.endswith("bias"):
-                p.normal_(0, 0.2)
-        model.final_logits_bias.normal_(0, 0.5)
-        model.final_logits_bias[0, 0] += eos_bias  # </s> likely enough that decodes end before the length limit
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    (folder / "source.spm").write_bytes(src_model)
-    (folder / "target.spm").write_bytes(tgt_model)
-    (folder / "vocab.json").write_text(json.dumps(src_vocab))
-    if separate:
-        (folder / "target_vocab.json").write_text(json.dumps(tgt_vocab))
-    tokenizer = transformers.MarianTokenizer(
-        str(folder / "source.spm"),
-        str(folder / "target.spm"),
-        str(folder / "vocab.json"),
-        target_vocab_file=str(folder / "target_vocab.json") if separate else None,
-        separate_vocabs=separate,
-    )
-    return model, tokenizer
+    return train_spm(multi30k_lines("train.de.gz", 400), 60), train_spm(multi30k_lines("train.en.gz", 400), 60)
 
 
 def _generate(hf, batch, pad: int, **settings) -> torch.Tensor:
@@ -199,30 +66,32 @@ def _same_rows(ours: torch.Tensor, theirs: torch.Tensor, pad: int) -> None:
 
 
 # Two regimes, by the bias on </s>: "to-the-limit" (0) = no hypothesis ends within the limit (both searches
-# return the best one at the limit, after 40 steps); "ends" (CONFIGS' bias) = every output ends with </s>.
+# return the best one at the limit, after 40 steps); "ends" (MARIAN_CONFIGS' bias) = every output ends with </s>.
 # In between the two differ by design: at the limit generate ranks the unfinished hypotheses with the
 # finished ones, ours returns the best finished one (models/decoding.py). Each test checks its regime holds.
 REGIMES = ("to-the-limit", "ends")
 
 
 @pytest.mark.parametrize("regime", REGIMES)
-@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("name", MARIAN_CONFIGS)
 def test_logits_and_decoding_match_marian(tmp_path, spm_models, name, regime) -> None:
-    hf, tok = make_marian(tmp_path / "marian", spm_models, name, eos_bias=0.0 if regime == "to-the-limit" else CONFIGS[name][2])
+    hf, tok = make_marian(
+        tmp_path / "marian", spm_models, name, eos_bias=0.0 if regime == "to-the-limit" else MARIAN_CONFIGS[name][2]
+    )
     ours = Seq2SeqTransformer.from_pretrained(str(tmp_path / "marian"))
     pad = hf.config.pad_token_id
     assert (ours.pad_id, ours.bos_id, ours.eos_id) == (pad, pad, 0)
 
     # Token ids: MarianTokenizer's, </s> appended to the source, on both sides.
-    batch = tok(SOURCES, return_tensors="pt", padding=True)
-    src = ours.translator.encode_sources(SOURCES)
+    batch = tok(MARIAN_SOURCES, return_tensors="pt", padding=True)
+    src = ours.translator.encode_sources(MARIAN_SOURCES)
     assert torch.equal(src, batch["input_ids"])
-    targets = _lines("train.en.gz", 5)
+    targets = multi30k_lines("train.en.gz", 5)
     theirs = tok(text_target=targets)["input_ids"]
     assert [frame_source(ours.tgt_tokenizer.encode(t), None, ours.eos_id) for t in targets] == theirs
 
     # Logits under teacher forcing, fp32: the decoder starts from <pad>.
-    tgt = torch.randint(0, pad, (len(SOURCES), 9))
+    tgt = torch.randint(0, pad, (len(MARIAN_SOURCES), 9))
     tgt[:, 0] = pad
     with torch.no_grad():
         want = hf(**batch, decoder_input_ids=tgt).logits
@@ -249,7 +118,7 @@ def test_logits_and_decoding_match_marian(tmp_path, spm_models, name, regime) ->
         assert ended.all() if regime == "ends" else not ended.any(), f"not the {regime} regime: {ended.tolist()}"
         _same_rows(beam, _generate(hf, batch, pad, num_beams=beams, length_penalty=0.0), pad)
     # translate() decodes with the same search and gives the tokenizer's text of it.
-    assert ours.translate(SOURCES, max_len=40) == [ours.tgt_tokenizer.decode(row[1:].tolist()) for row in greedy]
+    assert ours.translate(MARIAN_SOURCES, max_len=40) == [ours.tgt_tokenizer.decode(row[1:].tolist()) for row in greedy]
 
 
 @pytest.fixture(scope="module")
@@ -267,12 +136,12 @@ def test_import_script_writes_a_checkpoint_the_scripts_take(tmp_path, marian_dir
     direct = Seq2SeqTransformer.from_pretrained(str(marian_dir))
     for name, value in direct.state_dict().items():
         assert torch.equal(model.state_dict()[name], value), name
-    want = direct.translate(SOURCES[:3], beam_size=3, length_penalty=0.0)
-    done = script("translate", "--ckpt", str(ckpt), "--beam-size", "3", *SOURCES[:3])
+    want = direct.translate(MARIAN_SOURCES[:3], beam_size=3, length_penalty=0.0)
+    done = script("translate", "--ckpt", str(ckpt), "--beam-size", "3", *MARIAN_SOURCES[:3])
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == want
     # evaluate.py scores the same translations; export.py writes a CTranslate2 model of it.
-    (tmp_path / "src.de").write_text("".join(f"{line}\n" for line in SOURCES[:3]), encoding="utf-8")
+    (tmp_path / "src.de").write_text("".join(f"{line}\n" for line in MARIAN_SOURCES[:3]), encoding="utf-8")
     (tmp_path / "ref.en").write_text("".join(f"{line}\n" for line in want), encoding="utf-8")
     hyp = tmp_path / "hyp.en"
     args = ["--src", str(tmp_path / "src.de"), "--ref", str(tmp_path / "ref.en"), "--hyp-out", str(hyp)]
@@ -355,8 +224,8 @@ def test_a_translator_reads_a_marian_folder_as_the_task_imports_it(marian_dir) -
     assert translator.net.config == module.net.config
     assert all(torch.equal(a, b) for a, b in zip(translator.net.state_dict().values(), module.net.state_dict().values()))
     for beams in (1, 3):
-        want = module.translate(SOURCES, beam_size=beams, length_penalty=0.0, max_len=30)
-        assert translator.translate(SOURCES, beam_size=beams, length_penalty=0.0, max_len=30) == want
+        want = module.translate(MARIAN_SOURCES, beam_size=beams, length_penalty=0.0, max_len=30)
+        assert translator.translate(MARIAN_SOURCES, beam_size=beams, length_penalty=0.0, max_len=30) == want
 
 
 def test_imported_model_exported_to_ctranslate2_decodes_greedy_identically(tmp_path, marian_dir) -> None:
@@ -366,12 +235,12 @@ def test_imported_model_exported_to_ctranslate2_decodes_greedy_identically(tmp_p
     model = Seq2SeqTransformer.from_pretrained(str(marian_dir))
     out = export_ctranslate2(model, tmp_path / "ct2")
     translator = CTranslate2Translator(out)
-    src = model.translator.encode_sources(SOURCES)
+    src = model.translator.encode_sources(MARIAN_SOURCES)
     ours = greedy_decode(model.net, src, model.bos_id, model.eos_id, 30)
-    theirs = translator.translate_ids([translator.source_tokens(s) for s in SOURCES], beam_size=1, max_len=30)
+    theirs = translator.translate_ids([translator.source_tokens(s) for s in MARIAN_SOURCES], beam_size=1, max_len=30)
     assert [row[1:].tolist()[: len(ids)] for row, ids in zip(ours, theirs)] == theirs
     assert all(ids[-1] == model.eos_id or len(ids) == 30 for ids in theirs)
-    assert translator.translate(SOURCES, max_len=30) == model.translate(SOURCES, max_len=30)
+    assert translator.translate(MARIAN_SOURCES, max_len=30) == model.translate(MARIAN_SOURCES, max_len=30)
 
 
 @pytest.mark.slow

@@ -4,16 +4,15 @@ compiled; each comparison also on a net that ends no row early, so that every ca
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
-from torch import nn
 
-from models import Seq2SeqConfig, Seq2SeqNet
 from models.decoding import beam_search, greedy_decode
 from models.static_cache import StaticDecoder
-from tests.test_variants import spread_learned_biases
+from tests.helpers import BOS, EOS, PAD, load_script, sources, tiny_net
 
-PAD, BOS, EOS = 0, 1, 2
 OPTIONS = [
     {},
     {"num_kv_heads": 2},
@@ -25,31 +24,8 @@ OPTIONS = [
     {"positional": "sinusoidal_halves", "scale_embeddings": False, "final_norm": False, "activation": "silu"},
 ]
 
-
-def make_net(options: dict, dtype=torch.float32, eos_bias: float = 0.2, seed: int = 0) -> Seq2SeqNet:
-    """An untrained 20 → 12-token net; `eos_bias` on the `<eos>` logit makes some sentences finish early
-    and others run to the end (a generator with a bias: both decoders read `net.generator`)."""
-    torch.manual_seed(seed)
-    net = Seq2SeqNet(Seq2SeqConfig(src_vocab_size=20, tgt_vocab_size=12, d_model=32, nhead=4, num_encoder_layers=1,
-                                   num_decoder_layers=2, dim_feedforward=64, dropout=0.0, max_len=40, pad_id=PAD,
-                                   **options))  # fmt: skip
-    generator = nn.Linear(32, 12)
-    with torch.no_grad():
-        generator.weight.copy_(net.generator.weight)
-        generator.bias.zero_()
-        generator.bias[EOS] = eos_bias
-    net.generator = generator
-    return spread_learned_biases(net).to(dtype).eval()  # T5's table starts at zero: a bias there to be sliced wrong
-
-
-def sources(lengths, seed: int = 0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    src = torch.full((len(lengths), max(lengths)), PAD)
-    for i, n in enumerate(lengths):
-        src[i, :n] = torch.randint(3, 20, (n,), generator=g)
-    return src
-
-
+# An untrained 20 → 12-token net; its `<eos>` bias makes some sentences finish early and others run to the end.
+cache_net = partial(tiny_net, src_vocab=20, tgt_vocab=12, num_encoder_layers=1, dim_feedforward=64, eos_bias=0.2)
 BATCHES = [(7,), (7, 3, 5, 1, 6), (4, 4, 9)]
 
 
@@ -57,9 +33,9 @@ BATCHES = [(7,), (7, 3, 5, 1, 6), (4, 4, 9)]
 @pytest.mark.parametrize("lengths", BATCHES)
 @pytest.mark.parametrize("max_len", [1, 6, 30])
 def test_greedy_equals_growing_cache(options, lengths, max_len):
-    src = sources(lengths)
+    src = sources(lengths, vocab=20)
     for eos_bias in (0.2, -3.0):  # some rows end early (all may, at once); then none does, each decodes max_len tokens
-        net = make_net(options, eos_bias=eos_bias)
+        net = cache_net(**options, eos_bias=eos_bias)
         expected = greedy_decode(net, src, BOS, EOS, max_len)
         got = StaticDecoder(net, length_multiple=8).greedy(src, BOS, EOS, max_len)
         assert torch.equal(got, expected)
@@ -67,8 +43,8 @@ def test_greedy_equals_growing_cache(options, lengths, max_len):
 
 
 def test_comparisons_cover_finished_and_unfinished_rows():
-    greedy = greedy_decode(make_net({}), sources(BATCHES[1]), BOS, EOS, 30)
-    beam = beam_search(make_net({}, torch.float64, eos_bias=-0.2), sources(BATCHES[1]), BOS, EOS, 20, beam_size=4)
+    greedy = greedy_decode(cache_net(), sources(BATCHES[1], vocab=20), BOS, EOS, 30)
+    beam = beam_search(cache_net(dtype=torch.float64, eos_bias=-0.2), sources(BATCHES[1], vocab=20), BOS, EOS, 20, beam_size=4)
     for out, steps in ((greedy, 30), (beam, 20)):
         finished = out.eq(EOS).any(dim=1)
         assert finished.any() and not finished.all()  # both kinds of row, and many steps
@@ -81,10 +57,10 @@ def test_comparisons_cover_finished_and_unfinished_rows():
 def test_beam_equals_growing_cache(options, beam_size, length_penalty):
     # float64, as tests/test_beam_search.py: no near-tie between candidates can flip a choice.
     for eos_bias in (-0.2, -3.0):  # some hypotheses end early; then none does, each decodes max_len tokens
-        net = make_net(options, torch.float64, eos_bias=eos_bias)
+        net = cache_net(**options, dtype=torch.float64, eos_bias=eos_bias)
         decoder = StaticDecoder(net, length_multiple=8)
         for lengths, max_len in ((BATCHES[1], 20), (BATCHES[2], 5), ((3,), 12)):
-            src = sources(lengths, seed=max_len)
+            src = sources(lengths, vocab=20, seed=max_len)
             kwargs = dict(beam_size=beam_size, length_penalty=length_penalty)
             expected = beam_search(net, src, BOS, EOS, max_len, **kwargs)
             assert torch.equal(decoder.beam(src, BOS, EOS, max_len, **kwargs), expected)
@@ -93,7 +69,7 @@ def test_beam_equals_growing_cache(options, beam_size, length_penalty):
 
 @pytest.mark.parametrize("options", OPTIONS)
 def test_under_bf16_autocast_equals_growing_cache_with_bf16_buffers(options):
-    net, src = make_net(options), sources(BATCHES[1])
+    net, src = cache_net(**options), sources(BATCHES[1], vocab=20)
     decoder = StaticDecoder(net, length_multiple=8)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert torch.equal(decoder.greedy(src, BOS, EOS, 20), greedy_decode(net, src, BOS, EOS, 20))
@@ -107,7 +83,7 @@ def test_under_bf16_autocast_equals_growing_cache_with_bf16_buffers(options):
 # 0.8281 against 0.8242 at step 10 of one row in five (2026-11-25). The logits themselves are checked here.
 @pytest.mark.parametrize("options", OPTIONS)
 def test_under_bf16_autocast_each_step_gives_the_growing_caches_logits_within_rounding(options):
-    net, src = make_net(options), sources(BATCHES[1])
+    net, src = cache_net(**options), sources(BATCHES[1], vocab=20)
     decoder = StaticDecoder(net, length_multiple=8)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         ys = greedy_decode(net, src, BOS, EOS, 20)  # the tokens both caches are fed, one step at a time
@@ -121,23 +97,23 @@ def test_under_bf16_autocast_each_step_gives_the_growing_caches_logits_within_ro
 
 
 def test_one_decoder_serves_many_shapes_and_reuses_its_buffers():
-    net = make_net({"num_kv_heads": 1})
+    net = cache_net(num_kv_heads=1)
     decoder = StaticDecoder(net, length_multiple=16)
     for lengths, max_len in ((BATCHES[1], 10), (BATCHES[0], 25), (BATCHES[1], 12), (BATCHES[2], 3)):
-        src = sources(lengths, seed=max_len)
+        src = sources(lengths, vocab=20, seed=max_len)
         assert torch.equal(decoder.greedy(src, BOS, EOS, max_len), greedy_decode(net, src, BOS, EOS, max_len))
     # (5, 7, 16) twice (10 and 12 steps round up to one buffer length), (1, 7, 32), (3, 9, 16).
     assert sorted(k[:3] for k in decoder._states) == [(1, 7, 32), (3, 9, 16), (5, 7, 16)]
 
 
 def test_buffers_are_sized_for_the_steps_and_the_positions():
-    net = make_net({})
+    net = cache_net()
     decoder = StaticDecoder(net, length_multiple=32)
-    decoder.greedy(sources((5,)), BOS, EOS, 100)  # 100 steps asked: capped at the net's 39 positions
+    decoder.greedy(sources((5,), vocab=20), BOS, EOS, 100)  # 100 steps asked: capped at the net's 39 positions
     ((_, _, length, _),) = decoder._states
     assert length == net.max_len
     cache = decoder.new_cache()
-    memory, src_pad = decoder.encode(sources((5,)))
+    memory, src_pad = decoder.encode(sources((5,), vocab=20))
     for _ in range(net.max_len):
         decoder.decode(torch.full((1, 1), BOS), memory, src_pad, cache)
     with pytest.raises(ValueError, match="holds 40 positions"):
@@ -151,14 +127,14 @@ def test_compiled_step_equals_eager_and_compiles_once_per_shape():
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
-    net = make_net({"positional": "rotary"})
+    net = cache_net(positional="rotary")
     decoder = StaticDecoder(net, mode="compile", length_multiple=32, backend="aot_eager")
-    src = sources(BATCHES[1])
+    src = sources(BATCHES[1], vocab=20)
     assert torch.equal(decoder.greedy(src, BOS, EOS, 20), greedy_decode(net, src, BOS, EOS, 20))
     graphs = counters["stats"]["unique_graphs"]
     assert graphs >= 1
     for seed in (1, 2):  # new sources of the same shape, other lengths within the buffer: no new graph
-        other = sources(BATCHES[1], seed=seed)
+        other = sources(BATCHES[1], vocab=20, seed=seed)
         assert torch.equal(decoder.greedy(other, BOS, EOS, 25), greedy_decode(net, other, BOS, EOS, 25))
     assert counters["stats"]["unique_graphs"] == graphs
     expected = beam_search(net, src, BOS, EOS, 20, beam_size=3)
@@ -166,7 +142,7 @@ def test_compiled_step_equals_eager_and_compiles_once_per_shape():
 
 
 def test_bad_modes_are_refused():
-    net = make_net({})
+    net = cache_net()
     with pytest.raises(ValueError, match="mode must be one of"):
         StaticDecoder(net, mode="fast")
     with pytest.raises(ValueError, match="needs the network on a CUDA device"):
@@ -214,9 +190,7 @@ def test_translate_with_the_static_cache_equals_the_growing_one():
 
 
 def test_translate_script_flag(toy_checkpoint, capsys):
-    from tests.test_translation import _script
-
-    translate = _script("translate")
+    translate = load_script("translate")
     args = ["--ckpt", str(toy_checkpoint), "--max-len", "10", *SENTENCES]
     translate.main(args)
     plain = capsys.readouterr().out

@@ -1,7 +1,6 @@
 """BLEU/chrF wiring, validation BLEU and attention maps, and the translate/evaluate scripts end to end."""
 
 import gzip
-import importlib.util
 
 import lightning as L
 import pytest
@@ -12,16 +11,9 @@ from datamodules import ToyTranslationDataModule
 from datamodules.toy import TOY_PAIRS
 from tasks import Seq2SeqTransformer
 from tasks.metrics import corpus_scores, default_bleu_tokenize
-from tests.helpers import HANG_TIMEOUT, ROOT, TOY_MODEL, quiet_trainer, script
+from tests.helpers import HANG_TIMEOUT, TOY_MODEL, load_script, quiet_trainer, script
 
 REFS = ["A man sleeping in a green room on a couch.", "Two dogs run across the snowy field.", "The cat sat on the mat."]
-
-
-def _script(name):
-    spec = importlib.util.spec_from_file_location(f"script_{name}", ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # ---------------------------------------------------------------------------------------------- metrics
@@ -136,7 +128,7 @@ def test_translate_script_arguments_and_stdin(trained):
 
 
 def test_translate_script_user_errors(tmp_path, trained, capsys):
-    translate = _script("translate")
+    translate = load_script("translate")
     bad = tmp_path / "bad.ckpt"
     bad.write_bytes(b"not a checkpoint")
     for argv in (
@@ -189,7 +181,7 @@ def test_evaluate_script(tmp_path, trained):
 
 
 def test_evaluate_script_user_errors(tmp_path, trained, capsys):
-    evaluate = _script("evaluate")
+    evaluate = load_script("evaluate")
     src, ref = tmp_path / "a.txt", tmp_path / "b.txt"
     src.write_text("我 是 学 生\n我 是 男 生\n", encoding="utf-8")
     ref.write_text("I am a student\n", encoding="utf-8")

@@ -12,16 +12,13 @@ import torch.nn.functional as F
 
 from datamodules import ToyTranslationDataModule
 from datamodules.toy import TOY_PAIRS
-from models import MnistNet, MnistNetConfig, Seq2SeqConfig, Seq2SeqNet
+from models import MnistNet, MnistNetConfig
 from models.attention import MultiHeadAttention
 from models.decoding import beam_search, greedy_decode
 from models.layers import FeedForward
 from models.positional import RotaryEmbedding, apply_rotary
-from models.relative import T5RelativeBias
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
-from tests.helpers import TOY_MODEL, quiet_trainer
-
-PAD, BOS, EOS = 0, 1, 2
+from tests.helpers import BOS, EOS, PAD, TOY_MODEL, quiet_trainer, sources, tiny_net
 
 # Each option alone, then combinations (a LLaMA-style stack; post-norm with every attention option).
 VARIANTS = {
@@ -52,51 +49,12 @@ ids = list(VARIANTS)
 params = [VARIANTS[k] for k in ids]
 
 
-def make_net(options: dict, seed: int = 0, vocab: int = 24) -> Seq2SeqNet:
-    torch.manual_seed(seed)
-    config = Seq2SeqConfig(
-        src_vocab_size=vocab,
-        tgt_vocab_size=vocab,
-        d_model=32,
-        nhead=4,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        dim_feedforward=48,
-        dropout=0.0,
-        max_len=40,
-        pad_id=PAD,
-        **options,
-    )
-    net = Seq2SeqNet(config).eval()
-    spread_learned_biases(net)
-    return net
-
-
-def spread_learned_biases(net: torch.nn.Module) -> torch.nn.Module:
-    """T5's tables start small; at unit scale a bias applied at a wrong offset changes outputs well beyond
-    the tolerances of the invariants."""
-    with torch.no_grad():
-        for module in net.modules():
-            if isinstance(module, T5RelativeBias):
-                module.table.normal_()
-    return net
-
-
-def sources(lengths=(7, 3, 5, 1), vocab: int = 24, seed: int = 0) -> torch.Tensor:
-    """(B, S) random ids, right-padded to the longest."""
-    g = torch.Generator().manual_seed(seed)
-    src = torch.full((len(lengths), max(lengths)), PAD)
-    for i, n in enumerate(lengths):
-        src[i, :n] = torch.randint(3, vocab, (n,), generator=g)
-    return src
-
-
 # ---------------------------------------------------------------------------------------------- invariants
 
 
 @pytest.mark.parametrize("options", params, ids=ids)
 def test_padding_changes_nothing(options):
-    net = make_net(options)
+    net = tiny_net(**options)
     src, tgt = torch.randint(3, 24, (1, 5)), torch.randint(3, 24, (1, 4))
     alone = net(src, tgt)  # (1, 4, V)
     # The same pair in a batch with a longer neighbour: its source and target are right-padded.
@@ -111,7 +69,7 @@ def test_loss_over_real_target_positions_equals_the_padded_loss(options):
     loss and every gradient equal those of the full (B, T, V) logits with ignore_index."""
     src, tgt = sources(), sources((6, 2, 4, 5), seed=1)
     tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
-    full, packed = make_net(options), make_net(options)
+    full, packed = tiny_net(**options), tiny_net(**options)
     logits = full(src, tgt_in)
     loss_full = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD, label_smoothing=0.1)
     real_logits, labels = packed(src, tgt_in, tgt_out)
@@ -125,7 +83,7 @@ def test_loss_over_real_target_positions_equals_the_padded_loss(options):
 
 @pytest.mark.parametrize("options", params, ids=ids)
 def test_future_is_invisible(options):
-    net = make_net(options)
+    net = tiny_net(**options)
     src, tgt = sources(), torch.randint(3, 24, (4, 6))
     changed = tgt.clone()
     changed[:, 4] = (tgt[:, 4] + 1 - 3) % 21 + 3  # another token at position 4 only
@@ -136,7 +94,7 @@ def test_future_is_invisible(options):
 
 @pytest.mark.parametrize("options", params, ids=ids)
 def test_cached_steps_equal_the_full_decoder(options):
-    net = make_net(options)
+    net = tiny_net(**options)
     src, tgt = sources(), torch.randint(3, 24, (4, 7))
     memory, src_pad = net.encode(src)
     full = net.decode(tgt, memory, src_pad)
@@ -150,7 +108,7 @@ def test_cached_steps_equal_the_full_decoder(options):
 @pytest.mark.parametrize("options", params, ids=ids)
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_cached_decoding_equals_uncached(options, beam_size):
-    net = make_net(options).double()  # no argmax ties between two float32 summation orders
+    net = tiny_net(**options).double()  # no argmax ties between two float32 summation orders
     src = sources()
     if beam_size == 1:
         cached = greedy_decode(net, src, BOS, EOS, max_len=20, use_cache=True)
@@ -166,7 +124,7 @@ def test_cached_decoding_equals_uncached(options, beam_size):
 @pytest.mark.parametrize("options", params, ids=ids)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_all_padding_rows_stay_finite(options, dtype):
-    net = make_net(options).to(dtype)
+    net = tiny_net(**options).to(dtype)
     src = sources((5, 3))
     src[0] = PAD  # a source that is padding only: its queries have no key to attend to
     tgt = torch.randint(3, 24, (2, 4))
@@ -273,7 +231,7 @@ def test_grouped_query_attention_equals_multi_head_with_repeated_kv_heads(num_kv
 
 @pytest.mark.parametrize("num_kv_heads, fraction", [(4, 1.0), (2, 0.5), (1, 0.25)])
 def test_grouped_query_cache_holds_only_the_key_value_heads(num_kv_heads, fraction):
-    baseline, net = make_net({}), make_net(dict(num_kv_heads=num_kv_heads))
+    baseline, net = tiny_net(), tiny_net(num_kv_heads=num_kv_heads)
     src, tgt = sources(), torch.randint(3, 24, (4, 6))
     sizes = []
     for model in (baseline, net):
@@ -325,7 +283,7 @@ def test_rotary_scores_depend_on_the_distance_only():
 
 
 def test_rotary_net_has_no_additive_positions_and_cross_attention_has_no_rotation():
-    net = make_net(dict(positional="rotary"))
+    net = tiny_net(positional="rotary")
     assert net.src_pos is None and net.tgt_pos is None and net.core.rotary is not None
     x, memory = torch.randn(1, 2, 32), torch.randn(1, 3, 32)
     with pytest.raises(ValueError, match="self-attention"):
@@ -343,7 +301,7 @@ def test_source_token_dropout_drops_whole_tokens_and_keeps_their_positions(posit
     # Brute force: a training-mode encoding must equal exactly one of the 2^S encodings of the source with
     # some tokens' embeddings zeroed (positions still added) and the rest scaled by 1 / (1 - p).
     p = 0.5
-    net = make_net(dict(positional=positional, src_token_dropout=p))
+    net = tiny_net(positional=positional, src_token_dropout=p)
     src = sources(lengths=(4,))  # (1, 4)
     candidates = []
     with torch.no_grad():

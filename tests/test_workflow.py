@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from datamodules.toy import TOY_PAIRS
-from tests.helpers import ENV, FIT, HANG_TIMEOUT, ROOT, fit
+from tests.helpers import ENV, FIT, HANG_TIMEOUT, ROOT, fit, recipe_args
 
 # Lines a user can do nothing about (issue: Lightning's litlogger tip, torch's LeafSpec deprecation from
 # Lightning's _pytree.py, FLOPs Lightning did not count, the bar's "Epoch 0/-2" of max_epochs -1).
@@ -318,65 +318,10 @@ def test_logger_switch(tmp_path, logger, produces):
 # ---------------------------------------------------------------------------------------------- exact resume
 
 
-def _recipe(kind: str, data: Path) -> list[str]:
-    """Command-line arguments of a small run of each data module, on data written to `data`."""
-    if kind == "toy":  # 16 batches an epoch
-        return []
-    if kind == "mnist":  # random digits, 100 training images in batches of 8: 13 batches an epoch
-        from tests.test_mnist import fake_mnist
-
-        fake_mnist(data, n_train=110)
-        return [
-            "--config",
-            str(ROOT / "configs" / "mnist_subset.yaml"),
-            "--data.data_dir",
-            str(data),
-            "--data.init_args.val_size",
-            "10",
-            "--data.init_args.batch_size",
-            "8",
-            "--model.init_args.d_model",
-            "16",
-            "--model.init_args.num_encoder_layers",
-            "1",
-            "--model.init_args.dim_feedforward",
-            "32",
-        ]  # augmentation and dropout stay on
-    from tests.test_corpus import chinese, english, write_tatoeba
-
-    write_tatoeba(data / "cmn.txt", list(zip(english(), chinese())))  # 16 batches of 384 tokens
-    return [
-        "--config",
-        str(ROOT / "configs" / "cmn_eng.yaml"),
-        "--data.init_args.data_dir",
-        str(data),
-        "--data.init_args.max_tokens",
-        "384",
-        "--data.init_args.src_vocab_size",
-        "60",
-        "--data.init_args.tgt_vocab_size",
-        "80",
-        "--model.init_args.d_model",
-        "16",
-        "--model.init_args.nhead",
-        "2",
-        "--model.init_args.dim_feedforward",
-        "32",
-        "--model.init_args.num_encoder_layers",
-        "1",
-        "--model.init_args.num_decoder_layers",
-        "1",
-        "--model.init_args.warmup_steps",
-        "10",
-        "--model.init_args.bleu_every_n_epochs",
-        "100",
-    ]
-
-
 @pytest.mark.parametrize("ema", [True, False])
 def test_the_test_lines_name_the_tested_checkpoint_its_weights_and_precision(tmp_path, ema):
     # The trainer's own epoch and step after fitting are the run's last, not the tested (best) checkpoint's.
-    args = [*_recipe("corpus", tmp_path / "data"), "--trainer.logger", "CSVLogger", "--trainer.max_epochs", "2"]
+    args = [*recipe_args("corpus", tmp_path / "data"), "--trainer.logger", "CSVLogger", "--trainer.max_epochs", "2"]
     args += ["--checkpoint.monitor", "val/loss", "--checkpoint.mode", "min"]  # (val/bleu is scored every 100 epochs here)
     args += ["--trainer.precision", "bf16-mixed"]  # named: the recipe's own choice depends on the machine
     result = fit(tmp_path / "run", *args, "--ema_decay", "0.9" if ema else "null")
@@ -402,7 +347,7 @@ def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(tmp_path, kind):
     # scores BLEU) every 6 steps, as a long WMT epoch would, so validations fall mid-epoch and mid-resume.
     mid_epoch_validation = ["--trainer.val_check_interval", "6", "--model.init_args.bleu_every_n_epochs", "1"]
     common = [
-        *_recipe(kind.split(",")[0], tmp_path / "data"),
+        *recipe_args(kind.split(",")[0], tmp_path / "data"),
         *(mid_epoch_validation if "validation" in kind else []),
         "--trainer.max_epochs",
         "3",
