@@ -143,6 +143,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> s
 
 
 def load_script(name):
+    """scripts/<name>.py imported as a module, to call its `main` in this process."""
     spec = importlib.util.spec_from_file_location(f"script_{name}", ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -189,6 +190,8 @@ def can_mount() -> bool:
     return shutil.which("unshare") is not None and succeeds(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k x /mnt"])
 
 
+# The script as a tmpfs sees it: the earlier outputs copied in, filled up or made read-only, snapshots
+# copied out before and after (the mount goes with the namespace).
 IN_TMPFS = """set -e
 mount -t tmpfs -o size=1m faults "$PLACE"
 cp -a "$EARLIER"/. "$PLACE"/
@@ -448,6 +451,7 @@ MARIAN_SOURCES = [
 ]
 
 
+# name → (MarianConfig arguments, separate vocabularies, the </s> bias of tests/test_pretrained.py's "ends" regime)
 MARIAN_CONFIGS = {
     "shared-tied-swish": (
         dict(

@@ -76,10 +76,7 @@ def test_batched_equals_alone(seed, beam_size, length_penalty):
 
 def test_float32_cached_uncached_and_batched_agree():
     """The float32 net of real use agrees too (no near-tie flips on these inputs)."""
-    net, src = search_net(2), search_sources(seed=2)
-    net.float()
-    decode = net.decode
-    net.decode = lambda *args, **kwargs: decode(*args, **kwargs).float()
+    net, src = search_net(2, dtype=torch.float32), search_sources(seed=2)
     out = beam_search(net, src, BOS, EOS, 12, beam_size=3)
     assert torch.equal(out, beam_search(net, src, BOS, EOS, 12, beam_size=3, use_cache=False))
     for i, n in enumerate((7, 3, 5, 1, 6)):
