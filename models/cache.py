@@ -19,9 +19,28 @@ from __future__ import annotations
 import torch
 
 from .masks import causal_mask
+from .positional import positions
 
 
-class DynamicCache:
+class _Cache:
+    """What both caches hold alike: per layer, self-attention's `keys`/`values` and the memory's (cross-attention's)
+    `memory_keys`/`memory_values`, each (rows, Hkv, positions, Dh)."""
+
+    keys: list
+    values: list
+    memory_keys: list
+    memory_values: list
+
+    def memory(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.memory_keys[layer], self.memory_values[layer]
+
+    def nbytes(self, kind: str | None = None) -> int:
+        """Bytes held by the cached tensors: all of them, or only "self" or "cross" attention's."""
+        groups = {"self": self.keys + self.values, "cross": self.memory_keys + self.memory_values}
+        return sum(t.numel() * t.element_size() for k, ts in groups.items() if kind in (None, k) for t in ts if t is not None)
+
+
+class DynamicCache(_Cache):
     """Self-attention keys/values grown by the new tokens at every step; cross-attention's stored once."""
 
     def __init__(self, num_layers: int):
@@ -60,9 +79,6 @@ class DynamicCache:
     def has_memory(self) -> bool:
         return self.memory_keys[0] is not None
 
-    def memory(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.memory_keys[layer], self.memory_values[layer]
-
     def store_memory(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         self.memory_keys[layer], self.memory_values[layer] = k, v
 
@@ -73,13 +89,8 @@ class DynamicCache:
                 if t is not None:
                     tensors[i] = t.index_select(0, index)
 
-    def nbytes(self, kind: str | None = None) -> int:
-        """Bytes held by the cached tensors: all of them, or only "self" or "cross" attention's."""
-        groups = {"self": self.keys + self.values, "cross": self.memory_keys + self.memory_values}
-        return sum(_bytes(t) for k, ts in groups.items() if kind in (None, k) for t in ts if t is not None)
 
-
-class StaticCache:
+class StaticCache(_Cache):
     """Preallocated self- and cross-attention buffers for N rows, L target positions and S source positions,
     written in place: the same shapes and addresses at every step, so a captured step can replay.
 
@@ -126,19 +137,16 @@ class StaticCache:
         """Bool (1, 1, new, L), True = attend: each new query sees the slots up to its own position."""
         if key_padding_mask is not None:
             raise ValueError("a static cache decodes unpadded targets: no target padding mask")
-        queries = self.position + torch.arange(new, device=self.position.device)  # (new,)
+        queries = positions(self.position, new, self.position.device)  # (new,)
         return (self.key_positions[None, :] <= queries[:, None])[None, None]
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(N, Hkv, T, Dh) new keys/values written at `position` … → the (N, Hkv, L, Dh) buffers."""
-        slots = self.position + torch.arange(k.size(2), device=self.position.device)  # (T,)
+        slots = positions(self.position, k.size(2), self.position.device)  # (T,)
         keys, values = self.keys[layer], self.values[layer]
         keys.index_copy_(2, slots, k.to(keys.dtype))  # under autocast: the buffer's dtype
         values.index_copy_(2, slots, v.to(values.dtype))
         return keys, values
-
-    def memory(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.memory_keys[layer], self.memory_values[layer]
 
     def store_memory(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         self.memory_keys[layer].copy_(k)
@@ -150,12 +158,3 @@ class StaticCache:
         The memory's buffers stay: a beam's parent is a beam of the same sentence, with the same source."""
         for t in self.keys + self.values:
             t.copy_(t.index_select(0, index))
-
-    def nbytes(self, kind: str | None = None) -> int:
-        """Bytes of the preallocated buffers: all, or only "self" or "cross" attention's."""
-        groups = {"self": self.keys + self.values, "cross": self.memory_keys + self.memory_values}
-        return sum(_bytes(t) for k, ts in groups.items() if kind in (None, k) for t in ts)
-
-
-def _bytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
