@@ -17,14 +17,11 @@ CTranslate2 engine (deploy/ctranslate2.py) offers the same `translate`, `transla
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 import warnings
 from pathlib import Path
 
 import torch
 
-import datamodules
 from datamodules.batching import frame_source, map_in_length_batches, pad_sequences
 from datamodules.tokenizers import tokenizer_from_dict
 from models import Seq2SeqNet
@@ -40,17 +37,6 @@ from .marian import marian_folder, read_marian
 from .options import DecodingOptions
 
 TASK = "Seq2SeqTransformer"  # the LightningModule whose checkpoints hold a translation network
-
-
-def _caller_stacklevel() -> int:
-    """The `stacklevel` that points a warning at the first frame outside this package, the task module, the data
-    modules and torch (whose no_grad wrapper sits between `translate` and its caller): the user's line."""
-    here = os.path.dirname(__file__)
-    internal = (here, os.path.join(os.path.dirname(here), "tasks"), *(os.path.dirname(m.__file__) for m in (datamodules, torch)))
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(internal):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def check_same_vocabularies(models: list) -> None:
@@ -159,7 +145,7 @@ class Translator:
             if len(encoded) + 1 > self.net.max_len:
                 warnings.warn(
                     f"sentence {i} has {len(encoded)} tokens; truncated to the model's max_len={self.net.max_len}",
-                    stacklevel=_caller_stacklevel(),
+                    stacklevel=2,  # the line that encoded them: the user's, or the Translator method they called
                 )
             ids.append(frame_source(encoded, self.net.max_len, self.src_tokenizer.eos_id))
         return pad_sequences(ids, self.pad_id).to(self.device)

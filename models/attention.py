@@ -1,4 +1,4 @@
-"""Multi-head attention on `F.scaled_dot_product_attention`, with an incremental-decoding cache.
+"""Multi-head attention on `F.scaled_dot_product_attention`, with a key/value cache for decoding (models.cache).
 
 Masks follow SDPA's convention internally (bool, True = may attend) and are built once per
 forward by `models.masks`, then broadcast as (B, 1, T, S) across heads: never repeated per head.
@@ -89,7 +89,8 @@ class MultiHeadAttention(nn.Module):
         memory: torch.Tensor | None = None,  # (B, S, D) for cross-attention
         attn_mask: torch.Tensor | None = None,  # bool (B or 1, 1, T, S), True = attend
         is_causal: bool = False,
-        kv_cache: dict | None = None,  # per-layer dict, filled in place (see DecoderCache)
+        cache=None,  # a key/value cache of models.cache (the decoder's, when it decodes step by step)
+        layer: int = 0,  # this attention's decoder layer: its entry in `cache`
         need_weights: bool = False,
         rope: tuple[torch.Tensor, torch.Tensor] | None = None,  # (T, Dh) cos, sin: self-attention only
         attn_bias: torch.Tensor | None = None,  # float (1 or B, H, T, S) added to the logits
@@ -99,29 +100,16 @@ class MultiHeadAttention(nn.Module):
             if rope is not None:
                 raise ValueError("rotary positions apply to self-attention only")
             q = self.q_proj(x)
-            if kv_cache is not None and "k" in kv_cache:
-                k, v = kv_cache["k"], kv_cache["v"]
-            else:
-                k, v = self.project_kv(memory)
-                if kv_cache is not None:
-                    kv_cache["k"], kv_cache["v"] = k, v
+            # With a cache the memory's keys/values were projected once, on the first step (Transformer.decode).
+            k, v = self.project_kv(memory) if cache is None else cache.memory(layer)  # (B, Hkv, S, Dh)
         else:
             kv_dim = self.num_kv_heads * self.head_dim
             q, k, v = self.qkv_proj(x).split([D, kv_dim, kv_dim], dim=-1)
             # New keys are normalised and rotated at their own positions before they are cached,
             # so a cached key never changes and beam reordering only moves rows.
             k, v = self._keys(k, rope), self._heads(v, self.num_kv_heads)  # (B, Hkv, T, Dh)
-            if kv_cache is not None and "slot" in kv_cache:
-                # A preallocated cache (models.static_cache): written in place at position `slot`, then read whole;
-                # the caller's mask hides the positions not written yet.
-                kv_cache["k"].index_copy_(2, kv_cache["slot"], k.to(kv_cache["k"].dtype))  # autocast: its dtype
-                kv_cache["v"].index_copy_(2, kv_cache["slot"], v.to(kv_cache["v"].dtype))
-                k, v = kv_cache["k"], kv_cache["v"]  # (B, Hkv, L, Dh)
-            elif kv_cache is not None:
-                if "k" in kv_cache:
-                    k = torch.cat([kv_cache["k"], k], dim=2)  # (B, Hkv, past + T, Dh)
-                    v = torch.cat([kv_cache["v"], v], dim=2)
-                kv_cache["k"], kv_cache["v"] = k, v
+            if cache is not None:
+                k, v = cache.update(layer, k, v)  # (B, Hkv, keys, Dh): the cached ones and these
         q = self._heads(q, self.nhead)  # (B, H, T, Dh)
         if self.q_norm is not None:
             q = self.q_norm(q)

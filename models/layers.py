@@ -102,20 +102,20 @@ class DecoderLayer(_Layer):
         self_mask: torch.Tensor | None,
         memory_mask: torch.Tensor | None,
         is_causal: bool,
-        cache: dict | None = None,  # {"self": {...}, "cross": {...}} for this layer
+        cache=None,  # a key/value cache of models.cache, shared by the layers
+        index: int = 0,  # this layer's index among the decoder's: its entry in `cache`
         need_weights: bool = False,
         rope=None,  # rotary (cos, sin) of the new positions, for self-attention; none in cross-attention
-        bias=None,  # (1, H, T, past + T) relative position bias of self-attention; none in cross-attention
+        bias=None,  # (1, H, T, keys) relative position bias of self-attention; none in cross-attention
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        self_cache = cache["self"] if cache is not None else None
-        cross_cache = cache["cross"] if cache is not None else None
-
         def sa(h):
-            out = self.self_attn(h, attn_mask=self_mask, is_causal=is_causal, kv_cache=self_cache, rope=rope, attn_bias=bias)[0]
+            out = self.self_attn(
+                h, attn_mask=self_mask, is_causal=is_causal, cache=cache, layer=index, rope=rope, attn_bias=bias
+            )[0]
             return self.dropout(out)
 
         def ca(h):
-            out, w = self.cross_attn(h, memory, attn_mask=memory_mask, kv_cache=cross_cache, need_weights=need_weights)
+            out, w = self.cross_attn(h, memory, attn_mask=memory_mask, cache=cache, layer=index, need_weights=need_weights)
             return self.dropout(out), w
 
         if self.norm_first:

@@ -10,6 +10,12 @@ import torch
 from torch import nn
 
 
+def positions(offset: int | torch.Tensor, length: int, device=None) -> torch.Tensor:
+    """(T,) long: the positions offset … offset + T - 1. `offset` is an int, or a (1,) tensor (a static cache's,
+    models.cache: one captured decoding step then serves every position), so tables are indexed, not sliced."""
+    return offset + torch.arange(length, device=device)
+
+
 class SinusoidalPositionalEncoding(nn.Module):
     """Adds PE[pos, 2i] = sin(pos / 10000^(2i/D)), PE[pos, 2i+1] = cos(...) to (B, T, D) inputs.
 
@@ -32,8 +38,9 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.register_buffer("pe", pe, persistent=False)
         self.max_len = max_len
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:  # (B, T, D)
-        return x + self.pe[offset : offset + x.size(1)].to(x.dtype)
+    def forward(self, x: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:  # (B, T, D)
+        """`offset`: the first token's position; a (1,) tensor from a static cache (models.cache)."""
+        return x + self.pe.index_select(0, positions(offset, x.size(1), x.device)).to(x.dtype)
 
 
 class LearnedPositionalEncoding(nn.Module):
@@ -43,8 +50,8 @@ class LearnedPositionalEncoding(nn.Module):
         nn.init.normal_(self.embedding.weight, std=0.02)
         self.max_len = max_len
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:  # (B, T, D)
-        return x + self.embedding.weight[offset : offset + x.size(1)].to(x.dtype)
+    def forward(self, x: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:  # (B, T, D)
+        return x + self.embedding.weight.index_select(0, positions(offset, x.size(1), x.device)).to(x.dtype)
 
 
 class RotaryEmbedding(nn.Module):
@@ -64,10 +71,10 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"rotary positions need an even head dimension, got {head_dim}")
         self.head_dim, self.base = head_dim, base
 
-    def forward(self, length: int, offset: int = 0, device=None, dtype=torch.float32):
+    def forward(self, length: int, offset: int | torch.Tensor = 0, device=None, dtype=torch.float32):
         dtype = torch.promote_types(dtype, torch.float32)  # float64 nets get float64 tables
         inv_freq = self.base ** -(torch.arange(0, self.head_dim, 2, device=device, dtype=dtype) / self.head_dim)
-        pos = torch.arange(offset, offset + length, device=device, dtype=dtype)  # (T,)
+        pos = positions(offset, length, device).to(dtype)  # (T,)
         angles = pos[:, None] * inv_freq[None, :]  # (T, Dh/2)
         angles = torch.cat([angles, angles], dim=-1)  # (T, Dh): dims i and i + Dh/2 share an angle
         return angles.cos(), angles.sin()

@@ -3,8 +3,9 @@ and a key sit relative to each other rather than on where each one is.
 
 Every scheme is a module called once per forward pass, like the masks, with the number of queries, the
 number of keys and the queries' offset (a cached decoder's new queries sit at positions offset … offset
-+ T - 1, its keys at 0 … offset + T - 1). It returns (L, H, T, S): L = 1 when every layer of the stack
-shares the bias, else one slice per layer. The core (models.transformer) hands layer i its slice and the
++ T - 1, its keys at 0 … offset + T - 1, or 0 … L - 1 in a static cache's buffer, whose offset is a tensor:
+models.cache). It returns (L, H, T, S): L = 1 when every layer of the stack shares the bias, else one slice
+per layer. The core (models.transformer) hands layer i its slice and the
 attention (models.attention) adds it to the logits through SDPA's float mask (models.masks.with_bias):
 one mechanism for every scheme.
 
@@ -21,6 +22,8 @@ import math
 
 import torch
 from torch import nn
+
+from .positional import positions
 
 TEXT_RELATIVE_BIASES = ("t5", "alibi")  # 1-D, for sequences (models.seq2seq); "2d" is for image grids
 
@@ -59,9 +62,9 @@ class T5RelativeBias(nn.Module):
         self.bidirectional, self.num_buckets, self.max_distance = bidirectional, num_buckets, max_distance
         self.table = nn.Parameter(torch.zeros(num_buckets, nhead))  # (buckets, H); draws nothing from the RNG
 
-    def forward(self, tgt_len: int, src_len: int, offset: int = 0) -> torch.Tensor:  # → (1, H, T, S)
+    def forward(self, tgt_len: int, src_len: int, offset: int | torch.Tensor = 0) -> torch.Tensor:  # → (1, H, T, S)
         device = self.table.device
-        query = torch.arange(offset, offset + tgt_len, device=device)  # (T,)
+        query = positions(offset, tgt_len, device)  # (T,)
         key = torch.arange(src_len, device=device)  # (S,)
         buckets = t5_bucket(key[None, :] - query[:, None], self.bidirectional, self.num_buckets, self.max_distance)
         return self.table[buckets].permute(2, 0, 1)[None]  # (T, S, H) → (1, H, T, S)
@@ -89,9 +92,9 @@ class ALiBi(nn.Module):
         super().__init__()
         self.register_buffer("slopes", torch.tensor(alibi_slopes(nhead)), persistent=False)  # (H,)
 
-    def forward(self, tgt_len: int, src_len: int, offset: int = 0) -> torch.Tensor:  # → (1, H, T, S)
+    def forward(self, tgt_len: int, src_len: int, offset: int | torch.Tensor = 0) -> torch.Tensor:  # → (1, H, T, S)
         device = self.slopes.device
-        query = torch.arange(offset, offset + tgt_len, device=device)  # (T,)
+        query = positions(offset, tgt_len, device)  # (T,)
         key = torch.arange(src_len, device=device)  # (S,)
         distance = (key[None, :] - query[:, None]).abs().to(self.slopes.dtype)  # (T, S)
         return (-self.slopes[:, None, None] * distance)[None]

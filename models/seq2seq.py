@@ -8,10 +8,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .cache import DynamicCache, StaticCache
 from .config import Seq2SeqConfig
 from .positional import positional_encoding
 from .relative import relative_bias_1d
-from .transformer import DecoderCache, Transformer
+from .transformer import Transformer
 
 
 class Seq2SeqNet(nn.Module):
@@ -50,7 +51,7 @@ class Seq2SeqNet(nn.Module):
         if length > self.max_len:
             raise ValueError(f"sequence of {length} tokens exceeds the model's max_len={self.max_len}")
 
-    def new_cache(self) -> DecoderCache:
+    def new_cache(self) -> DynamicCache:
         """An empty key/value cache for incremental `decode` (what the searches of models.decoding start from)."""
         return self.core.new_cache()
 
@@ -72,7 +73,7 @@ class Seq2SeqNet(nn.Module):
         tgt: torch.Tensor,  # (B, T) ids: the whole prefix, or only the new ones with a cache
         memory: torch.Tensor,  # (B, S, D)
         src_pad: torch.Tensor,  # (B, S)
-        cache: DecoderCache | None = None,
+        cache: DynamicCache | StaticCache | None = None,  # models.cache
         need_weights: bool = False,
     ):
         """→ logits (B, T, V) (and cross-attention weights per layer when asked)."""
@@ -83,8 +84,9 @@ class Seq2SeqNet(nn.Module):
 
     def decode_features(self, tgt, memory, src_pad, cache=None, need_weights=False):
         """`decode` without the generator: the decoder's outputs (B, T, D) (and weights when asked)."""
-        offset = cache.length if cache is not None else 0
-        self._check_len(offset + tgt.size(1))
+        offset = cache.offset if cache is not None else 0  # a static cache's is a (1,) tensor: models.cache
+        if isinstance(offset, int):  # a static cache's buffers are no longer than max_len: nothing to check
+            self._check_len(offset + tgt.size(1))
         # Targets are right-padded (see datamodules.batching), so the causal mask already hides
         # every padded key from every real query: no target padding mask, and SDPA keeps its
         # fast causal path. Outputs at padded positions are ignored by the loss.

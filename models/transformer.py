@@ -13,46 +13,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .cache import DynamicCache, StaticCache
 from .config import TransformerConfig
 from .layers import DecoderLayer, EncoderLayer
 from .masks import causal_mask, padding_mask
 from .norms import make_norm
 from .positional import RotaryEmbedding
-
-
-class DecoderCache:
-    """Keys/values for incremental decoding, one entry per decoder layer.
-
-    Self-attention keys/values grow by the new tokens at every step; cross-attention ones are
-    projected from the memory on the first step and reused after that. Each is (B, Hkv, T, Dh):
-    with grouped-query attention only the num_kv_heads key/value heads are stored.
-    """
-
-    def __init__(self, num_layers: int):
-        self.layers = [{"self": {}, "cross": {}} for _ in range(num_layers)]
-
-    @property
-    def length(self) -> int:
-        """Number of target positions already decoded (the offset of the next position)."""
-        first = self.layers[0]["self"]
-        return first["k"].size(2) if "k" in first else 0
-
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep batch rows `index` (beam search: the beams that survive a step), in place."""
-        for layer in self.layers:
-            for kv in layer.values():
-                for name in kv:
-                    kv[name] = kv[name].index_select(0, index)
-
-    def nbytes(self, kind: str | None = None) -> int:
-        """Bytes held by the cached tensors: all of them, or only "self" or "cross" attention's."""
-        return sum(
-            t.numel() * t.element_size()
-            for layer in self.layers
-            for k, kv in layer.items()
-            if kind in (None, k)
-            for t in kv.values()
-        )
 
 
 class Transformer(nn.Module):
@@ -80,8 +46,8 @@ class Transformer(nn.Module):
         self.encoder_bias, self.decoder_bias = encoder_bias, decoder_bias
         self.d_model, self.nhead = c.d_model, c.nhead
 
-    def _rope(self, x: torch.Tensor, offset: int = 0):
-        """Rotary tables of x's T positions after `offset` (the cache's length), or None."""
+    def _rope(self, x: torch.Tensor, offset: int | torch.Tensor = 0):
+        """Rotary tables of x's T positions after `offset` (the cache's), or None."""
         return None if self.rotary is None else self.rotary(x.size(1), offset, x.device, x.dtype)
 
     @staticmethod
@@ -109,27 +75,33 @@ class Transformer(nn.Module):
         memory: torch.Tensor | None,  # (B, S, D); may be None once `cache` holds the cross keys/values
         tgt_key_padding_mask: torch.Tensor | None = None,  # (B, past + T) bool, True = padding
         memory_key_padding_mask: torch.Tensor | None = None,  # (B, S) bool, True = padding
-        cache: DecoderCache | None = None,
+        cache: DynamicCache | StaticCache | None = None,  # models.cache
         need_weights: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """Causal decoding. With `need_weights`, also returns each layer's cross-attention
         weights, (B, H, T, S), for plotting (a slower matmul-softmax path)."""
-        past = cache.length if cache is not None else 0
-        # The common training case (no cache, no target padding) keeps SDPA's own causal path.
-        # Written as a conditional expression so that torch.compile(dynamic=True) gets a plain bool
-        # rather than a symbolic one, which SDPA rejects (a graph break in every decoder layer).
-        is_causal = True if past == 0 and tgt_key_padding_mask is None and tgt.size(1) > 1 else False  # noqa: SIM210
-        self_mask = None if is_causal else causal_mask(tgt.size(1), tgt_key_padding_mask, past, tgt.device)
-        memory_mask = padding_mask(memory_key_padding_mask)
-        rope = self._rope(tgt, past)  # the new queries/keys sit at positions past … past + T - 1
         T = tgt.size(1)
-        # The new queries' rows of the bias, over every key so far: (L or 1, H, T, past + T).
-        bias = None if self.decoder_bias is None else self.decoder_bias(T, past + T, past)
+        if cache is None:
+            offset, keys = 0, T
+            # The training case (no target padding) keeps SDPA's own causal path. Written as a conditional
+            # expression so that torch.compile(dynamic=True) gets a plain bool rather than a symbolic one, which
+            # SDPA rejects (a graph break in every decoder layer).
+            is_causal = True if tgt_key_padding_mask is None and T > 1 else False  # noqa: SIM210
+            self_mask = None if is_causal else causal_mask(T, tgt_key_padding_mask, 0, tgt.device)
+        else:
+            # The new queries sit at positions offset … offset + T - 1 (a static cache's offset is a tensor) and
+            # read `keys` keys: the cached ones and theirs, or a static cache's whole buffer, its unwritten part masked.
+            offset, keys, is_causal = cache.offset, cache.key_length(T), False
+            self_mask = cache.self_mask(T, tgt_key_padding_mask, tgt.device)  # (B or 1, 1, T, keys) or None
+            if not cache.has_memory:  # the first step: the memory's keys/values, projected once per source
+                self.cache_memory(memory, cache)
+        memory_mask = padding_mask(memory_key_padding_mask)
+        rope = self._rope(tgt, offset)
+        # The new queries' rows of the bias, over every key: (L or 1, H, T, keys).
+        bias = None if self.decoder_bias is None else self.decoder_bias(T, keys, offset)
         x, weights = tgt, []
         for i, layer in enumerate(self.decoder_layers):
-            layer_cache = cache.layers[i] if cache is not None else None
-            layer_bias = self._layer_bias(bias, i)
-            x, w = layer(x, memory, self_mask, memory_mask, is_causal, layer_cache, need_weights, rope, layer_bias)
+            x, w = layer(x, memory, self_mask, memory_mask, is_causal, cache, i, need_weights, rope, self._layer_bias(bias, i))
             weights.append(w)
         x = self.decoder_norm(x)
         return (x, weights) if need_weights else x
@@ -144,8 +116,14 @@ class Transformer(nn.Module):
         memory = self.encode(src, src_key_padding_mask)
         return self.decode(tgt, memory, tgt_key_padding_mask, src_key_padding_mask)
 
-    def new_cache(self) -> DecoderCache:
-        return DecoderCache(len(self.decoder_layers))
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(len(self.decoder_layers))
+
+    def cache_memory(self, memory: torch.Tensor, cache: DynamicCache | StaticCache) -> None:
+        """Store every decoder layer's cross-attention keys/values of (B, S, D) `memory` in `cache`: done once per
+        source, by the first cached `decode`, or ahead of a captured step (models.static_cache)."""
+        for i, layer in enumerate(self.decoder_layers):
+            cache.store_memory(i, *layer.cross_attn.project_kv(memory))  # (B, Hkv, S, Dh) each
 
     @classmethod
     def from_torch(cls, module: nn.Transformer) -> Transformer:

@@ -148,7 +148,7 @@ def test_wide_beam_is_exact_search_on_real_net(length_penalty, use_cache):
 
 
 class PrefixCache:
-    """Stand-in for `DecoderCache`: remembers each row's prefix; `reorder` selects rows."""
+    """Stand-in for `models.cache.DynamicCache`: remembers each row's prefix; `reorder` selects rows."""
 
     def __init__(self):
         self.tokens = None

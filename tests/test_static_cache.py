@@ -1,6 +1,8 @@
-"""The static key/value cache (models.static_cache) against today's growing cache: the same tokens from greedy
-and beam search, over batches, lengths and attention options (every relative bias, Marian's options), eager and
-compiled; each comparison also on a net that ends no row early, so that every case decodes many tokens."""
+"""The static key/value cache (models.cache.StaticCache, decoded by models.static_cache) against the growing cache
+and an uncached decode (the oracle: every step reruns the whole prefix): the same tokens from greedy and beam
+search, over batches, lengths and configurations (every position scheme and relative bias, GQA, Marian's
+options), eager and compiled; each comparison also on a net that ends no row early, so that every case decodes
+many tokens."""
 
 from __future__ import annotations
 
@@ -13,25 +15,32 @@ from models.decoding import beam_search, greedy_decode
 from models.static_cache import StaticDecoder
 from tests.helpers import BOS, EOS, PAD, load_script, sources, tiny_net
 
-OPTIONS = [
-    {},
-    {"num_kv_heads": 2},
-    {"positional": "rotary", "qk_norm": True},
-    {"positional": "learned", "norm_first": True, "norm": "rmsnorm"},
-    {"positional": "none", "relative_bias": "t5"},
-    {"relative_bias": "alibi", "num_kv_heads": 1},
-    # Marian's (OPUS-MT's) options, as an imported model has them (models/marian.py)
-    {"positional": "sinusoidal_halves", "scale_embeddings": False, "final_norm": False, "activation": "silu"},
-]
+# Marian's (OPUS-MT's) options, as an imported model has them (models/marian.py)
+MARIAN = {"positional": "sinusoidal_halves", "scale_embeddings": False, "final_norm": False, "activation": "silu"}
+# Named configurations, as x-transformers' tests parametrize theirs: every position scheme (each written once, in
+# the network, for both caches), every relative bias, grouped and multi-query attention, and Marian's options.
+CONFIGS = {
+    "sinusoidal": {},
+    "gqa": {"num_kv_heads": 2},
+    "rotary-qk-norm": {"positional": "rotary", "qk_norm": True},
+    "rotary-mqa": {"positional": "rotary", "num_kv_heads": 1},
+    "learned-pre-norm-rms": {"positional": "learned", "norm_first": True, "norm": "rmsnorm"},
+    "t5": {"positional": "none", "relative_bias": "t5"},
+    "alibi-mqa": {"relative_bias": "alibi", "num_kv_heads": 1},
+    "marian": MARIAN,
+    "marian-t5": {**MARIAN, "relative_bias": "t5"},
+    "marian-alibi-gqa": {**MARIAN, "relative_bias": "alibi", "num_kv_heads": 2},
+}
+configs = pytest.mark.parametrize("options", list(CONFIGS.values()), ids=list(CONFIGS))
 
 # An untrained 20 → 12-token net; its `<eos>` bias makes some sentences finish early and others run to the end.
 cache_net = partial(tiny_net, src_vocab=20, tgt_vocab=12, num_encoder_layers=1, dim_feedforward=64, eos_bias=0.2)
 BATCHES = [(7,), (7, 3, 5, 1, 6), (4, 4, 9)]
 
 
-@pytest.mark.parametrize("options", OPTIONS)
+@configs
 @pytest.mark.parametrize("lengths", BATCHES)
-@pytest.mark.parametrize("max_len", [1, 6, 30])
+@pytest.mark.parametrize("max_len", [2, 6, 30])
 def test_greedy_equals_growing_cache(options, lengths, max_len):
     src = sources(lengths, vocab=20)
     for eos_bias in (0.2, -3.0):  # some rows end early (all may, at once); then none does, each decodes max_len tokens
@@ -40,6 +49,42 @@ def test_greedy_equals_growing_cache(options, lengths, max_len):
         got = StaticDecoder(net, length_multiple=8).greedy(src, BOS, EOS, max_len)
         assert torch.equal(got, expected)
     assert expected.size(1) == 1 + max_len and expected[:, -1].ne(PAD).all()  # every step of every row compared
+
+
+@configs
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_static_and_growing_caches_give_the_uncached_decodes_tokens(options, search):
+    # The oracle reruns the whole prefix at every step: no cache, no offset, no buffer. float64: no near-tie
+    # between two summation orders can flip a choice.
+    src = sources(BATCHES[1], vocab=20)
+    for eos_bias in (-0.2, -3.0):  # some rows end early; then none does, each decodes 20 tokens
+        net = cache_net(**options, dtype=torch.float64, eos_bias=eos_bias)
+        decoder = StaticDecoder(net, length_multiple=8)
+        if search == "greedy":
+            uncached = greedy_decode(net, src, BOS, EOS, 20, use_cache=False)
+            growing, static = greedy_decode(net, src, BOS, EOS, 20), decoder.greedy(src, BOS, EOS, 20)
+        else:
+            kwargs = dict(beam_size=3, length_penalty=1.0)
+            uncached = beam_search(net, src, BOS, EOS, 20, use_cache=False, **kwargs)
+            growing, static = beam_search(net, src, BOS, EOS, 20, **kwargs), decoder.beam(src, BOS, EOS, 20, **kwargs)
+        assert torch.equal(growing, uncached) and torch.equal(static, uncached)
+    assert uncached.size(1) == 1 + 20  # more than one token: every step of the long run compared
+
+
+@configs
+def test_each_static_step_gives_the_uncached_logits(options):
+    """Step by step, the static cache's logits are the uncached decode's of the whole prefix: the positions, the
+    relative bias and the mask over the buffer's unwritten slots (here 40, for 20 steps) are the network's own."""
+    net, src = cache_net(**options, dtype=torch.float64, eos_bias=-3.0), sources(BATCHES[1], vocab=20)
+    ys = greedy_decode(net, src, BOS, EOS, 20, use_cache=False)  # (B, 21)
+    assert ys.size(1) == 21
+    decoder = StaticDecoder(net)
+    memory, src_pad = net.encode(src)
+    cache = decoder.new_cache()
+    for t in range(ys.size(1) - 1):
+        got = decoder.decode(ys[:, t : t + 1], memory, src_pad, cache)[:, -1]  # (B, V)
+        expected = net.decode(ys[:, : t + 1], memory, src_pad)[:, -1]
+        torch.testing.assert_close(got, expected, msg=lambda m, t=t: f"step {t}: {m}")
 
 
 def test_comparisons_cover_finished_and_unfinished_rows():
@@ -51,7 +96,7 @@ def test_comparisons_cover_finished_and_unfinished_rows():
         assert out.size(1) == steps + 1
 
 
-@pytest.mark.parametrize("options", OPTIONS)
+@configs
 @pytest.mark.parametrize("beam_size", [2, 4])
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0])
 def test_beam_equals_growing_cache(options, beam_size, length_penalty):
@@ -67,8 +112,10 @@ def test_beam_equals_growing_cache(options, beam_size, length_penalty):
     assert expected.size(1) > 2  # more than one token decoded
 
 
-@pytest.mark.parametrize("options", OPTIONS)
+@configs
 def test_under_bf16_autocast_equals_growing_cache_with_bf16_buffers(options):
+    # Rows may end early here, in some configurations all at once: over long runs bf16 rounding can part two searches
+    # at a near-tie (below), so the long runs are the next test's, which compares every step's logits.
     net, src = cache_net(**options), sources(BATCHES[1], vocab=20)
     decoder = StaticDecoder(net, length_multiple=8)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -81,12 +128,13 @@ def test_under_bf16_autocast_equals_growing_cache_with_bf16_buffers(options):
 # the positions written, by up to one bf16 step in the logits, so greedy tokens may part where the top two logits are
 # that close: seen in a net with no position information at all (no positional table, T5's table at its zero start),
 # 0.8281 against 0.8242 at step 10 of one row in five (2026-11-25). The logits themselves are checked here.
-@pytest.mark.parametrize("options", OPTIONS)
+@configs
 def test_under_bf16_autocast_each_step_gives_the_growing_caches_logits_within_rounding(options):
-    net, src = cache_net(**options), sources(BATCHES[1], vocab=20)
+    net, src = cache_net(**options, eos_bias=-3.0), sources(BATCHES[1], vocab=20)  # no row ends early: 20 steps compared
     decoder = StaticDecoder(net, length_multiple=8)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         ys = greedy_decode(net, src, BOS, EOS, 20)  # the tokens both caches are fed, one step at a time
+        assert ys.size(1) == 21
         memory, src_pad = net.encode(src)
         growing, static = net.core.new_cache(), decoder.new_cache()
         for t in range(ys.size(1) - 1):
@@ -121,13 +169,15 @@ def test_buffers_are_sized_for_the_steps_and_the_positions():
     assert cache.nbytes("self") == 2 * 2 * 4 * 40 * 8 * 4  # layers × (k, v) × heads × positions × head_dim × fp32
 
 
-def test_compiled_step_equals_eager_and_compiles_once_per_shape():
+@pytest.mark.parametrize("name", ["rotary-mqa", "marian-t5"])
+def test_compiled_step_equals_eager_and_compiles_once_per_shape(name):
     # aot_eager: Dynamo's capture and the functionalisation of the in-place cache writes, in seconds, without
-    # a C++ toolchain; the inductor is what benchmarks/static_decode.py measures.
+    # a C++ toolchain; the inductor is what benchmarks/static_decode.py measures. The configurations: each way a
+    # position enters the step (rotary tables, a relative bias, a table added to the embeddings) from a tensor.
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
-    net = cache_net(positional="rotary")
+    net = cache_net(**CONFIGS[name])
     decoder = StaticDecoder(net, mode="compile", length_multiple=32, backend="aot_eager")
     src = sources(BATCHES[1], vocab=20)
     assert torch.equal(decoder.greedy(src, BOS, EOS, 20), greedy_decode(net, src, BOS, EOS, 20))
@@ -139,6 +189,7 @@ def test_compiled_step_equals_eager_and_compiles_once_per_shape():
     assert counters["stats"]["unique_graphs"] == graphs
     expected = beam_search(net, src, BOS, EOS, 20, beam_size=3)
     assert torch.equal(decoder.beam(src, BOS, EOS, 20, beam_size=3), expected)
+    assert expected.size(1) > 2  # more than one token decoded
 
 
 def test_bad_modes_are_refused():

@@ -239,7 +239,7 @@ def test_grouped_query_cache_holds_only_the_key_value_heads(num_kv_heads, fracti
         cache = model.core.new_cache()
         model.decode(tgt, memory, src_pad, cache)
         sizes.append(cache.nbytes())
-    assert cache.layers[0]["self"]["k"].shape == (4, num_kv_heads, 6, 8)  # (B, Hkv, T, Dh)
+    assert cache.keys[0].shape == (4, num_kv_heads, 6, 8)  # (B, Hkv, T, Dh)
     assert sizes[1] == fraction * sizes[0]
 
 
