@@ -1,7 +1,7 @@
 """The Transformer core in plain PyTorch, and the networks of each task built on it."""
 
 from .attention import MultiHeadAttention
-from .config import MnistNetConfig, Seq2SeqConfig, TransformerConfig
+from .config import MnistNetConfig, MnistNetSettings, Seq2SeqConfig, Seq2SeqSettings, TransformerConfig
 from .decoding import beam_search, greedy_decode
 from .mnist_net import MnistNet
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
@@ -12,10 +12,12 @@ __all__ = [
     "DecoderCache",
     "MnistNet",
     "MnistNetConfig",
+    "MnistNetSettings",
     "LearnedPositionalEncoding",
     "MultiHeadAttention",
     "Seq2SeqConfig",
     "Seq2SeqNet",
+    "Seq2SeqSettings",
     "SinusoidalPositionalEncoding",
     "Transformer",
     "TransformerConfig",

@@ -10,6 +10,8 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from models.config import Seq2SeqSettings
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"  # the offline copies of the real data sets
 
@@ -23,12 +25,7 @@ FIT = [sys.executable, str(ROOT / "scripts" / "fit.py")]
 HANG_TIMEOUT = 1800
 # The toy recipe's model (configs/toy_translation.yaml) with a constant learning rate: learns the 3 pairs in 25 epochs.
 TOY_MODEL = dict(
-    d_model=64,
-    nhead=4,
-    num_encoder_layers=2,
-    num_decoder_layers=2,
-    dim_feedforward=128,
-    max_len=32,
+    net=Seq2SeqSettings(d_model=64, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=128, max_len=32),
     lr=3e-3,
     warmup_steps=30,
     lr_schedule="constant",
