@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from datamodules import UNK, ToyTranslationDataModule
+from models.config import MnistNetSettings
 from tasks import Seq2SeqTransformer
 from tests.helpers import FIT, ROOT, TOY_MODEL, quiet_trainer, run
 from tests.test_mnist import fake_mnist
@@ -62,10 +64,12 @@ def ckpts(tmp_path_factory) -> dict[str, Path]:
     (root / "truncated.ckpt").write_bytes(data[: len(data) // 2])
     (root / "corrupt.ckpt").write_bytes(b"not a checkpoint at all\n" * 100)
     out["truncated"], out["corrupt"] = root / "truncated.ckpt", root / "corrupt.ckpt"
-    out["bigger"] = save(Seq2SeqTransformer(tokenizers=dm.tokenizers, **{**TOY_MODEL, "d_model": 32}), "bigger.ckpt")
+    out["bigger"] = save(
+        Seq2SeqTransformer(tokenizers=dm.tokenizers, **{**TOY_MODEL, "net": replace(TOY_MODEL["net"], d_model=32)}), "bigger.ckpt"
+    )
     from tasks.mnist import MnistSequenceClassifier
 
-    mnist = MnistSequenceClassifier(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32)
+    mnist = MnistSequenceClassifier(net=MnistNetSettings(d_model=16, nhead=2, num_encoder_layers=1, dim_feedforward=32))
     torch.save(
         {
             "state_dict": mnist.state_dict(),
@@ -250,9 +254,9 @@ def test_fit_with_model_sizes_that_do_not_fit_is_one_short_line(tmp_path):
     result = run(
         [
             *FIT,
-            "--model.init_args.d_model",
+            "--model.init_args.net.d_model",
             "30",
-            "--model.init_args.nhead",
+            "--model.init_args.net.nhead",
             "4",
             "--trainer.default_root_dir",
             str(tmp_path),
