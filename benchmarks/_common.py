@@ -65,19 +65,24 @@ def add_size_arguments(parser: argparse.ArgumentParser, *extra: str, sizes: bool
         parser.add_argument(flag, type=kind, default=default, help=f"{help} (default: {default})")
 
 
-def sized_config(args: argparse.Namespace, **options) -> Seq2SeqConfig:
-    """The translation network of the command line's sizes (`add_size_arguments`' flags, and --vocab): one vocabulary,
-    as many decoder layers as encoder ones; `options` set the rest."""
+def sized_settings(args: argparse.Namespace, **options) -> Seq2SeqSettings:
+    """The translation network's settings of the command line's sizes (`add_size_arguments`' flags): as many decoder
+    layers as encoder ones; `options` set the rest."""
     given = {name: getattr(args, name) for name in ("num_kv_heads", "dropout") if hasattr(args, name)}
-    return Seq2SeqConfig(
-        src_vocab_size=args.vocab,
-        tgt_vocab_size=args.vocab,
+    return Seq2SeqSettings(
         d_model=args.d_model,
         nhead=args.nhead,
         num_encoder_layers=args.layers,
         num_decoder_layers=args.layers,
         dim_feedforward=args.ff,
         **{**given, **options},
+    )
+
+
+def sized_config(args: argparse.Namespace, pad_id: int = 0, **options) -> Seq2SeqConfig:
+    """The translation network of `sized_settings` with one vocabulary of --vocab tokens."""
+    return Seq2SeqConfig.from_settings(
+        sized_settings(args, **options), src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, pad_id=pad_id
     )
 
 

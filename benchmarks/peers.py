@@ -49,6 +49,7 @@ from _common import (
     peak_cpu_bytes,
     print_table,
     ratio_summary,
+    sized_settings,
     summary,
     timed,
     write_json,
@@ -173,23 +174,12 @@ def parameters(model: nn.Module) -> int:
 def our_module(args):
     """A `Seq2SeqTransformer` of the benchmark's size (its `net` is what trains and decodes; the
     module is what exports to CTranslate2), with a word vocabulary of `--vocab` tokens."""
-    from models.config import Seq2SeqSettings
     from tasks import Seq2SeqTransformer
 
     words = Vocab([f"w{i}" for i in range(args.vocab - 4)], "word").to_dict()
     return Seq2SeqTransformer(
         tokenizers={"src": words, "tgt": words},
-        net=Seq2SeqSettings(
-            d_model=args.d_model,
-            nhead=args.nhead,
-            num_encoder_layers=args.layers,
-            num_decoder_layers=args.layers,
-            dim_feedforward=args.ff,
-            dropout=args.dropout,
-            max_len=256,
-            tie_embeddings=True,
-            share_embeddings=True,
-        ),
+        net=sized_settings(args, max_len=256, tie_embeddings=True, share_embeddings=True),
     )
 
 

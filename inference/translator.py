@@ -122,7 +122,7 @@ class Translator:
         try:
             settings = nested_hparams(hp, Seq2SeqSettings)["net"]  # flat in a checkpoint older than the task's `net`
             sizes = dict(src_vocab_size=len(src), tgt_vocab_size=len(tgt), pad_id=tgt.pad_id)
-            net = Seq2SeqNet(Seq2SeqConfig.settings_of(settings, **sizes))
+            net = Seq2SeqNet(Seq2SeqConfig.from_settings(settings, **sizes))
             net.load_state_dict(net_state)
         except (RuntimeError, KeyError, TypeError, ValueError) as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

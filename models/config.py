@@ -107,7 +107,7 @@ class TransformerConfig:
         return tuple(f.name for f in dataclasses.fields(cls))
 
     @classmethod
-    def settings_of(cls: type[C], settings: TransformerConfig | Mapping[str, Any], **derived: Any) -> C:
+    def from_settings(cls: type[C], settings: TransformerConfig | Mapping[str, Any], **derived: Any) -> C:
         """This config of a network's `settings` (a config, or its fields as a checkpoint stores them) and
         `derived` (what comes from the data: vocabulary sizes, the padding id). A field that a mapping lacks (a
         checkpoint older than the field) keeps its default."""
@@ -131,7 +131,7 @@ def nested_hparams(hparams: Mapping[str, Any], settings: type[TransformerConfig]
 @dataclass(frozen=True, kw_only=True)
 class Seq2SeqSettings(TransformerConfig):
     """The translation network, as a user sets it: token embeddings + positions → the stack → vocabulary logits.
-    Its sizes come from the data (`Seq2SeqConfig`)."""
+    Its vocabulary sizes and padding id come from the data (`Seq2SeqConfig`)."""
 
     max_len: int = 256  # the longest sequence, in tokens, either side (positions are tabled up to it)
     # "sinusoidal" | "sinusoidal_halves" (Marian's [sin | cos] layout) | "learned" (added to the embeddings) |

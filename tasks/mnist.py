@@ -45,7 +45,7 @@ class MnistSequenceClassifier(L.LightningModule):
             {**OPTIMISER, "warmup_fraction": fraction, "mixup": at_least(0), "num_misclassified_shown": at_least(0)},
         )
         self.save_hyperparameters()
-        self.net = MnistNet(MnistNetConfig.settings_of(settings, num_classes=10))
+        self.net = MnistNet(MnistNetConfig.from_settings(settings, num_classes=10))
         # One metric object per stage: their running states must not mix.
         self.train_acc = MulticlassAccuracy(num_classes=10, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes=10, average="micro")

@@ -103,7 +103,7 @@ class Seq2SeqTransformer(L.LightningModule):
         self.pad_id, self.bos_id, self.eos_id = self.tgt_tokenizer.pad_id, self.tgt_tokenizer.bos_id, self.tgt_tokenizer.eos_id
         # The network: the user's settings and what the data decides.
         sizes = dict(src_vocab_size=len(self.src_tokenizer), tgt_vocab_size=len(self.tgt_tokenizer), pad_id=self.pad_id)
-        self.net = Seq2SeqNet(Seq2SeqConfig.settings_of(settings, **sizes))
+        self.net = Seq2SeqNet(Seq2SeqConfig.from_settings(settings, **sizes))
         n_classes = len(self.tgt_tokenizer)
         accuracy = lambda: MulticlassAccuracy(n_classes, average="micro", ignore_index=self.pad_id)
         self.train_acc, self.val_acc, self.test_acc = accuracy(), accuracy(), accuracy()

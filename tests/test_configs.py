@@ -143,7 +143,7 @@ def test_nested_hparams_gathers_a_checkpoints_flat_settings_and_keeps_defaults_f
     nested = nested_hparams(hparams, Seq2SeqSettings)
     assert nested == {"lr": 1e-3, "tokenizers": {}, "net": {"d_model": 32, "nhead": 4}}
     assert nested_hparams(nested, Seq2SeqSettings) == nested  # a checkpoint written with `net` is left as it is
-    config = Seq2SeqConfig.settings_of(nested["net"], src_vocab_size=9, tgt_vocab_size=11, pad_id=0)
+    config = Seq2SeqConfig.from_settings(nested["net"], src_vocab_size=9, tgt_vocab_size=11, pad_id=0)
     assert (config.d_model, config.nhead, config.src_vocab_size, config.tgt_vocab_size) == (32, 4, 9, 11)
     assert config.layer_norm_eps == Seq2SeqConfig.layer_norm_eps and config.bias is True
     assert Seq2SeqNet(config).config is config and MnistNet().config == MnistNetConfig()

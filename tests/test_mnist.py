@@ -366,7 +366,7 @@ def test_checkpoint_round_trip_without_datamodule(tmp_path):
     path = tmp_path / "model.ckpt"
     trainer.save_checkpoint(path)
 
-    assert torch.load(path, weights_only=True)["hyper_parameters"]["tokens"] == "rows"  # plain data only
+    assert torch.load(path, weights_only=True)["hyper_parameters"]["net"]["tokens"] == "rows"  # plain data only
     loaded = MnistSequenceClassifier.load_from_checkpoint(path, map_location="cpu").eval()
     assert loaded.hparams.net["num_queries"] == 2
     images = random_digits(4, seed=1).tensors[0]
