@@ -47,10 +47,8 @@ def random_model(eos_bias: float = 0.0, **options) -> Seq2SeqTransformer:
     """A small random model, weights scaled up so that a wrongly mapped weight shows (as tests/test_export.py's);
     `eos_bias` (with `generator_bias=True`) makes `<eos>` likely, so that searches end before the limit."""
     torch.manual_seed(0)
-    sizes = dict(num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64, max_len=64)
-    model = Seq2SeqTransformer(
-        tokenizers={"src": WORDS, "tgt": WORDS}, net=Seq2SeqSettings(d_model=32, **sizes, **options)
-    ).eval()
+    sizes = dict(d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64, max_len=64)
+    model = Seq2SeqTransformer(tokenizers={"src": WORDS, "tgt": WORDS}, net=Seq2SeqSettings(**{**sizes, **options})).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(3) if p.dim() >= 2 else p.add_(0.3 * torch.randn_like(p))
