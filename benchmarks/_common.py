@@ -18,7 +18,7 @@ if str(ROOT) not in sys.path:  # `python benchmarks/x.py` puts benchmarks/, not 
 
 import torch  # noqa: E402
 
-from models.config import Seq2SeqConfig  # noqa: E402
+from models.config import Seq2SeqConfig, Seq2SeqSettings  # noqa: E402
 
 
 def device_or_exit(name: str) -> torch.device:
@@ -44,18 +44,45 @@ def parse_sized(parser, argv: list[str] | None, tiny: dict) -> argparse.Namespac
     return args
 
 
-def sized_config(args: argparse.Namespace, **options) -> Seq2SeqConfig:
-    """The translation network of the command line's sizes (`parse_sized`'s --vocab, --d-model, --nhead,
-    --layers, --ff): one vocabulary, as many decoder layers as encoder ones; `options` set the rest."""
-    return Seq2SeqConfig(
-        src_vocab_size=args.vocab,
-        tgt_vocab_size=args.vocab,
+def add_size_arguments(parser: argparse.ArgumentParser, *extra: str, sizes: bool = True, **defaults) -> None:
+    """The translation network's size flags, each setting the field of models.config.Seq2SeqSettings it names:
+    --d-model, --nhead, --layers (num_encoder_layers and num_decoder_layers alike), --ff (dim_feedforward), and those
+    of `extra` ("num_kv_heads", "dropout"); `sizes=False`: those of `extra` only (a benchmark with size presets).
+    Their defaults are the config's; `defaults` (by the flag's name: d_model,
+    layers, ff, ...) give a benchmark's own size. `sized_config` builds the network's config of them."""
+    base = Seq2SeqSettings()
+    flags = {
+        "d_model": ("--d-model", int, base.d_model, "the width of every token's vector"),
+        "nhead": ("--nhead", int, base.nhead, "attention heads"),
+        "layers": ("--layers", int, base.num_encoder_layers, "encoder and decoder layers each"),
+        "ff": ("--ff", int, base.dim_feedforward, "the feed-forward's hidden width"),
+        "num_kv_heads": ("--num-kv-heads", int, base.num_kv_heads, "grouped-query attention (default: nhead)"),
+        "dropout": ("--dropout", float, base.dropout, "dropout"),
+    }
+    for name in (*(("d_model", "nhead", "layers", "ff") if sizes else ()), *extra):
+        flag, kind, default, help = flags[name]
+        default = defaults.get(name, default)
+        parser.add_argument(flag, type=kind, default=default, help=f"{help} (default: {default})")
+
+
+def sized_settings(args: argparse.Namespace, **options) -> Seq2SeqSettings:
+    """The translation network's settings of the command line's sizes (`add_size_arguments`' flags): as many decoder
+    layers as encoder ones; `options` set the rest."""
+    given = {name: getattr(args, name) for name in ("num_kv_heads", "dropout") if hasattr(args, name)}
+    return Seq2SeqSettings(
         d_model=args.d_model,
         nhead=args.nhead,
         num_encoder_layers=args.layers,
         num_decoder_layers=args.layers,
         dim_feedforward=args.ff,
-        **options,
+        **{**given, **options},
+    )
+
+
+def sized_config(args: argparse.Namespace, pad_id: int = 0, **options) -> Seq2SeqConfig:
+    """The translation network of `sized_settings` with one vocabulary of --vocab tokens."""
+    return Seq2SeqConfig.from_settings(
+        sized_settings(args, **options), src_vocab_size=args.vocab, tgt_vocab_size=args.vocab, pad_id=pad_id
     )
 
 

@@ -20,7 +20,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from _common import device_or_exit, environment, padded_ids, print_table, sized_config, sync, write_json
+from _common import add_size_arguments, device_or_exit, environment, padded_ids, print_table, sized_config, sync, write_json
 
 from models import Seq2SeqNet
 from models.decoding import greedy_decode
@@ -28,10 +28,7 @@ from models.decoding import greedy_decode
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--d-model", type=int, default=64)
-    p.add_argument("--nhead", type=int, default=4)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--ff", type=int, default=256)
+    add_size_arguments(p, d_model=64, layers=2, ff=256)
     p.add_argument("--vocab", type=int, default=100)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument(

@@ -19,6 +19,7 @@ import sys
 
 import torch
 from _common import (
+    add_size_arguments,
     device_or_exit,
     environment,
     padded_ids,
@@ -41,11 +42,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     # Defaults: the size tasks/seq2seq.py trains (an uncached 128-token decode of a 512-wide
     # 6+6 model takes minutes per repeat on a 2-core CPU; pass its sizes for a GPU).
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--nhead", type=int, default=4)
-    p.add_argument("--layers", type=int, default=3, help="encoder and decoder layers each")
-    p.add_argument("--ff", type=int, default=1024)
-    p.add_argument("--num-kv-heads", type=int, default=None, help="grouped-query attention (default: nhead)")
+    add_size_arguments(p, "num_kv_heads")
     p.add_argument("--vocab", type=int, default=4000, help="source and target vocabulary size")
     p.add_argument("--batch", type=int, default=4, help="sentences decoded together")
     p.add_argument("--src-len", type=int, default=32)
@@ -73,7 +70,7 @@ BOS, EOS_NEVER, PAD = 1, -1, 0
 def build(args, device):
     torch.manual_seed(args.seed)
     max_pos = max(args.lengths + args.beam_lengths + [args.src_len]) + 2
-    net = Seq2SeqNet(sized_config(args, max_len=max(256, max_pos), pad_id=PAD, num_kv_heads=args.num_kv_heads)).to(device).eval()
+    net = Seq2SeqNet(sized_config(args, max_len=max(256, max_pos), pad_id=PAD)).to(device).eval()
     return net, padded_ids(args.batch, args.src_len, args.vocab, args.pad_frac, PAD).to(device)
 
 

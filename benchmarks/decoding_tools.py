@@ -18,7 +18,17 @@ import sys
 from types import SimpleNamespace
 
 import torch
-from _common import device_or_exit, environment, parse_sized, print_table, ratio_summary, summary, timed, write_json
+from _common import (
+    add_size_arguments,
+    device_or_exit,
+    environment,
+    parse_sized,
+    print_table,
+    ratio_summary,
+    summary,
+    timed,
+    write_json,
+)
 from decode import build
 
 from models.decoding import beam_search, beam_search_nbest
@@ -29,10 +39,7 @@ BOS, EOS_NEVER = 1, -1
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--nhead", type=int, default=4)
-    p.add_argument("--layers", type=int, default=3, help="encoder and decoder layers each")
-    p.add_argument("--ff", type=int, default=1024)
+    add_size_arguments(p)
     p.add_argument("--vocab", type=int, default=4000, help="source and target vocabulary size")
     p.add_argument("--batch", type=int, default=16, help="sentences decoded together")
     p.add_argument("--src-len", type=int, default=24)

@@ -42,12 +42,14 @@ import tempfile
 import torch
 import torch.nn.functional as F
 from _common import (
+    add_size_arguments,
     device_or_exit,
     environment,
     padded_ids,
     peak_cpu_bytes,
     print_table,
     ratio_summary,
+    sized_settings,
     summary,
     timed,
     write_json,
@@ -99,7 +101,7 @@ def parse_args(argv=None):
         "padding) instead of random ids; the recipe's joint BPE sets the vocabulary",
     )
     p.add_argument("--max-tokens", type=int, default=4096, help="with --corpus: the sampler's token budget per batch")
-    p.add_argument("--dropout", type=float, default=0.1)
+    add_size_arguments(p, "dropout", sizes=False)
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--task", default="both", choices=["train", "decode", "both"])
     p.add_argument("--compile", action="store_true", help="add a row: ours under torch.compile (training)")
@@ -177,15 +179,7 @@ def our_module(args):
     words = Vocab([f"w{i}" for i in range(args.vocab - 4)], "word").to_dict()
     return Seq2SeqTransformer(
         tokenizers={"src": words, "tgt": words},
-        d_model=args.d_model,
-        nhead=args.nhead,
-        num_encoder_layers=args.layers,
-        num_decoder_layers=args.layers,
-        dim_feedforward=args.ff,
-        dropout=args.dropout,
-        max_len=256,
-        tie_embeddings=True,
-        share_embeddings=True,
+        net=sized_settings(args, max_len=256, tie_embeddings=True, share_embeddings=True),
     )
 
 

@@ -20,6 +20,7 @@ import time
 
 import torch
 from _common import (
+    add_size_arguments,
     device_or_exit,
     environment,
     padded_ids,
@@ -43,10 +44,7 @@ BOS, EOS_NEVER, PAD = 1, -1, 0
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--nhead", type=int, default=4)
-    p.add_argument("--layers", type=int, default=3, help="encoder and decoder layers each")
-    p.add_argument("--ff", type=int, default=1024)
+    add_size_arguments(p)
     p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--batch", type=int, default=8, help="sentences decoded together")
     p.add_argument("--src-len", type=int, default=24)

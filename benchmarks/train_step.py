@@ -27,6 +27,7 @@ import types
 import torch
 import torch.nn.functional as F
 from _common import (
+    add_size_arguments,
     device_or_exit,
     environment,
     padding,
@@ -48,11 +49,7 @@ TINY = dict(d_model=32, nhead=4, layers=1, ff=64, batch=4, src_len=8, tgt_len=8,
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--d-model", type=int, default=512)
-    p.add_argument("--nhead", type=int, default=8)
-    p.add_argument("--layers", type=int, default=6, help="encoder and decoder layers each")
-    p.add_argument("--ff", type=int, default=2048)
-    p.add_argument("--dropout", type=float, default=0.1)
+    add_size_arguments(p, "dropout", d_model=512, nhead=8, layers=6, ff=2048)  # the paper's base model
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--src-len", type=int, default=32)
     p.add_argument("--tgt-len", type=int, default=32)

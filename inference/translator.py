@@ -25,7 +25,7 @@ import torch
 from datamodules.batching import frame_source, map_in_length_batches, pad_sequences
 from datamodules.tokenizers import tokenizer_from_dict
 from models import Seq2SeqNet
-from models.config import Seq2SeqConfig
+from models.config import Seq2SeqConfig, Seq2SeqSettings, nested_hparams
 from models.decoding import Constraints, Hypothesis, align, beam_search, beam_search_nbest, greedy_decode, sample, score_targets
 from models.errors import InputError
 from models.marian import state_dict_from_marian
@@ -106,8 +106,9 @@ class Translator:
         prefix = "net."
         net_state = {k.removeprefix(prefix): v for k, v in weights_of(state, path, weights).items() if k.startswith(prefix)}
         try:
-            config = Seq2SeqConfig.from_hparams(hp, src_vocab_size=len(src), tgt_vocab_size=len(tgt), pad_id=tgt.pad_id)
-            net = Seq2SeqNet(config)
+            settings = nested_hparams(hp, Seq2SeqSettings)["net"]  # flat in a checkpoint older than the task's `net`
+            sizes = dict(src_vocab_size=len(src), tgt_vocab_size=len(tgt), pad_id=tgt.pad_id)
+            net = Seq2SeqNet(Seq2SeqConfig.from_settings(settings, **sizes))
             net.load_state_dict(net_state)
         except (RuntimeError, KeyError, TypeError, ValueError) as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

@@ -2,7 +2,7 @@
 
 from .attention import MultiHeadAttention
 from .cache import DynamicCache, StaticCache
-from .config import MnistNetConfig, Seq2SeqConfig, TransformerConfig
+from .config import MnistNetConfig, MnistNetSettings, Seq2SeqConfig, Seq2SeqSettings, TransformerConfig
 from .decoding import beam_search, greedy_decode
 from .mnist_net import MnistNet
 from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
@@ -13,10 +13,12 @@ __all__ = [
     "DynamicCache",
     "MnistNet",
     "MnistNetConfig",
+    "MnistNetSettings",
     "LearnedPositionalEncoding",
     "MultiHeadAttention",
     "Seq2SeqConfig",
     "Seq2SeqNet",
+    "Seq2SeqSettings",
     "SinusoidalPositionalEncoding",
     "StaticCache",
     "Transformer",

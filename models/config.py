@@ -2,16 +2,23 @@
 
     net = Seq2SeqNet(Seq2SeqConfig(src_vocab_size=8000, tgt_vocab_size=8000, d_model=256, nhead=4))
 
-`TransformerConfig` is the encoder–decoder stack (`models.transformer.Transformer`); `Seq2SeqConfig` (the
-translation network, `models.seq2seq.Seq2SeqNet`) and `MnistNetConfig` (`models.mnist_net.MnistNet`) add their
-own fields to it, so each network's config is also its core's. Defaults are each network's own: the paper's
-sizes for the translation network, smaller ones for MNIST; the task modules (tasks/) ship smaller ones still and
-build a config from their hyperparameters by field name (`from_hparams`), so `--model.init_args.d_model` on the
-command line, a recipe's `d_model:` and a checkpoint's `hyper_parameters` all set `config.d_model`.
+`TransformerConfig` is the encoder–decoder stack (`models.transformer.Transformer`). `Seq2SeqSettings` (the
+translation network, `models.seq2seq.Seq2SeqNet`) and `MnistNetSettings` (`models.mnist_net.MnistNet`) add their
+own fields to it: they are what a user chooses, the `net` argument of a task module (tasks/), so a recipe's
 
-A bad value or combination is one `HyperparameterError` line naming the config (models.checks); a task module
-runs the same `CHECKS` and `RELATIONS` over its arguments first, so that its own options' mistakes are reported
-in the same line, under its own name.
+    model:
+      init_args:
+        net:
+          d_model: 256
+
+and `--model.init_args.net.d_model 256` set this file's `d_model` field. `Seq2SeqConfig` and `MnistNetConfig`, what
+the networks are built from, add what the data decides (the vocabulary sizes and padding id; the classes), which
+the task modules fill in. Each field's name, type, default and check are written here only; a default that
+differs is a recipe's (configs/*.yaml). A bad value or combination is one `HyperparameterError` line naming the
+config (models.checks).
+
+Checkpoints written before the tasks took `net` hold the settings flat among the task's own hyperparameters;
+`nested_hparams` gathers them.
 """
 
 from __future__ import annotations
@@ -49,14 +56,16 @@ def _rotary_head_dim(h: Mapping[str, Any]) -> str | bool:
 
 @dataclass(frozen=True, kw_only=True)
 class TransformerConfig:
-    """The encoder–decoder stack. Names and defaults follow `torch.nn.Transformer` (the paper's sizes); the
-    research options after them are off by default, which is `torch.nn.Transformer` exactly."""
+    """The encoder–decoder stack. Names follow `torch.nn.Transformer`; the sizes are a small translation
+    model's (a quarter of the paper's base model: `torch.nn.Transformer`'s 512, 8, 6, 6 and 2048 are
+    configs/wmt14_en_de.yaml's). The research options after them are off by default, which is
+    `torch.nn.Transformer` exactly."""
 
-    d_model: int = 512  # the width of every token's vector
-    nhead: int = 8  # attention heads; each gets d_model / nhead dimensions
-    num_encoder_layers: int = 6
-    num_decoder_layers: int = 6  # 0: an encoder alone (MnistNet's pooling heads)
-    dim_feedforward: int = 2048  # the feed-forward's hidden width (of the gate and of the value when gated)
+    d_model: int = 256  # the width of every token's vector
+    nhead: int = 4  # attention heads; each gets d_model / nhead dimensions
+    num_encoder_layers: int = 3
+    num_decoder_layers: int = 3  # 0: an encoder alone (MnistNet's pooling heads)
+    dim_feedforward: int = 1024  # the feed-forward's hidden width (of the gate and of the value when gated)
     dropout: float = 0.1  # on attention weights, the feed-forward's hidden units and each sublayer's output
     # "relu", "gelu", "silu" (Marian's swish) or the gated "swiglu", "geglu" (models.layers.FeedForward)
     activation: str = "relu"
@@ -98,22 +107,32 @@ class TransformerConfig:
         return tuple(f.name for f in dataclasses.fields(cls))
 
     @classmethod
-    def from_hparams(cls: type[C], hparams: Mapping[str, Any], **derived: Any) -> C:
-        """The config of a task module's hyperparameters: each of `hparams` that names a field (the others are the
-        task's own, and ignored), then `derived` (what comes from the data: vocabulary sizes, the padding id).
-        A field that `hparams` lacks (a checkpoint older than the field) keeps its default."""
-        names = set(cls.field_names())
-        return cls(**{k: v for k, v in hparams.items() if k in names}, **derived)
+    def from_settings(cls: type[C], settings: TransformerConfig | Mapping[str, Any], **derived: Any) -> C:
+        """This config of a network's `settings` (a config, or its fields as a checkpoint stores them) and
+        `derived` (what comes from the data: vocabulary sizes, the padding id). A field that a mapping lacks (a
+        checkpoint older than the field) keeps its default."""
+        values = settings.as_dict() if isinstance(settings, TransformerConfig) else dict(settings)
+        return cls(**{**values, **derived})
+
+
+def nested_hparams(hparams: Mapping[str, Any], settings: type[TransformerConfig]) -> dict[str, Any]:
+    """A task checkpoint's hyperparameters with the network's settings under `net`, as the task modules take them.
+    A checkpoint written before they took `net` holds each setting flat, beside the task's own hyperparameters:
+    those named like a field of `settings` are gathered into `net` (the others are the task's own)."""
+    if "net" in hparams:
+        return dict(hparams)
+    names = set(settings.field_names())
+    return {
+        **{k: v for k, v in hparams.items() if k not in names},
+        "net": {k: v for k, v in hparams.items() if k in names},
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
-class Seq2SeqConfig(TransformerConfig):
-    """The translation network: token embeddings + positions → the stack → vocabulary logits."""
+class Seq2SeqSettings(TransformerConfig):
+    """The translation network, as a user sets it: token embeddings + positions → the stack → vocabulary logits.
+    Its vocabulary sizes and padding id come from the data (`Seq2SeqConfig`)."""
 
-    src_vocab_size: int  # from the data: the source tokenizer's size
-    tgt_vocab_size: int  # from the data: the target tokenizer's size
-    pad_id: int = 0  # from the data: the padding token's id (both sides pad alike)
-    num_decoder_layers: int = 6  # at least 1: the decoder writes the translation
     max_len: int = 256  # the longest sequence, in tokens, either side (positions are tabled up to it)
     # "sinusoidal" | "sinusoidal_halves" (Marian's [sin | cos] layout) | "learned" (added to the embeddings) |
     # "rotary" (RoPE in the encoder's and the decoder's self-attention, none in cross-attention, nothing added) | "none"
@@ -135,19 +154,31 @@ class Seq2SeqConfig(TransformerConfig):
 
     CHECKS: ClassVar[Mapping[str, Check]] = {
         **TransformerConfig.CHECKS,
-        "src_vocab_size": at_least(1),
-        "tgt_vocab_size": at_least(1),
-        "pad_id": at_least(0),
-        "num_decoder_layers": at_least(1),
+        "num_decoder_layers": at_least(1),  # the decoder writes the translation
         "max_len": at_least(3),  # <bos>, a token, <eos>
         "positional": one_of(POSITIONALS),
         "src_token_dropout": fraction,
         "relative_bias": one_of(TEXT_RELATIVE_BIASES),
     }
+    RELATIONS: ClassVar[tuple[Relation, ...]] = (*TransformerConfig.RELATIONS, _rotary_head_dim)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Seq2SeqConfig(Seq2SeqSettings):
+    """The translation network's settings and what the data decides: `Seq2SeqNet`'s argument."""
+
+    src_vocab_size: int  # the source tokenizer's size
+    tgt_vocab_size: int  # the target tokenizer's size
+    pad_id: int = 0  # the padding token's id (both sides pad alike)
+
+    CHECKS: ClassVar[Mapping[str, Check]] = {
+        **Seq2SeqSettings.CHECKS,
+        "src_vocab_size": at_least(1),
+        "tgt_vocab_size": at_least(1),
+        "pad_id": at_least(0),
+    }
     RELATIONS: ClassVar[tuple[Relation, ...]] = (
-        *TransformerConfig.RELATIONS,
-        _rotary_head_dim,
-        # (the sizes come from the data: a task module checks its tokenizers instead, before they are known)
+        *Seq2SeqSettings.RELATIONS,
         lambda h: (
             not h["share_embeddings"]
             or h.get("src_vocab_size") == h.get("tgt_vocab_size")
@@ -157,9 +188,11 @@ class Seq2SeqConfig(TransformerConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
-class MnistNetConfig(TransformerConfig):
-    """The MNIST classifier: image → tokens → encoder → head (models/mnist_net.py tells the schemes apart).
-    Smaller than the paper's and pre-norm, which trains small models from scratch more reliably."""
+class MnistNetSettings(TransformerConfig):
+    """The MNIST classifier, as a user sets it: image → tokens → encoder → head (models/mnist_net.py tells the
+    schemes apart). Smaller than the translation network and pre-norm, which trains small models from scratch
+    more reliably: the stack's defaults this network changes are declared again below (their checks stay the
+    stack's)."""
 
     tokens: str = "patches"  # "rows" (28 tokens of 28 pixels) or "patches" (square ones)
     patch_size: int = 7  # side of a square patch, must divide 28; ignored for rows
@@ -172,7 +205,6 @@ class MnistNetConfig(TransformerConfig):
     dim_feedforward: int = 256
     activation: str = "gelu"
     norm_first: bool = True
-    num_classes: int = 10  # from the data: the digits
     # "learned", "sinusoidal", "rotary" (1-D, reading order), "sincos2d" (MAE's fixed 2-D table), "rotary2d"
     # (axial RoPE in the encoder), "none"
     positional: str = "learned"
@@ -189,7 +221,6 @@ class MnistNetConfig(TransformerConfig):
         "patch_size": at_least(1),
         "head": one_of(HEADS),
         "num_queries": at_least(1),
-        "num_classes": at_least(1),
         "positional": one_of(POSITIONALS + POSITIONALS_2D),
         "stem_channels": at_least(0),
         "stem_layers": at_least(1),
@@ -224,3 +255,12 @@ class MnistNetConfig(TransformerConfig):
             h["head"] != "decoder" or h["num_decoder_layers"] >= 1 or "head='decoder' needs num_decoder_layers of at least 1"
         ),
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MnistNetConfig(MnistNetSettings):
+    """The MNIST classifier's settings and what the data decides: `MnistNet`'s argument."""
+
+    num_classes: int = 10  # the digits
+
+    CHECKS: ClassVar[Mapping[str, Check]] = {**MnistNetSettings.CHECKS, "num_classes": at_least(1)}

@@ -1,6 +1,6 @@
 """The encoder–decoder Transformer on embeddings (Vaswani et al., 2017), batch-first.
 
-Its settings are a `models.config.TransformerConfig`, whose names and defaults follow `torch.nn.Transformer`,
+Its settings are a `models.config.TransformerConfig`, whose names and layer defaults follow `torch.nn.Transformer`,
 including its final LayerNorm after each stack (present in post-norm too), so `Transformer.from_torch` can
 copy its weights. The research options (`norm`, gated `activation`s, `qk_norm`, `num_kv_heads`, and here the
 rotary positions and the relative position biases `encoder_bias` and `decoder_bias`, which the network on top

@@ -63,11 +63,11 @@ def main(argv: list[str] | None = None) -> Path:
 
     model = Seq2SeqTransformer.from_pretrained(args.model, length_penalty=args.length_penalty)
     atomic_torch_save(checkpoint_of(model), out)
-    hp, size = model.hparams, sum(p.numel() for p in model.parameters())
+    c, size = model.net.config, sum(p.numel() for p in model.parameters())
     vocabularies = f"{len(model.src_tokenizer)}/{len(model.tgt_tokenizer)}"
     print(
-        f"wrote {out}: {args.model} as a Seq2SeqTransformer ({size / 1e6:.1f}M parameters, d_model={hp.d_model}, "
-        f"{hp.num_encoder_layers}+{hp.num_decoder_layers} layers, vocabularies {vocabularies})"
+        f"wrote {out}: {args.model} as a Seq2SeqTransformer ({size / 1e6:.1f}M parameters, d_model={c.d_model}, "
+        f"{c.num_encoder_layers}+{c.num_decoder_layers} layers, vocabularies {vocabularies})"
     )
     return out
 

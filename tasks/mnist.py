@@ -6,7 +6,6 @@ The network itself (tokens, encoder, heads) lives in models/mnist_net.py.
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import lightning as L
 import torch
@@ -16,40 +15,18 @@ from matplotlib.figure import Figure
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from models.checks import OPTIMISER, at_least, check_hparams, fraction
-from models.config import MnistNetConfig
+from models.config import MnistNetConfig, MnistNetSettings
 from models.mnist_net import MnistNet
 
 from .figures import save_and_log_figure
+from .net_settings import load_with_settings
 from .schedules import adamw_with_warmup
 
 
 class MnistSequenceClassifier(L.LightningModule):
     def __init__(
         self,
-        tokens: Literal["rows", "patches"] = "patches",
-        patch_size: int = 7,
-        head: Literal["decoder", "cls", "mean"] = "decoder",
-        num_queries: int = 1,
-        d_model: int = 128,
-        nhead: int = 4,
-        num_encoder_layers: int = 4,
-        num_decoder_layers: int = 1,
-        dim_feedforward: int = 256,
-        dropout: float = 0.1,
-        activation: Literal["relu", "gelu", "swiglu", "geglu"] = "gelu",
-        norm_first: bool = True,
-        positional: Literal["learned", "sinusoidal", "rotary", "sincos2d", "rotary2d", "none"] = "learned",
-        norm: Literal["layernorm", "rmsnorm"] = "layernorm",
-        qk_norm: bool = False,
-        num_kv_heads: int | None = None,
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,  # biases in the linear layers and norms
-        final_norm: bool = True,  # a norm after the encoder (and the decoder head)
-        stem_channels: int = 0,  # a convolutional stem's feature maps (0 = none: tokens are raw pixels)
-        stem_layers: int = 2,  # its 3×3 convolutions (per stage if strided); see models/mnist_net.py
-        strided_stem: bool = False,  # stride-2 stages bring each patch down to one token (patches only)
-        stem_norm: bool = False,  # BatchNorm2d after each stem convolution (Xiao et al.'s stem; needs a stem)
-        relative_bias: Literal["2d", "t5", "alibi"] | None = None,  # Swin's 2-D bias; or a 1-D one, reading order
+        net: MnistNetSettings = MnistNetSettings(),  # noqa: B008 (frozen: one shared default is safe)
         lr: float = 1e-3,  # peak learning rate, reached after warm-up
         weight_decay: float = 0.05,  # on weight matrices only, not on biases and LayerNorms
         warmup_fraction: float = 0.05,  # of all training steps; then cosine decay to zero
@@ -57,29 +34,30 @@ class MnistSequenceClassifier(L.LightningModule):
         mixup: float = 0.0,  # α of mixup (Zhang et al., 2018): blend image pairs by λ ~ Beta(α, α); 0 = off
         num_misclassified_shown: int = 64,  # test digits in the misclassified grid
     ):
+        """`net`: the network's settings (models/config.py; a recipe's `model.init_args.net`), checked by themselves;
+        the other arguments are training's."""
         super().__init__()
-        # The network's settings are checked by its config's rules (models/config.py), in the same line as this
-        # module's own options, under this module's name.
+        settings = net if isinstance(net, MnistNetSettings) else MnistNetSettings(**net)  # a checkpoint's: a dict
+        net = settings.as_dict()  # what save_hyperparameters stores: plain data, loadable with weights_only=True
         check_hparams(
             self,
             locals(),
-            {
-                **MnistNetConfig.CHECKS,
-                **OPTIMISER,
-                "warmup_fraction": fraction,
-                "mixup": at_least(0),
-                "num_misclassified_shown": at_least(0),
-            },
-            *MnistNetConfig.RELATIONS,
+            {**OPTIMISER, "warmup_fraction": fraction, "mixup": at_least(0), "num_misclassified_shown": at_least(0)},
         )
-        self.save_hyperparameters()  # plain str/int/float/bool only: checkpoints load with weights_only=True
-        self.net = MnistNet(MnistNetConfig.from_hparams(self.hparams, num_classes=10))
+        self.save_hyperparameters()
+        self.net = MnistNet(MnistNetConfig.from_settings(settings, num_classes=10))
         # One metric object per stage: their running states must not mix.
         self.train_acc = MulticlassAccuracy(num_classes=10, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes=10, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes=10, average="micro")
         self.test_confmat = MulticlassConfusionMatrix(num_classes=10)
         self._misclassified: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path, *args, **kwargs) -> MnistSequenceClassifier:
+        """Lightning's `load_from_checkpoint`, for checkpoints of any age: the settings of one written before the
+        module took `net` are gathered into it (models.config.nested_hparams)."""
+        return load_with_settings(super().load_from_checkpoint, checkpoint_path, MnistNetSettings, *args, **kwargs)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:  # (B, 1, 28, 28) → (B, 10) logits
         return self.net(images)

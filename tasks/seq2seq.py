@@ -18,7 +18,7 @@ from inference.options import CHECKPOINT_DEFAULTS, DecodingOptions
 from inference.translator import Translator
 from models import Seq2SeqNet
 from models.checks import OPTIMISER, at_least, check_hparams, fraction, one_of
-from models.config import Seq2SeqConfig
+from models.config import Seq2SeqConfig, Seq2SeqSettings
 from models.errors import HyperparameterError
 from models.marian import state_dict_from_marian
 from training.callbacks import evaluated_label
@@ -29,6 +29,7 @@ from training.loggers import log_text
 from .fast_paths import compile_net, mark_bucketed
 from .figures import attention_figure, save_and_log_figure
 from .metrics import TokenMean, corpus_scores
+from .net_settings import load_with_settings
 from .schedules import Schedule, adamw_with_warmup
 
 
@@ -39,29 +40,7 @@ class Seq2SeqTransformer(L.LightningModule):
     def __init__(
         self,
         tokenizers: dict | None = None,
-        d_model: int = 256,
-        nhead: int = 4,
-        num_encoder_layers: int = 3,
-        num_decoder_layers: int = 3,
-        dim_feedforward: int = 1024,
-        dropout: float = 0.1,
-        activation: str = "relu",
-        norm_first: bool = False,
-        positional: str = "sinusoidal",
-        norm: str = "layernorm",
-        qk_norm: bool = False,
-        num_kv_heads: int | None = None,
-        layer_norm_eps: float = 1e-5,
-        bias: bool = True,  # biases in the linear layers and norms
-        max_len: int = 256,
-        tie_embeddings: bool = False,
-        share_embeddings: bool = False,
-        src_token_dropout: float = 0.0,  # word dropout on the source: a token's whole embedding, in training
-        relative_bias: str | None = None,  # "t5" or "alibi": a bias on self-attention's logits (models.relative)
-        # Marian's (OPUS-MT's) differences from the paper, for imported models (models/marian.py):
-        scale_embeddings: bool = True,  # embeddings × sqrt(d_model)
-        final_norm: bool = True,  # a norm after each stack
-        generator_bias: bool = False,  # a bias on the output layer (Marian's final_logits_bias)
+        net: Seq2SeqSettings = Seq2SeqSettings(),  # noqa: B008 (frozen: one shared default is safe)
         ban_pad: bool = False,  # no effect: no search generates <pad> or <bos> (kept: older checkpoints name it)
         init_weights: str | None = None,  # a checkpoint of ours whose weights a fit starts from (fine-tuning)
         label_smoothing: float = 0.1,
@@ -84,13 +63,16 @@ class Seq2SeqTransformer(L.LightningModule):
         pad_to_multiple: int = 1,  # length bucketing: batch lengths padded up to a multiple (tasks.fast_paths)
         fused_adamw: bool = False,  # one fused kernel for AdamW's update (tasks.fast_paths)
     ):
+        """`net`: the network's settings (models/config.py; a recipe's `model.init_args.net`), checked by themselves;
+        the vocabulary sizes and padding id come from `tokenizers`. The other arguments are training's and
+        evaluation's."""
         super().__init__()
-        # The network's settings are checked by its config's rules (models/config.py), in one line with this module's.
+        settings = net if isinstance(net, Seq2SeqSettings) else Seq2SeqSettings(**net)  # a checkpoint's: a dict
+        net = settings.as_dict()  # what save_hyperparameters stores: plain data, loadable with weights_only=True
         check_hparams(
             self,
             locals(),
             {
-                **Seq2SeqConfig.CHECKS,
                 **OPTIMISER,
                 "betas": fraction,
                 "warmup_steps": at_least(0),
@@ -103,14 +85,13 @@ class Seq2SeqTransformer(L.LightningModule):
                 "eval_batch_size": at_least(1),
                 "pad_to_multiple": at_least(1),
             },
-            *Seq2SeqConfig.RELATIONS,
         )
         if not tokenizers or set(tokenizers) != {"src", "tgt"}:
             raise HyperparameterError(
                 "Seq2SeqTransformer needs tokenizers={'src': ..., 'tgt': ...} (a data module's `tokenizers`); "
                 "scripts/fit.py passes them from --data automatically"
             )
-        if share_embeddings and not same_vocabulary(tokenizers["src"], tokenizers["tgt"]):
+        if settings.share_embeddings and not same_vocabulary(tokenizers["src"], tokenizers["tgt"]):
             raise HyperparameterError(
                 "share_embeddings=True needs one vocabulary for both sides: train the data with shared_vocab=True"
             )
@@ -120,11 +101,9 @@ class Seq2SeqTransformer(L.LightningModule):
         if self.src_tokenizer.pad_id != self.tgt_tokenizer.pad_id:
             raise HyperparameterError("Seq2SeqTransformer: the source and target tokenizers pad with different ids")
         self.pad_id, self.bos_id, self.eos_id = self.tgt_tokenizer.pad_id, self.tgt_tokenizer.bos_id, self.tgt_tokenizer.eos_id
-        # The network's config: every hyperparameter named like one of its fields, and what the data decides.
-        config = Seq2SeqConfig.from_hparams(
-            self.hparams, src_vocab_size=len(self.src_tokenizer), tgt_vocab_size=len(self.tgt_tokenizer), pad_id=self.pad_id
-        )
-        self.net = Seq2SeqNet(config)
+        # The network: the user's settings and what the data decides.
+        sizes = dict(src_vocab_size=len(self.src_tokenizer), tgt_vocab_size=len(self.tgt_tokenizer), pad_id=self.pad_id)
+        self.net = Seq2SeqNet(Seq2SeqConfig.from_settings(settings, **sizes))
         n_classes = len(self.tgt_tokenizer)
         accuracy = lambda: MulticlassAccuracy(n_classes, average="micro", ignore_index=self.pad_id)
         self.train_acc, self.val_acc, self.test_acc = accuracy(), accuracy(), accuracy()
@@ -133,14 +112,20 @@ class Seq2SeqTransformer(L.LightningModule):
         self.bleu_signatures: dict[str, str] = {}  # SacreBLEU signature of each stage's last score, for summaries
         if compile:
             # Compiled in place: parameter names (and checkpoints) stay unchanged. Bucketed lengths: one graph per bucket.
-            compile_net(self.net, max_len, pad_to_multiple, compile_backend)
+            compile_net(self.net, settings.max_len, pad_to_multiple, compile_backend)
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path, *args, **kwargs) -> Seq2SeqTransformer:
+        """Lightning's `load_from_checkpoint`, for checkpoints of any age: the settings of one written before the
+        module took `net` are gathered into it (models.config.nested_hparams)."""
+        return load_with_settings(super().load_from_checkpoint, checkpoint_path, Seq2SeqSettings, *args, **kwargs)
 
     @classmethod
     def from_pretrained(cls, name_or_folder: str, **overrides) -> Seq2SeqTransformer:
         """A Hugging Face Marian (OPUS-MT) model, from its folder or hub name (inference/marian.py), with its weights
         and tokenizers; `overrides` set other arguments (a fine-tuning's lr; `length_penalty`: ours is the default)."""
         config, tokenizers, weights = read_marian(marian_folder(name_or_folder))
-        model = cls(tokenizers=tokenizers, **{**config, **overrides})
+        model = cls(tokenizers=tokenizers, net=Seq2SeqSettings(**config), **overrides)
         model.net.load_state_dict(state_dict_from_marian(weights, model.net.state_dict()))
         return model.eval()
 

@@ -19,7 +19,10 @@ def _seed():
 def ckpts(tmp_path_factory) -> dict[str, Path]:
     """A good toy checkpoint (the recipe's sizes, one step), its truncated and corrupt copies, an
     MNIST one, and a toy one of another size."""
+    from dataclasses import replace
+
     from datamodules import ToyTranslationDataModule
+    from models import MnistNetSettings
     from tasks import MnistSequenceClassifier, Seq2SeqTransformer
     from tests.helpers import TOY_MODEL, quiet_trainer
 
@@ -38,8 +41,10 @@ def ckpts(tmp_path_factory) -> dict[str, Path]:
     (root / "truncated.ckpt").write_bytes(data[: len(data) // 2])
     (root / "corrupt.ckpt").write_bytes(b"not a checkpoint at all\n" * 100)
     out["truncated"], out["corrupt"] = root / "truncated.ckpt", root / "corrupt.ckpt"
-    out["bigger"] = save(Seq2SeqTransformer(tokenizers=dm.tokenizers, **{**TOY_MODEL, "d_model": 32}), "bigger.ckpt")
-    mnist = MnistSequenceClassifier(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32)
+    out["bigger"] = save(
+        Seq2SeqTransformer(tokenizers=dm.tokenizers, **{**TOY_MODEL, "net": replace(TOY_MODEL["net"], d_model=32)}), "bigger.ckpt"
+    )
+    mnist = MnistSequenceClassifier(net=MnistNetSettings(d_model=16, nhead=2, num_encoder_layers=1, dim_feedforward=32))
     torch.save(
         {
             "state_dict": mnist.state_dict(),

@@ -24,6 +24,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from models import Seq2SeqConfig, Seq2SeqNet, Transformer, TransformerConfig
+from models.config import Seq2SeqSettings
 from models.relative import T5RelativeBias
 from training.checkpointing import BestCheckpoint, checkpoint_callbacks
 
@@ -40,12 +41,7 @@ FIT = [sys.executable, str(ROOT / "scripts" / "fit.py")]
 HANG_TIMEOUT = 1800
 # The toy recipe's model (configs/toy_translation.yaml) with a constant learning rate: learns the 3 pairs in 25 epochs.
 TOY_MODEL = dict(
-    d_model=64,
-    nhead=4,
-    num_encoder_layers=2,
-    num_decoder_layers=2,
-    dim_feedforward=128,
-    max_len=32,
+    net=Seq2SeqSettings(d_model=64, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=128, max_len=32),
     lr=3e-3,
     warmup_steps=30,
     lr_schedule="constant",
@@ -53,12 +49,7 @@ TOY_MODEL = dict(
 )
 # A smaller model still, for the baselines' and averaging's runs of a few epochs on generated data.
 TINY = dict(
-    d_model=32,
-    nhead=2,
-    num_encoder_layers=1,
-    num_decoder_layers=1,
-    dim_feedforward=64,
-    max_len=48,
+    net=Seq2SeqSettings(d_model=32, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=64, max_len=48),
     label_smoothing=0.0,
     lr=3e-3,
     warmup_steps=10,
@@ -404,11 +395,11 @@ def recipe_args(kind: str, data: Path) -> list[str]:
             "10",
             "--data.init_args.batch_size",
             "8",
-            "--model.init_args.d_model",
+            "--model.init_args.net.d_model",
             "16",
-            "--model.init_args.num_encoder_layers",
+            "--model.init_args.net.num_encoder_layers",
             "1",
-            "--model.init_args.dim_feedforward",
+            "--model.init_args.net.dim_feedforward",
             "32",
         ]  # augmentation and dropout stay on
     write_tatoeba(data / "cmn.txt", list(zip(english(), chinese())))  # 16 batches of 384 tokens
@@ -423,15 +414,15 @@ def recipe_args(kind: str, data: Path) -> list[str]:
         "60",
         "--data.init_args.tgt_vocab_size",
         "80",
-        "--model.init_args.d_model",
+        "--model.init_args.net.d_model",
         "16",
-        "--model.init_args.nhead",
+        "--model.init_args.net.nhead",
         "2",
-        "--model.init_args.dim_feedforward",
+        "--model.init_args.net.dim_feedforward",
         "32",
-        "--model.init_args.num_encoder_layers",
+        "--model.init_args.net.num_encoder_layers",
         "1",
-        "--model.init_args.num_decoder_layers",
+        "--model.init_args.net.num_decoder_layers",
         "1",
         "--model.init_args.warmup_steps",
         "10",

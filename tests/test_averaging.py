@@ -3,6 +3,8 @@ refusals that never overwrite a checkpoint."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import lightning as L
 import pytest
 import torch
@@ -87,7 +89,7 @@ def test_a_run_folder_names_the_folder_of_its_checkpoints(tmp_path):
 def test_checkpoints_of_different_models_are_refused(epochs, tmp_path):
     L.seed_everything(0)
     dm = ToyTranslationDataModule(batch_size=3, repeats=1)
-    other = Seq2SeqTransformer(tokenizers=dm.tokenizers, **{**TINY, "d_model": 48})
+    other = Seq2SeqTransformer(tokenizers=dm.tokenizers, **{**TINY, "net": replace(TINY["net"], d_model=48)})
     trainer = quiet_trainer(tmp_path, max_epochs=1)
     trainer.fit(other, datamodule=dm)
     trainer.save_checkpoint(tmp_path / "other.ckpt")

@@ -21,6 +21,7 @@ import torch
 from datamodules import MNISTDataModule, ParallelCorpusDataModule, ToyTranslationDataModule
 from datamodules.corpus_readers import read_aligned, read_tatoeba
 from datamodules.errors import CorpusFormatError, DataFormatError
+from models.config import MnistNetSettings, Seq2SeqSettings
 from models.errors import HyperparameterError
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
 from tests.helpers import fake_mnist
@@ -279,24 +280,26 @@ def test_labels_out_of_range_or_count_mismatch(tmp_path):
 
 
 BAD_HPARAMS = [
-    (Seq2SeqTransformer, {"d_model": 30, "nhead": 4}, ["d_model=30 must be divisible by nhead=4"]),
-    (Seq2SeqTransformer, {"nhead": 0}, ["nhead=0"]),
-    (Seq2SeqTransformer, {"num_encoder_layers": 0, "dim_feedforward": -1}, ["num_encoder_layers=0", "dim_feedforward=-1"]),
-    (Seq2SeqTransformer, {"dropout": 1.0}, ["dropout=1.0", "[0, 1)"]),
+    (Seq2SeqSettings, {"d_model": 30, "nhead": 4}, ["d_model=30 must be divisible by nhead=4"]),
+    (Seq2SeqSettings, {"nhead": 0}, ["nhead=0"]),
+    (Seq2SeqSettings, {"num_encoder_layers": 0, "dim_feedforward": -1}, ["num_encoder_layers=0", "dim_feedforward=-1"]),
+    (Seq2SeqSettings, {"dropout": 1.0}, ["dropout=1.0", "[0, 1)"]),
     (Seq2SeqTransformer, {"lr": 0.0}, ["lr=0.0"]),
     (Seq2SeqTransformer, {"label_smoothing": 1.5}, ["label_smoothing=1.5"]),
     (Seq2SeqTransformer, {"betas": (0.9, 1.2)}, ["betas=(0.9, 1.2)"]),
-    (Seq2SeqTransformer, {"max_len": 2, "eval_beam_size": 0}, ["max_len=2", "eval_beam_size=0"]),
-    (Seq2SeqTransformer, {"activation": "tanh", "positional": "rope"}, ["activation='tanh'", "positional='rope'"]),
-    (MnistSequenceClassifier, {"d_model": 30}, ["d_model=30 must be divisible by nhead=4"]),
-    (MnistSequenceClassifier, {"patch_size": 5}, ["patch_size=5", "28"]),
-    (MnistSequenceClassifier, {"patch_size": 0}, ["patch_size=0"]),
-    (MnistSequenceClassifier, {"head": "decoder", "num_decoder_layers": 0}, ["num_decoder_layers"]),
-    (MnistSequenceClassifier, {"num_queries": 0, "warmup_fraction": -0.1}, ["num_queries=0", "warmup_fraction=-0.1"]),
+    (Seq2SeqSettings, {"max_len": 2}, ["max_len=2"]),
+    (Seq2SeqTransformer, {"eval_beam_size": 0, "lr": -1}, ["eval_beam_size=0", "lr=-1"]),
+    (Seq2SeqSettings, {"activation": "tanh", "positional": "rope"}, ["activation='tanh'", "positional='rope'"]),
+    (MnistNetSettings, {"d_model": 30}, ["d_model=30 must be divisible by nhead=4"]),
+    (MnistNetSettings, {"patch_size": 5}, ["patch_size=5", "28"]),
+    (MnistNetSettings, {"patch_size": 0}, ["patch_size=0"]),
+    (MnistNetSettings, {"head": "decoder", "num_decoder_layers": 0}, ["num_decoder_layers"]),
+    (MnistNetSettings, {"num_queries": 0, "num_kv_heads": 0}, ["num_queries=0", "num_kv_heads=0"]),
+    (MnistSequenceClassifier, {"mixup": -1, "warmup_fraction": -0.1}, ["mixup=-1", "warmup_fraction=-0.1"]),
     (MnistSequenceClassifier, {"weight_decay": -1.0}, ["weight_decay=-1.0"]),
-    (MnistSequenceClassifier, {"stem_channels": -8, "stem_layers": 0}, ["stem_channels=-8", "stem_layers=0"]),
-    (MnistSequenceClassifier, {"strided_stem": True, "tokens": "rows", "stem_channels": 8}, ["strided_stem needs"]),
-    (MnistSequenceClassifier, {"stem_norm": True}, ["stem_norm needs a stem"]),
+    (MnistNetSettings, {"stem_channels": -8, "stem_layers": 0}, ["stem_channels=-8", "stem_layers=0"]),
+    (MnistNetSettings, {"strided_stem": True, "tokens": "rows", "stem_channels": 8}, ["strided_stem needs"]),
+    (MnistNetSettings, {"stem_norm": True}, ["stem_norm needs a stem"]),
     (ParallelCorpusDataModule, {"max_tokens": 64, "max_len": 128}, ["max_tokens=64 must be at least max_len=128"]),
     (ParallelCorpusDataModule, {"src_vocab_size": -5}, ["src_vocab_size=-5"]),
     (ParallelCorpusDataModule, {"tgt_vocab_size": 0, "num_workers": -1}, ["tgt_vocab_size=0", "num_workers=-1"]),
@@ -324,15 +327,17 @@ def test_bad_hyperparameters_are_one_short_line(cls, kwargs, words):
 
 def test_hyperparameters_that_are_not_numbers_are_named():
     with pytest.raises(HyperparameterError) as err:
-        MnistSequenceClassifier(d_model="128")
+        MnistSequenceClassifier(net={"d_model": "128"})  # as a checkpoint's or a YAML file's settings
     assert_one_line(err, "d_model='128' must be a number")
 
 
 def test_good_settings_still_build(tmp_path):
     """Settings at the edge of what the checks allow are accepted, and mean what they say."""
-    rows = MnistSequenceClassifier(tokens="rows", patch_size=5, head="mean", num_decoder_layers=0)  # patch_size unused
+    rows = MnistSequenceClassifier(net=MnistNetSettings(tokens="rows", patch_size=5, head="mean", num_decoder_layers=0))
     assert rows(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
-    toy = Seq2SeqTransformer(tokenizers=ToyTranslationDataModule().tokenizers, d_model=32, nhead=4, bleu_val_sentences=None)
+    toy = Seq2SeqTransformer(
+        tokenizers=ToyTranslationDataModule().tokenizers, net=Seq2SeqSettings(d_model=32, nhead=4), bleu_val_sentences=None
+    )
     assert toy.net.d_model == 32 and toy.hparams.bleu_val_sentences is None  # None: BLEU on the whole validation split
     ParallelCorpusDataModule(str(tmp_path), val_fraction=0, test_fraction=0, max_tokens=128, max_len=128)
     train, val = MNISTDataModule(val_size=0.5)._split(60)  # a float is a fraction of the training images

@@ -195,9 +195,9 @@ def test_fit_with_model_sizes_that_do_not_fit_is_one_short_line(tmp_path):
     result = run(
         [
             *FIT,
-            "--model.init_args.d_model",
+            "--model.init_args.net.d_model",
             "30",
-            "--model.init_args.nhead",
+            "--model.init_args.net.nhead",
             "4",
             "--trainer.default_root_dir",
             str(tmp_path),
@@ -205,7 +205,7 @@ def test_fit_with_model_sizes_that_do_not_fit_is_one_short_line(tmp_path):
             "false",
         ]
     )
-    line = assert_one_line_error(result, "Seq2SeqTransformer: d_model=30 must be divisible by nhead=4")
+    line = assert_one_line_error(result, "Seq2SeqSettings: d_model=30 must be divisible by nhead=4")
     assert result.returncode == 2 and len(line) < 100  # not the namespace and its vocabulary
 
 

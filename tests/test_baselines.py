@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import lightning as L
@@ -272,7 +273,9 @@ def test_shared_vocabulary_ties_all_three_embeddings_through_a_checkpoint(tmp_pa
     assert tokenizers["src"] == tokenizers["tgt"]
     vocab = dm.src_vocab
     assert vocab.encode("我喜欢苹果。") and vocab.encode("I like apples.")  # both languages in one model
-    model = Seq2SeqTransformer(tokenizers=tokenizers, share_embeddings=True, tie_embeddings=True, **TINY)
+    model = Seq2SeqTransformer(
+        tokenizers=tokenizers, **{**TINY, "net": replace(TINY["net"], share_embeddings=True, tie_embeddings=True)}
+    )
     net = model.net
     assert net.src_embed.weight is net.tgt_embed.weight is net.generator.weight
     separate = Seq2SeqTransformer(tokenizers=tokenizers, **TINY)
@@ -293,7 +296,7 @@ def test_shared_vocabulary_refuses_mismatched_settings(tmp_path):
         ParallelCorpusDataModule(data_dir=str(tmp_path), shared_vocab=True, src_tokenizer="char", tgt_tokenizer="bpe")
     dm = _corpus(tmp_path)  # two vocabularies
     with pytest.raises(ValueError, match="share_embeddings=True needs one vocabulary"):
-        Seq2SeqTransformer(tokenizers=dm.tokenizers, share_embeddings=True, **TINY)
+        Seq2SeqTransformer(tokenizers=dm.tokenizers, **{**TINY, "net": replace(TINY["net"], share_embeddings=True)})
 
 
 # ---------------------------------------------------------------------------------------------- DDP decoding

@@ -1,63 +1,108 @@
-"""One typed config per network (models/config.py): it checks itself, and the task modules' flat arguments,
-the command line and the recipes reach every field of it by name, with the defaults the task ships."""
+"""One typed config per network (models/config.py): it checks itself; the task modules take its settings whole
+(`net`), and the command line (`--model.init_args.net.<field>`) and the recipes reach every field of it, each
+declared once, with one default."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
+import re
 
 import pytest
+import torch
 import yaml
 
-from datamodules import ToyTranslationDataModule
-from models import MnistNet, MnistNetConfig, Seq2SeqConfig, Seq2SeqNet, TransformerConfig
+from datamodules import ParallelCorpusDataModule, ToyTranslationDataModule
+from models import MnistNet, MnistNetConfig, MnistNetSettings, Seq2SeqConfig, Seq2SeqNet, Seq2SeqSettings, TransformerConfig
+from models.activations import ACTIVATIONS
+from models.config import nested_hparams
 from models.errors import HyperparameterError
+from models.positional import POSITIONALS
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
 from tests.helpers import FIT, ROOT, run
 
-# What the data decides, passed by the task module itself rather than offered as an argument.
+# What the data decides: the network's config has it, the settings a user gives (the task's `net`) do not.
 DERIVED = {Seq2SeqTransformer: {"src_vocab_size", "tgt_vocab_size", "pad_id"}, MnistSequenceClassifier: {"num_classes"}}
-TASKS = [(Seq2SeqTransformer, Seq2SeqConfig), (MnistSequenceClassifier, MnistNetConfig)]
+TASKS = [(Seq2SeqTransformer, Seq2SeqSettings, Seq2SeqConfig), (MnistSequenceClassifier, MnistNetSettings, MnistNetConfig)]
+IDS = ["Seq2SeqTransformer", "MnistSequenceClassifier"]
 
 
-def build(task):
-    """The task module with its shipped defaults (a translator needs the data's tokenizers)."""
-    return task(tokenizers=ToyTranslationDataModule().tokenizers) if task is Seq2SeqTransformer else task()
+def build(task, **kwargs):
+    """The task module (a translator needs the data's tokenizers)."""
+    tokenizers = {"tokenizers": ToyTranslationDataModule().tokenizers} if task is Seq2SeqTransformer else {}
+    return task(**tokenizers, **kwargs)
 
 
-@pytest.mark.parametrize("task, config_class", TASKS, ids=lambda x: getattr(x, "__name__", None))
-def test_the_task_offers_every_field_of_its_network_config_with_the_default_it_ships(task, config_class):
-    """A field added to a config without a task argument (or one renamed on one side only) fails here, so the
-    command line, the recipes and the config cannot drift apart silently."""
+@pytest.mark.parametrize("task, settings, config_class", TASKS, ids=IDS)
+def test_the_task_takes_its_networks_settings_whole_with_their_defaults(task, settings, config_class):
+    """The task's `net` is the settings class, defaulting to its defaults; the network's config is those settings and
+    what the data decides, which no argument offers."""
     parameters = inspect.signature(task.__init__).parameters
-    fields = {f.name for f in dataclasses.fields(config_class)}
-    offered = fields - DERIVED[task]
-    assert offered <= set(parameters), f"{task.__name__} lacks {sorted(offered - set(parameters))}"
-    assert not DERIVED[task] & set(parameters)  # the data's, never an argument that could contradict it
+    assert parameters["net"].annotation in (settings, settings.__name__) and parameters["net"].default == settings()
+    assert set(config_class.field_names()) == set(settings.field_names()) | DERIVED[task]
+    assert not DERIVED[task] & (set(parameters) | set(settings.field_names()))  # the data's, never the user's
     config = build(task).net.config
     assert type(config) is config_class
-    shipped = {name: parameters[name].default for name in offered}
-    assert {name: getattr(config, name) for name in offered} == shipped
+    assert {name: getattr(config, name) for name in settings.field_names()} == settings().as_dict()
 
 
-@pytest.mark.parametrize("task, config_class", TASKS, ids=lambda x: getattr(x, "__name__", None))
-def test_each_argument_reaches_its_field(task, config_class):
-    """Every field takes the task's argument of its name, not the one beside it (a swap of two same-typed
-    arguments, as positional passing allowed, fails here)."""
-    parameters = inspect.signature(task.__init__).parameters
+@pytest.mark.parametrize("task, settings, config_class", TASKS, ids=IDS)
+def test_each_setting_reaches_its_field(task, settings, config_class):
+    """Every field of the network's config takes the setting of its name, not the one beside it."""
     changed = {}
-    for name in sorted(set(config_class.field_names()) - DERIVED[task] - {"d_model", "nhead", "patch_size"}):
-        default = parameters[name].default  # each number and flag moved off its default, sizes kept divisible
+    for field in dataclasses.fields(settings):
+        if field.name in {"d_model", "nhead", "patch_size"}:
+            continue
+        default = field.default  # each number and flag moved off its default, sizes kept divisible
         if isinstance(default, bool):
-            changed[name] = not default
+            changed[field.name] = not default
         elif isinstance(default, int):
-            changed[name] = default + 1
+            changed[field.name] = default + 1
         elif isinstance(default, float):
-            changed[name] = default / 2 or 0.05
+            changed[field.name] = default / 2 or 0.05
     changed.pop("share_embeddings", None)  # the toy data has two vocabularies
-    kwargs = {"tokenizers": ToyTranslationDataModule().tokenizers} if task is Seq2SeqTransformer else {}
-    config = task(**kwargs, **changed).net.config
+    config = build(task, net=settings(**changed)).net.config
     assert {name: getattr(config, name) for name in changed} == changed
+    again = build(task, net=settings(**changed).as_dict())
+    assert again.net.config == config  # a checkpoint's settings (a dict) build the same network
+
+
+def test_each_setting_is_declared_once():
+    """A setting's name, type, default and check live in models/config.py alone: no task argument, no other
+    dataclass of the project and no benchmark's command-line flag declares one again. (MnistNetSettings
+    declares again the stack's sizes it changes, with the stack's types: its defaults are another network's.)"""
+    names = set(Seq2SeqConfig.field_names()) | set(MnistNetConfig.field_names())
+    for task in (Seq2SeqTransformer, MnistSequenceClassifier):
+        assert not names & set(inspect.signature(task.__init__).parameters), task.__name__
+    for network in (Seq2SeqConfig, MnistNetConfig):  # each network's classes, the stack's first
+        declared: dict[str, list[str]] = {}
+        for cls in reversed([c for c in network.__mro__ if issubclass(c, TransformerConfig)]):
+            for name in cls.__dict__.get("__annotations__", {}):
+                if name not in ("CHECKS", "RELATIONS"):
+                    declared.setdefault(name, []).append(cls.__name__)
+        again = {name: where for name, where in declared.items() if len(where) > 1}
+        if network is Seq2SeqConfig:
+            assert not again, again  # the translation network's defaults are the stack's: one each
+        for name, where in again.items():
+            assert where == ["TransformerConfig", "MnistNetSettings"], (name, where)
+            assert MnistNetSettings.__annotations__[name] == TransformerConfig.__annotations__[name], name
+    # Every other dataclass of the project's packages: none declares a setting again (a field of its name and type;
+    # a Hypothesis's `tokens`, a list of ids, is not MnistNet's `tokens`).
+    settings = {(f.name, str(f.type)) for config in (Seq2SeqConfig, MnistNetConfig) for f in dataclasses.fields(config)}
+    for package in ("models", "tasks", "training", "inference", "datamodules", "deploy"):
+        for path in sorted((ROOT / package).glob("*.py")):
+            module = importlib.import_module(f"{package}.{path.stem}")
+            for obj in vars(module).values():
+                if dataclasses.is_dataclass(obj) and obj.__module__ == module.__name__ and not issubclass(obj, TransformerConfig):
+                    assert not settings & {(f.name, str(f.type)) for f in dataclasses.fields(obj)}, obj
+    # The benchmarks: sizes are flags of benchmarks/_common.py's `add_size_arguments`, named for the fields they set
+    # (a flag of a data module's argument, as data_scale.py's --max-len, is the data's).
+    data = set(inspect.signature(ParallelCorpusDataModule.__init__).parameters)
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        for flag in re.findall(r"add_argument\(\s*\"--([\w-]+)\"", path.read_text()):
+            if flag.replace("-", "_") in names - data:
+                assert path.name == "_common.py", f"{path.name} declares --{flag}"
 
 
 def test_a_config_checks_itself_and_names_itself():
@@ -76,32 +121,82 @@ def test_a_config_checks_itself_and_names_itself():
         dataclasses.replace(config, nhead=0)
 
 
-def test_a_task_reports_its_own_and_its_networks_mistakes_in_one_line():
-    """The network's rules run over the task's arguments under the task's name, with the task's own options."""
+def test_settings_and_a_tasks_own_arguments_report_their_mistakes_in_one_line_each():
+    """The network's settings are checked by themselves, under their own name; the task's own arguments under the
+    task's, every mistake in one line."""
     with pytest.raises(HyperparameterError) as err:
-        Seq2SeqTransformer(tokenizers=ToyTranslationDataModule().tokenizers, max_len=2, eval_beam_size=0)
-    assert str(err.value) == "Seq2SeqTransformer: max_len=2 must be at least 3; eval_beam_size=0 must be at least 1"
+        Seq2SeqSettings(max_len=2, dropout=1.5)
+    assert str(err.value) == "Seq2SeqSettings: dropout=1.5 must lie in [0, 1); max_len=2 must be at least 3"
     with pytest.raises(HyperparameterError) as err:
-        MnistSequenceClassifier(stem_norm=True, mixup=-1.0)
-    assert str(err.value) == "MnistSequenceClassifier: mixup=-1.0 must be at least 0"  # single values before relations
+        Seq2SeqTransformer(tokenizers=ToyTranslationDataModule().tokenizers, eval_beam_size=0, lr=0)
+    assert str(err.value) == "Seq2SeqTransformer: lr=0 must be above 0; eval_beam_size=0 must be at least 1"
+    with pytest.raises(HyperparameterError) as err:
+        MnistSequenceClassifier(net={"stem_norm": True}, mixup=-1.0)
+    assert str(err.value) == "MnistNetSettings: stem_norm needs a stem: stem_channels > 0"  # a checkpoint's dict, checked
+    with pytest.raises(HyperparameterError) as err:
+        MnistSequenceClassifier(mixup=-1.0)
+    assert str(err.value) == "MnistSequenceClassifier: mixup=-1.0 must be at least 0"
 
 
-def test_from_hparams_keeps_defaults_for_fields_a_checkpoint_lacks_and_ignores_the_tasks_own():
+def test_nested_hparams_gathers_a_checkpoints_flat_settings_and_keeps_defaults_for_fields_it_lacks():
     hparams = {"d_model": 32, "nhead": 4, "lr": 1e-3, "tokenizers": {}}  # an old checkpoint: no layer_norm_eps, bias
-    config = Seq2SeqConfig.from_hparams(hparams, src_vocab_size=9, tgt_vocab_size=11, pad_id=0)
+    nested = nested_hparams(hparams, Seq2SeqSettings)
+    assert nested == {"lr": 1e-3, "tokenizers": {}, "net": {"d_model": 32, "nhead": 4}}
+    assert nested_hparams(nested, Seq2SeqSettings) == nested  # a checkpoint written with `net` is left as it is
+    config = Seq2SeqConfig.from_settings(nested["net"], src_vocab_size=9, tgt_vocab_size=11, pad_id=0)
     assert (config.d_model, config.nhead, config.src_vocab_size, config.tgt_vocab_size) == (32, 4, 9, 11)
     assert config.layer_norm_eps == Seq2SeqConfig.layer_norm_eps and config.bias is True
     assert Seq2SeqNet(config).config is config and MnistNet().config == MnistNetConfig()
 
 
 @pytest.mark.parametrize(
-    "recipe, task, config_class",
-    [("toy_translation.yaml", Seq2SeqTransformer, Seq2SeqConfig), ("mnist.yaml", MnistSequenceClassifier, MnistNetConfig)],
+    "recipe, settings",
+    [("toy_translation.yaml", Seq2SeqSettings), ("mnist.yaml", MnistNetSettings)],
 )
-def test_the_command_line_offers_every_field(recipe, task, config_class):
-    """LightningCLI's `--model.init_args.<field>` reaches every field of the network's config."""
-    result = run([*FIT, "--config", str(ROOT / "configs" / recipe), "--model.init_args.layer_norm_eps", "1e-6", "--print_config"])
+def test_the_command_line_offers_every_setting_under_net(recipe, settings):
+    """LightningCLI's `--model.init_args.net.<field>` reaches every setting, and nothing the data decides."""
+    flag = "--model.init_args.net.layer_norm_eps"
+    result = run([*FIT, "--config", str(ROOT / "configs" / recipe), flag, "1e-6", "--print_config"])
     assert result.returncode == 0, result.stderr[-2000:]
-    init_args = yaml.safe_load(result.stdout)["model"]["init_args"]
-    assert set(config_class.field_names()) - DERIVED[task] <= set(init_args)
-    assert init_args["layer_norm_eps"] == 1e-6
+    net = yaml.safe_load(result.stdout)["model"]["init_args"]["net"]
+    assert set(net) == set(settings.field_names())
+    assert net["layer_norm_eps"] == 1e-6
+
+
+def test_mnist_takes_every_activation_and_position_scheme_of_the_core():
+    """MNIST's settings are the core's: silu and Marian's [sin | cos] positions, which a copy of the choices once
+    refused, reach the network."""
+    flags = ["--model.init_args.net.activation", "silu", "--model.init_args.net.positional", "sinusoidal_halves"]
+    result = run([*FIT, "--config", str(ROOT / "configs" / "mnist_subset.yaml"), *flags, "--print_config"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    net = yaml.safe_load(result.stdout)["model"]["init_args"]["net"]
+    assert (net["activation"], net["positional"]) == ("silu", "sinusoidal_halves")
+    model = MnistSequenceClassifier(net=MnistNetSettings(**net))
+    assert (model.net.config.activation, model.net.config.positional) == ("silu", "sinusoidal_halves")
+    assert model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    for activation in ACTIVATIONS:
+        for positional in POSITIONALS:
+            MnistNetSettings(activation=activation, positional=positional)  # every pair the core offers
+
+
+@pytest.mark.parametrize("where", ["flag", "recipe", "variant"])
+def test_a_setting_in_the_old_flat_spelling_gets_one_line_naming_the_new_one(tmp_path, where):
+    """A flag, a recipe or a variant file written before the settings moved under `net`."""
+    old = "model:\n  class_path: tasks.Seq2SeqTransformer\n  init_args:\n    d_model: 256\n"
+    (tmp_path / "old.yaml").write_text(old if where == "recipe" else old.replace("  class_path: tasks.Seq2SeqTransformer\n", ""))
+    args = {
+        "flag": ["--model.init_args.d_model", "256"],
+        "recipe": ["--config", str(tmp_path / "old.yaml")],
+        "variant": ["--config", str(ROOT / "configs" / "toy_translation.yaml"), "--config", str(tmp_path / "old.yaml")],
+    }[where]
+    result = run([*FIT, *args, "--trainer.default_root_dir", str(tmp_path)])
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --model.init_args.d_model: "), result.stderr[-2000:]
+    assert "--model.init_args.net.d_model" in lines[0]
+    assert not list(tmp_path.glob("version_*"))  # refused before any run folder
+
+
+def test_an_option_that_is_no_setting_keeps_jsonargparses_error():
+    result = run([*FIT, "--model.init_args.no_such_option", "1"])
+    assert result.returncode == 2 and "no_such_option" in result.stderr and "init_args.net." not in result.stderr

@@ -297,7 +297,7 @@ def test_training_on_short_pairs_with_a_model_of_longer_positions_is_logged(tmp_
     from tasks import Seq2SeqTransformer
 
     dm = _tiny_module(tmp_path, max_len=8, max_tokens=64, src_tokenizer="word", tgt_tokenizer="word")
-    model = Seq2SeqTransformer(tokenizers=dm.tokenizers, **{**TOY_MODEL, "max_len": 32})
+    model = Seq2SeqTransformer(tokenizers=dm.tokenizers, **TOY_MODEL)
     trainer = quiet_trainer(tmp_path, logger=CSVLogger(tmp_path), max_steps=1, limit_val_batches=0)
     trainer.fit(model, datamodule=dm)
     assert trainer.global_step == 1

@@ -281,8 +281,8 @@ def test_ddp_processes_share_one_preparation(tmp_path) -> None:
     result = fit(
         tmp_path / "run", "--config", "configs/multi30k.yaml", "--data.data_dir", str(data), "--data.val_prefix", "val",
         "--data.test_prefix", "test", "--data.src_vocab_size", "150", "--data.tgt_vocab_size", "150", "--data.download", "false",
-        "--model.init_args.d_model", "16", "--model.init_args.nhead", "2", "--model.init_args.dim_feedforward", "32",
-        "--model.init_args.num_encoder_layers", "1", "--model.init_args.num_decoder_layers", "1",
+        "--model.init_args.net.d_model", "16", "--model.init_args.net.nhead", "2", "--model.init_args.net.dim_feedforward", "32",
+        "--model.init_args.net.num_encoder_layers", "1", "--model.init_args.net.num_decoder_layers", "1",
         "--trainer.max_steps", "2", "--trainer.limit_val_batches", "0", "--trainer.accelerator", "cpu",
         "--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.logger", "false", "--test", "false",
         "--ema_decay", "null",

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 from datamodules.toy import TOY_PAIRS
 from models import Transformer
 from models.attention import MultiHeadAttention
+from models.config import MnistNetSettings
 from models.decoding import beam_search, greedy_decode
 from models.masks import padding_mask
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
@@ -129,7 +130,9 @@ def test_toy_recipe_trains_on_a_gpu_in_bf16_and_translates_on_a_cpu(tmp_path):
 def test_mnist_with_a_stem_trains_on_a_gpu_in_bf16_and_loads_on_a_cpu(tmp_path):
     L.seed_everything(0)
     tiny = dict(d_model=32, nhead=2, num_encoder_layers=1, dim_feedforward=64, dropout=0.0)
-    model = MnistSequenceClassifier(tokens="patches", patch_size=7, stem_channels=4, head="mean", lr=3e-3, **tiny)
+    model = MnistSequenceClassifier(
+        net=MnistNetSettings(tokens="patches", patch_size=7, stem_channels=4, head="mean", **tiny), lr=3e-3
+    )
     data = random_digits(32)
     trainer = quiet_trainer(tmp_path, accelerator="gpu", devices=1, precision="bf16-mixed", max_epochs=150)
     trainer.fit(model, DataLoader(data, batch_size=32))

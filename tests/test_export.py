@@ -16,6 +16,7 @@ from datamodules import ParallelCorpusDataModule, ToyTranslationDataModule
 from datamodules.batching import frame_target, pad_sequences
 from datamodules.toy import TOY_PAIRS
 from datamodules.vocab import Vocab
+from models.config import Seq2SeqSettings
 from tasks import Seq2SeqTransformer
 from tests.helpers import SHARED_DATA, TOY_MODEL, parse, quiet_trainer, run_script, save_checkpoint, script
 
@@ -28,19 +29,15 @@ SRC = ["w1 w2 w3 w4 w5", "w7 w8", "w9 w10 w11 w12 w13 w14 w15 w16", "w30"]
 TGT = ["w3 w4 w5 w6", "w2 w2 w2 w2 w2 w2 w2", "w5", "w40 w41 w42"]
 
 
-def sharpened_model(**options) -> Seq2SeqTransformer:
+def sharpened_model(decoding: dict | None = None, **options) -> Seq2SeqTransformer:
     """A small random model whose weights are scaled up, so that its next-token distributions are far
-    from uniform and a wrongly mapped weight shows in the log-probabilities."""
+    from uniform and a wrongly mapped weight shows in the log-probabilities. `options`: network settings;
+    `decoding`: the module's decoding defaults."""
     torch.manual_seed(0)
     model = Seq2SeqTransformer(
         tokenizers={"src": WORDS, "tgt": WORDS},
-        d_model=32,
-        nhead=4,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        dim_feedforward=64,
-        max_len=64,
-        **options,
+        net=Seq2SeqSettings(d_model=32, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64, max_len=64, **options),
+        **(decoding or {}),
     ).eval()
     with torch.no_grad():
         for p in model.parameters():
@@ -141,8 +138,9 @@ def test_model_trained_on_real_data_translates_the_same(tmp_path):
         str(CMN), src_vocab_size=2000, tgt_vocab_size=2000, max_tokens=1024, download=False
     )  # fmt: skip
     model = Seq2SeqTransformer(
-        tokenizers=dm.tokenizers, d_model=64, nhead=4, num_encoder_layers=2, num_decoder_layers=2,
-        dim_feedforward=128, max_len=128, lr=2e-3, warmup_steps=50, bleu_every_n_epochs=0,
+        tokenizers=dm.tokenizers,
+        net=Seq2SeqSettings(d_model=64, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=128, max_len=128),
+        lr=2e-3, warmup_steps=50, bleu_every_n_epochs=0,
     )  # fmt: skip
     quiet_trainer(max_steps=300, limit_val_batches=0).fit(model, datamodule=dm)
     model.eval()
@@ -307,7 +305,7 @@ def test_no_hypothesis_holds_pad_or_bos_in_either_engine(tmp_path):
 def test_an_export_carries_the_decoding_defaults_and_reads_older_exports(tmp_path):
     """The export's metadata holds the model's decoding defaults as a plain dict, which the CTranslate2 translator
     takes as its options; an export written before that (the defaults at the top level) reads the same."""
-    model = sharpened_model(length_penalty=0.3, max_len_a=0.5, max_len_b=3)
+    model = sharpened_model(decoding=dict(length_penalty=0.3, max_len_a=0.5, max_len_b=3))
     out = export_ctranslate2(model, tmp_path / "ct2")
     meta = json.loads((out / TOKENIZERS_FILE).read_text())
     assert meta["decoding"] == {"length_penalty": 0.3, "max_len_a": 0.5, "max_len_b": 3}

@@ -28,6 +28,7 @@ from datamodules.tokenizers import train_tokenizer
 from datamodules.toy import TOY_PAIRS
 from datamodules.vocab import Vocab
 from deploy.huggingface import HubExportError, export_huggingface, marian_shaped, push_to_hub
+from models.config import Seq2SeqSettings
 from models.decoding import beam_search
 from models.seq2seq import Seq2SeqNet
 from tasks import Seq2SeqTransformer
@@ -65,7 +66,7 @@ def random_model(eos_bias: float = 0.0, **options) -> Seq2SeqTransformer:
     `eos_bias` (with `generator_bias=True`) makes `<eos>` likely, so that searches end before the limit."""
     torch.manual_seed(0)
     sizes = dict(d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64, max_len=64)
-    model = Seq2SeqTransformer(tokenizers={"src": WORDS, "tgt": WORDS}, **{**sizes, **options}).eval()
+    model = Seq2SeqTransformer(tokenizers={"src": WORDS, "tgt": WORDS}, net=Seq2SeqSettings(**{**sizes, **options})).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(3) if p.dim() >= 2 else p.add_(0.3 * torch.randn_like(p))
@@ -184,7 +185,7 @@ def test_options_marian_cannot_express_are_refused_by_name(tmp_path, options, na
 
 def test_separate_vocabularies_are_refused(tmp_path):
     other = Vocab([f"v{i}" for i in range(60)], "word").to_dict()
-    model = Seq2SeqTransformer(tokenizers={"src": WORDS, "tgt": other}, d_model=32, nhead=4, max_len=32)
+    model = Seq2SeqTransformer(tokenizers={"src": WORDS, "tgt": other}, net=Seq2SeqSettings(d_model=32, max_len=32))
     with pytest.raises(HubExportError, match="shared_vocab"):
         export_huggingface(model, tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
@@ -204,7 +205,7 @@ def test_auto_tokenizer_gives_our_ids_and_text(tmp_path, kind):
     train = _multi30k("train.de.gz", 300) + _multi30k("train.en.gz", 300)
     tokenizer = train_tokenizer(train, kind, vocab_size=400 if kind in ("bpe", "unigram") else 1500)
     tokenizers = {"src": tokenizer.to_dict(), "tgt": tokenizer.to_dict()}
-    model = Seq2SeqTransformer(tokenizers=tokenizers, d_model=32, nhead=4, num_encoder_layers=1, num_decoder_layers=1)
+    model = Seq2SeqTransformer(tokenizers=tokenizers, net=Seq2SeqSettings(d_model=32, num_encoder_layers=1, num_decoder_layers=1))
     hf_tok = transformers.AutoTokenizer.from_pretrained(export_huggingface(model, tmp_path / "hf"))
     unseen = ["Ein Zebra ﬁndet Ｆｕßball   gut!", "Çà et là: «quoi?» — 日本語 😀", "two  spaces\tand a tab"]
     if kind != "char":  # a character vocabulary reads "<unk>" as five characters; Hugging Face's, as the token
@@ -296,7 +297,7 @@ def test_folder_holds_what_transformers_and_the_hub_expect(trained_toy):
     assert config["model_type"] == "marian" and config["architectures"] == ["MarianMTModel"]
     generation = json.loads((folder / "generation_config.json").read_text())
     assert (generation["decoder_start_token_id"], generation["eos_token_id"], generation["pad_token_id"]) == (1, 2, 0)
-    assert generation["num_beams"] == 4 and generation["max_length"] == TOY_MODEL["max_len"]
+    assert generation["num_beams"] == 4 and generation["max_length"] == TOY_MODEL["net"].max_len
     card = (folder / "README.md").read_text()
     assert card.startswith("---\nlibrary_name: transformers\npipeline_tag: translation") and str(ckpt) in card
 

@@ -4,6 +4,8 @@ on the gradients' relative error (bf16 keeps 8 bits of mantissa, ~4e-3 per round
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -20,7 +22,9 @@ PAD = 0
 
 def make_model(**kwargs) -> Seq2SeqTransformer:
     torch.manual_seed(0)
-    return Seq2SeqTransformer(tokenizers=ToyTranslationDataModule().tokenizers, **{**TOY_MODEL, "dropout": 0.0, **kwargs})
+    return Seq2SeqTransformer(
+        tokenizers=ToyTranslationDataModule().tokenizers, **{**TOY_MODEL, "net": replace(TOY_MODEL["net"], dropout=0.0), **kwargs}
+    )
 
 
 def batch(rows: int, src_len: int, tgt_len: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -577,7 +577,14 @@ def test_nan_loss_after_two_saves_at_one_step_goes_back_past_both(tmp_path):
 
 
 OLD_CHECKPOINT = ROOT / "tests" / "fixtures" / "toy-last-7ae343f.ckpt"  # scripts/fit.py at 7ae343f, 2 epochs (below)
-OLD_RUN = ["--model.init_args.d_model", "16", "--model.init_args.dim_feedforward", "32", "--model.init_args.nhead", "2"]
+OLD_RUN = [
+    "--model.init_args.net.d_model",
+    "16",
+    "--model.init_args.net.dim_feedforward",
+    "32",
+    "--model.init_args.net.nhead",
+    "2",
+]
 
 
 def test_a_checkpoint_written_before_the_checkpoint_callbacks_were_split_resumes_with_its_best_score(tmp_path):

@@ -10,11 +10,12 @@ from matplotlib import font_manager, ft2font
 
 from datamodules import ToyTranslationDataModule
 from datamodules.tokenizers import SubwordTokenizer
+from models.config import Seq2SeqSettings
 from tasks import Seq2SeqTransformer
 from tasks.figures import LAST_RESORT, attention_figure, display_pieces, font_families, packaged_font_files
 
 TOY_CHARS = "我是学生"
-SMALL = dict(d_model=32, nhead=4, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=64, max_len=32)
+SMALL = dict(net=Seq2SeqSettings(d_model=32, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=64, max_len=32))
 
 
 def _faces(text):

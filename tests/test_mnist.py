@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from datamodules.errors import DataNotFoundError
 from datamodules.mnist import BACKGROUND, MEAN, RAW_FILES, STD, MNISTDataModule, random_affine, smooth_noise
-from models.config import MnistNetConfig
+from models.config import MnistNetConfig, MnistNetSettings
 from models.errors import HyperparameterError
 from models.mnist_net import MnistNet
 from tasks.mnist import MnistSequenceClassifier
@@ -297,7 +297,7 @@ def test_bad_settings_are_refused_by_the_config():
 @pytest.mark.parametrize("tokens, head", [("patches", "decoder"), ("rows", "cls")])
 def test_overfits_a_small_batch(tmp_path, tokens, head):
     L.seed_everything(0)
-    model = MnistSequenceClassifier(tokens=tokens, head=head, **TINY, lr=3e-3, weight_decay=0.0)
+    model = MnistSequenceClassifier(net=MnistNetSettings(tokens=tokens, head=head, **TINY), lr=3e-3, weight_decay=0.0)
     data = random_digits(32)  # random labels: only memorising gets them right
     trainer = quiet_trainer(tmp_path, max_epochs=150, log_every_n_steps=50)
     trainer.fit(model, DataLoader(data, batch_size=32))  # one batch, 150 steps of warm-up + cosine
@@ -309,7 +309,7 @@ def test_overfits_a_small_batch(tmp_path, tokens, head):
 
 def test_mixup_loss_is_the_blend_of_both_labels_losses():
     L.seed_everything(0)
-    model = MnistSequenceClassifier(tokens="patches", head="mean", **TINY, mixup=0.4, label_smoothing=0.1)
+    model = MnistSequenceClassifier(net=MnistNetSettings(tokens="patches", head="mean", **TINY), mixup=0.4, label_smoothing=0.1)
     model.log = lambda *args, **kwargs: None  # no trainer to log to
     images, labels = random_digits(8).tensors
     torch.manual_seed(3)
@@ -329,15 +329,15 @@ def test_mixup_loss_is_the_blend_of_both_labels_losses():
 
 def test_checkpoint_round_trip_without_datamodule(tmp_path):
     L.seed_everything(0)
-    model = MnistSequenceClassifier(tokens="rows", head="decoder", num_queries=2, **TINY)
+    model = MnistSequenceClassifier(net=MnistNetSettings(tokens="rows", head="decoder", num_queries=2, **TINY))
     trainer = quiet_trainer(tmp_path, max_steps=2)
     trainer.fit(model, DataLoader(random_digits(16), batch_size=8))
     path = tmp_path / "model.ckpt"
     trainer.save_checkpoint(path)
 
-    assert torch.load(path, weights_only=True)["hyper_parameters"]["tokens"] == "rows"  # plain data only
+    assert torch.load(path, weights_only=True)["hyper_parameters"]["net"]["tokens"] == "rows"  # plain data only
     loaded = MnistSequenceClassifier.load_from_checkpoint(path, map_location="cpu").eval()
-    assert loaded.hparams.num_queries == 2
+    assert loaded.hparams.net["num_queries"] == 2
     images = random_digits(4, seed=1).tensors[0]
     model.eval()
     torch.testing.assert_close(loaded(images), model(images), rtol=0, atol=0)
@@ -352,7 +352,7 @@ def test_test_end_saves_and_logs_confusion_matrix_and_misclassified_digits(tmp_p
             assert Path(images[0]).is_file()
 
     logger = ImageLogger(tmp_path)
-    model = MnistSequenceClassifier(**TINY, num_misclassified_shown=5)
+    model = MnistSequenceClassifier(net=MnistNetSettings(**TINY), num_misclassified_shown=5)
     trainer = quiet_trainer(tmp_path, logger=logger)
     digits = random_digits(40)
     (metrics,) = trainer.test(model, DataLoader(digits, batch_size=16), verbose=False)
@@ -373,8 +373,9 @@ def test_trains_on_real_mnist_subset_far_above_chance(tmp_path):
     L.seed_everything(0)
     dm = MNISTDataModule(str(SHARED_MNIST), batch_size=32, val_size=500, download=False)
     model = MnistSequenceClassifier(
-        tokens="patches", patch_size=7, head="cls", d_model=64, nhead=4, num_encoder_layers=2,
-        dim_feedforward=128, dropout=0.0, lr=2e-3,
+        net=MnistNetSettings(tokens="patches", patch_size=7, head="cls", d_model=64, nhead=4, num_encoder_layers=2,
+                             dim_feedforward=128, dropout=0.0),
+        lr=2e-3,
     )  # fmt: skip
     trainer = quiet_trainer(tmp_path, max_epochs=3, limit_val_batches=0)  # ~420 steps, ~30 s on one core
     trainer.fit(model, dm)
@@ -389,7 +390,7 @@ def test_evaluate_mnist_script_says_which_weights_and_precision_and_prints_progr
     pipe here (nohup, SLURM): a progress line every 2,500 images. A missing folder names its flag, --data-dir."""
     test_x, test_y = fake_mnist(tmp_path / "data", n_train=60, n_test=2500)
     L.seed_everything(0)
-    model = MnistSequenceClassifier(tokens="patches", patch_size=7, head="mean", **TINY)
+    model = MnistSequenceClassifier(net=MnistNetSettings(tokens="patches", patch_size=7, head="mean", **TINY))
     trainer = quiet_trainer(tmp_path, max_steps=2)
     trainer.fit(model, DataLoader(random_digits(16), batch_size=8))
     ckpt = tmp_path / "model.ckpt"

@@ -1,5 +1,6 @@
-"""Checkpoints written before the networks took typed configs (models/config.py) still load and compute
-what they computed then, through `load_checkpoint` and through the scripts.
+"""Checkpoints written before the networks took typed configs (models/config.py), their settings flat among the
+task module's hyperparameters, still load and compute what they computed then, through `load_checkpoint`, Lightning's
+`load_from_checkpoint`, the Translator and the scripts, and save their settings under `net`.
 
 tests/fixtures/seq2seq-7ae343f.ckpt and tests/fixtures/mnist-7ae343f.ckpt were written by commit 7ae343f's code,
 where each network took its settings one by one: a Seq2SeqTransformer (d_model=16, nhead=4, num_kv_heads=2,
@@ -17,13 +18,16 @@ import torch
 
 from datamodules.mnist import MEAN, STD
 from inference import DecodingOptions, Translator
-from models.config import MnistNetConfig, Seq2SeqConfig
+from models.config import MnistNetConfig, MnistNetSettings, Seq2SeqConfig, Seq2SeqSettings
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
-from tests.helpers import ROOT, fake_mnist, script
+from tests.helpers import ROOT, fake_mnist, save_checkpoint, script
 from training.loading import load_checkpoint
 
 FIXTURES = ROOT / "tests" / "fixtures"
 SEQ2SEQ, MNIST = FIXTURES / "seq2seq-7ae343f.ckpt", FIXTURES / "mnist-7ae343f.ckpt"
+# scripts/fit.py's last.ckpt at 7ae343f (LightningCLI's: its class path and instantiator recorded), d_model 16, nhead 2,
+# dim_feedforward 32 given flat (`--model.init_args.d_model 16`); tests/test_faults_fit.py resumes it.
+TOY_LAST = FIXTURES / "toy-last-7ae343f.ckpt"
 SOURCES = ["我 是 学 生", "我 喜 欢 学 习", "我 是 男 生", "男 生"]
 TRANSLATIONS = ["I am a student", "I like learning", "I am a boy", "I am a boy"]  # greedy and beam 3 alike
 # The first 4 logits at each of 3 target positions, sources 0 and 1, targets [<bos>, 4, 5] and [<bos>, 6, 7].
@@ -117,3 +121,41 @@ def test_old_checkpoint_translates_and_scores_through_the_scripts(tmp_path):
     assert scored.returncode == 0, scored.stderr[-2000:]
     assert hyp.read_text(encoding="utf-8").splitlines() == TRANSLATIONS  # beam 4, the script's default
     assert "SacreBLEU: 100.00" in scored.stdout
+
+
+@pytest.mark.parametrize(
+    "task, settings, path", [(Seq2SeqTransformer, Seq2SeqSettings, SEQ2SEQ), (MnistSequenceClassifier, MnistNetSettings, MNIST)]
+)
+def test_old_flat_settings_load_into_net_and_save_in_the_new_spelling(tmp_path, task, settings, path):
+    """Lightning's own `load_from_checkpoint` gathers the flat settings into `net`; the module then saves them there,
+    and a checkpoint in the new spelling loads into the same network with the same weights."""
+    old = torch.load(path, map_location="cpu", weights_only=True)["hyper_parameters"]
+    model = task.load_from_checkpoint(path, map_location="cpu").eval()
+    flat = {name: old[name] for name in settings.field_names() if name in old}
+    assert flat and model.hparams.net == {**settings().as_dict(), **flat}
+    assert not set(settings.field_names()) & set(model.hparams)  # no setting left beside the module's own
+    assert {k: v for k, v in model.hparams.items() if k != "net"} == {k: v for k, v in old.items() if k not in flat}
+    new = save_checkpoint(model, tmp_path / "new.ckpt")
+    assert torch.load(new, map_location="cpu", weights_only=True)["hyper_parameters"]["net"] == model.hparams.net
+    again = load_checkpoint(task, new).eval()
+    assert again.net.config == model.net.config
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, again.state_dict()[key]), key
+    if task is Seq2SeqTransformer:
+        assert again.translate(SOURCES) == TRANSLATIONS
+        assert Translator.from_checkpoint(new).translate(SOURCES, beam_size=3) == TRANSLATIONS
+    else:
+        images = torch.randn(8, 1, 28, 28, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            torch.testing.assert_close(again(images[:3]), torch.tensor(MNIST_LOGITS), atol=1e-4, rtol=0)
+
+
+def test_an_old_command_line_checkpoint_loads_with_its_flat_settings():
+    """A checkpoint LightningCLI wrote (its instantiator recorded, which Lightning calls with the hyperparameters)
+    loads with the sizes it was trained at, through the module and through the Translator alike."""
+    model = load_checkpoint(Seq2SeqTransformer, TOY_LAST).eval()
+    config = model.net.config
+    assert (config.d_model, config.nhead, config.dim_feedforward) == (16, 2, 32)
+    direct = Translator.from_checkpoint(TOY_LAST)
+    assert direct.net.config == config
+    assert direct.translate(SOURCES, beam_size=3) == model.translate(SOURCES, beam_size=3)

@@ -14,12 +14,13 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from models import MnistNet, MnistNetConfig, Transformer, TransformerConfig
 from models.attention import MultiHeadAttention
+from models.config import MnistNetSettings, Seq2SeqSettings
 from models.errors import HyperparameterError
 from models.masks import with_bias
 from models.positional import apply_rotary
 from models.positional2d import AxialRotaryEmbedding, sincos_2d_table
 from models.relative import ALiBi, SwinRelativeBias2d, T5RelativeBias, alibi_slopes, swin_relative_index, t5_bucket
-from tasks import MnistSequenceClassifier, Seq2SeqTransformer
+from tasks import MnistSequenceClassifier
 from tests.helpers import PAD, quiet_trainer, sources, tiny_net
 
 TINY = dict(d_model=32, nhead=4, num_encoder_layers=2, dim_feedforward=48, dropout=0.0)
@@ -125,7 +126,7 @@ def test_mnist_rotary2d_rotates_the_encoder_only():
     assert net.pos is None and net.core.rotary is None and net.core.encoder_rotary.grid == (4, 4)
     assert torch.isfinite(net(torch.randn(2, 1, 28, 28))).all()
     with pytest.raises(HyperparameterError, match="divisible by 4"):
-        MnistSequenceClassifier(d_model=24, nhead=4, positional="rotary2d")
+        MnistNetSettings(d_model=24, nhead=4, positional="rotary2d")
 
 
 # ---------------------------------------------------------------------------------------------- Swin's bias
@@ -199,7 +200,7 @@ def test_mnist_relative_2d_gives_every_encoder_layer_its_own_table():
 )
 def test_each_image_scheme_trains_a_step(tmp_path, options):
     torch.manual_seed(0)
-    model = MnistSequenceClassifier(**{**TINY, "head": "mean", **options}, lr=1e-2, warmup_fraction=0.0)
+    model = MnistSequenceClassifier(net=MnistNetSettings(**{**TINY, "head": "mean", **options}), lr=1e-2, warmup_fraction=0.0)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     data = TensorDataset(torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,)))
     trainer = quiet_trainer(tmp_path, max_steps=1, limit_val_batches=0)
@@ -228,13 +229,12 @@ def test_image_schemes_stay_finite_in_half_precision(dtype, head, positional):
 
 def test_bad_scheme_settings_are_refused():
     with pytest.raises(HyperparameterError, match="relative_bias='swin'"):
-        MnistSequenceClassifier(**TINY, relative_bias="swin")
+        MnistNetSettings(**TINY, relative_bias="swin")
     with pytest.raises(HyperparameterError, match="divisible by 4"):
-        MnistSequenceClassifier(d_model=30, nhead=3, positional="sincos2d")
-    words = {"type": "word", "tokens": ["<pad>", "<bos>", "<eos>", "<unk>", "a"]}
+        MnistNetSettings(d_model=30, nhead=3, positional="sincos2d")
     for bad in (dict(relative_bias="2d"), dict(positional="sincos2d")):
         with pytest.raises(HyperparameterError, match=f"{next(iter(bad))}="):
-            Seq2SeqTransformer(tokenizers={"src": words, "tgt": words}, **bad)
+            Seq2SeqSettings(**bad)
 
 
 # ---------------------------------------------------------------------------------------------- the core's bias

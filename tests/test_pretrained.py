@@ -251,12 +251,12 @@ def test_finetune_recipe_runs_on_an_imported_model(tmp_path, marian_dir) -> None
     assert script("import_pretrained", str(marian_dir), "--out", str(ckpt)).returncode == 0
     imported = load_checkpoint(Seq2SeqTransformer, ckpt)
     sizes = {
-        k: imported.hparams[k]
+        k: imported.hparams.net[k]
         for k in ("d_model", "nhead", "num_encoder_layers", "num_decoder_layers", "dim_feedforward", "max_len")
     }
     args = ["--config", str(ROOT / "configs" / "opus_mt_finetune.yaml"), "--data.init_args.data_dir", str(MULTI30K)]
     args += ["--data.init_args.tokenizers_from", str(ckpt), "--model.init_args.init_weights", str(ckpt)]
-    args += [arg for k, v in sizes.items() for arg in (f"--model.init_args.{k}", str(v))]
+    args += [arg for k, v in sizes.items() for arg in (f"--model.init_args.net.{k}", str(v))]
     args += ["--trainer.max_steps", "3", "--trainer.limit_val_batches", "1", "--trainer.logger", "CSVLogger"]
     args += ["--model.init_args.bleu_val_sentences", "4", "--model.init_args.warmup_steps", "0", "--test", "false"]
     args += ["--model.init_args.lr", "0.01", "--trainer.accelerator", "cpu"]

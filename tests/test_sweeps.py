@@ -75,11 +75,12 @@ def test_every_agent_command_parses_and_instantiates(path, tmp_path, monkeypatch
         if recipe in DATA:
             extra += ["--data.init_args.data_dir", str(DATA[recipe])]
         cli = TransformerCLI(args=args + extra)
-        hparams = {**cli.model.hparams, **{f"data.{k}": v for k, v in cli.datamodule.hparams.items()}}
+        hparams = {**dotted(cli.model.hparams), **{f"data.{k}": v for k, v in cli.datamodule.hparams.items()}}
         for name, value in values.items():
             if name == "config":  # a variant file: its settings reached the model
-                for key, expected in yaml.safe_load((ROOT / value).read_text())["model"]["init_args"].items():
+                for key, expected in dotted(yaml.safe_load((ROOT / value).read_text())["model"]["init_args"]).items():
                     assert hparams[key] == expected, (value, key)
+                    assert key.startswith("net.")  # the variants change the network's settings only
             elif name == "seed_everything":
                 assert cli.config.seed_everything == value
             elif name.startswith("model.init_args."):
@@ -87,6 +88,17 @@ def test_every_agent_command_parses_and_instantiates(path, tmp_path, monkeypatch
             else:
                 assert hparams[f"data.{name.removeprefix('data.init_args.')}"] == value, name
         assert cli.trainer.logger._wandb_init["group"] == recipe  # the recipe's group, not the variant's
+
+
+def dotted(mapping, prefix: str = "") -> dict:
+    """A nested mapping's values by dotted key, as the command line names them: {"net": {"qk_norm": x}} → {"net.qk_norm": x}."""
+    out = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict) and key != "tokenizers":
+            out.update(dotted(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def test_the_sweep_files_the_readme_names_are_there():
@@ -104,7 +116,7 @@ def test_runs_to_check_cover_every_value():
 
 def test_agent_command_is_wandbs_flag_format():
     sweep = {"program": "scripts/fit.py", "command": ["${env}", "${interpreter}", "${program}", "--config", "c.yaml", "${args}"]}
-    command = agent_command(sweep, {"model.init_args.lr": 0.001, "model.init_args.qk_norm": True})
+    command = agent_command(sweep, {"model.init_args.lr": 0.001, "model.init_args.net.qk_norm": True})
     assert command == [
         "/usr/bin/env",
         "python",
@@ -112,5 +124,5 @@ def test_agent_command_is_wandbs_flag_format():
         "--config",
         "c.yaml",
         "--model.init_args.lr=0.001",
-        "--model.init_args.qk_norm=True",
+        "--model.init_args.net.qk_norm=True",
     ]

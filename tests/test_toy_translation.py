@@ -4,6 +4,7 @@ import subprocess
 
 import pytest
 import torch
+import yaml
 
 from datamodules import PAD, UNK, ToyTranslationDataModule, Vocab, tokenizer_from_dict
 from datamodules.toy import TOY_PAIRS
@@ -72,7 +73,7 @@ def test_unknown_characters_translate_without_error(trained_toy):
 
 def test_cli_print_config_and_overrides(tmp_path):
     result = subprocess.run(
-        [*FIT, "--print_config", "--model.init_args.d_model", "48"],
+        [*FIT, "--print_config", "--model.init_args.net.d_model", "48"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -80,7 +81,8 @@ def test_cli_print_config_and_overrides(tmp_path):
         timeout=HANG_TIMEOUT,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "d_model: 48" in result.stdout and "ToyTranslationDataModule" in result.stdout
+    assert yaml.safe_load(result.stdout)["model"]["init_args"]["net"]["d_model"] == 48
+    assert "ToyTranslationDataModule" in result.stdout
 
 
 def test_cli_trainer_flags_and_resume(tmp_path):

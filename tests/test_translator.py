@@ -16,6 +16,7 @@ SOURCES = ["我 是 学 生", "我 喜 欢 学 习", "男 生"]
 
 
 def toy_module(seed: int, **options) -> Seq2SeqTransformer:
+    """An untrained toy translator; `options`: the module's own arguments."""
     torch.manual_seed(seed)  # untrained: long, seed-dependent outputs
     return Seq2SeqTransformer(tokenizers=ToyTranslationDataModule().tokenizers, **{**TOY_MODEL, **options}).eval()
 

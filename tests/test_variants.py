@@ -5,6 +5,8 @@ fp32/bf16/fp16, checkpoints round-trip, and the toy set is learned. Plus an orac
 where one exists (the same attention with repeated key/value heads, a hand-written gated FFN, the
 scale invariance that QK-norm promises, RoPE's relative positions)."""
 
+from dataclasses import replace
+
 import lightning as L
 import pytest
 import torch
@@ -12,7 +14,7 @@ import torch.nn.functional as F
 
 from datamodules import ToyTranslationDataModule
 from datamodules.toy import TOY_PAIRS
-from models import MnistNet, MnistNetConfig
+from models import MnistNet, MnistNetConfig, MnistNetSettings, Seq2SeqSettings
 from models.attention import MultiHeadAttention
 from models.decoding import beam_search, greedy_decode
 from models.layers import FeedForward
@@ -137,20 +139,16 @@ def test_translation_checkpoint_round_trip(tmp_path, options):
     dm = ToyTranslationDataModule(repeats=1)
     model = Seq2SeqTransformer(
         tokenizers=dm.tokenizers,
-        d_model=32,
-        nhead=4,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        dim_feedforward=48,
+        net=Seq2SeqSettings(d_model=32, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=48, **options),
         warmup_steps=1,
-        **options,
     )
     trainer = quiet_trainer(tmp_path, max_steps=2, limit_val_batches=0)
     trainer.fit(model, dm)
     trainer.save_checkpoint(tmp_path / "model.ckpt")
     assert torch.load(tmp_path / "model.ckpt", weights_only=True)  # plain data, no pickled objects
     again = Seq2SeqTransformer.load_from_checkpoint(tmp_path / "model.ckpt")
-    assert {k: again.hparams[k] for k in options} == options
+    assert {k: again.hparams.net[k] for k in options} == options
+    assert again.net.config == model.net.config
     model.eval()
     sentences = [s for s, _ in TOY_PAIRS]
     for key, value in model.state_dict().items():
@@ -181,7 +179,9 @@ def test_translation_checkpoint_round_trip(tmp_path, options):
 )
 @pytest.mark.parametrize("head", ["decoder", "mean", "cls"])
 def test_mnist_variants_round_trip_and_ignore_the_batch(tmp_path, options, head):
-    model = MnistSequenceClassifier(d_model=32, nhead=4, num_encoder_layers=1, dim_feedforward=48, head=head, **options)
+    model = MnistSequenceClassifier(
+        net=MnistNetSettings(d_model=32, nhead=4, num_encoder_layers=1, dim_feedforward=48, head=head, **options)
+    )
     with torch.no_grad():
         model(torch.randn(8, 1, 28, 28))  # in training mode: a stem's BatchNorms move their running statistics
     model.eval()
@@ -329,7 +329,9 @@ def test_source_token_dropout_drops_whole_tokens_and_keeps_their_positions(posit
 def test_every_variant_learns_the_toy_set(tmp_path, options):
     L.seed_everything(0)
     dm = ToyTranslationDataModule()
-    model = Seq2SeqTransformer(tokenizers=dm.tokenizers, attention_maps=0, **TOY_MODEL, **options)
+    model = Seq2SeqTransformer(
+        tokenizers=dm.tokenizers, attention_maps=0, **{**TOY_MODEL, "net": replace(TOY_MODEL["net"], **options)}
+    )
     quiet_trainer(tmp_path, max_epochs=25).fit(model, dm)
     sources = [s for s, _ in TOY_PAIRS]
     assert model.translate(sources) == [t for _, t in TOY_PAIRS]

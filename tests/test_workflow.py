@@ -181,7 +181,7 @@ def test_two_runs_in_one_root_keep_their_own_records(tmp_path):
     # folder beside its checkpoints (Lightning's log_dir is the root that both runs share).
     short = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--model.init_args.attention_maps", "1"]
     first = fit(tmp_path, *short)
-    second = fit(tmp_path, *short, "--model.init_args.d_model", "32")
+    second = fit(tmp_path, *short, "--model.init_args.net.d_model", "32")
     assert first.returncode == 0 and second.returncode == 0, (first.stderr + second.stderr)[-3000:]
     summaries = sorted(tmp_path.rglob("summary.json"))
     assert len(summaries) == 2, summaries
@@ -203,12 +203,12 @@ def test_a_second_run_in_one_root_overwrites_nothing_of_the_first_whatever_the_l
     short = ["--trainer.logger", logger, "--trainer.max_steps", "3", "--test", "false"]
     if logger == "AutoWandbLogger":
         short = short[2:]  # the default
-    first = fit(tmp_path, *short, "--model.init_args.d_model", "64")
+    first = fit(tmp_path, *short, "--model.init_args.net.d_model", "64")
     assert first.returncode == 0, first.stderr[-3000:]
     # Not wandb's own links to its latest run (wandb/latest-run, wandb/debug.log), which move on to the second.
     files = [p for p in tmp_path.rglob("*") if p.is_file() and "latest-run" not in p.parts and not p.is_symlink()]
     before = {p: p.read_bytes() for p in files}
-    second = fit(tmp_path, *short, "--model.init_args.d_model", "32")
+    second = fit(tmp_path, *short, "--model.init_args.net.d_model", "32")
     assert second.returncode == 0, second.stderr[-3000:]
     assert {p: p.read_bytes() for p in before} == before  # every file of the first run, byte for byte
     folders = sorted((json.loads(p.read_text())["last_checkpoint"], p.parent) for p in tmp_path.rglob("summary.json"))
@@ -216,7 +216,7 @@ def test_a_second_run_in_one_root_overwrites_nothing_of_the_first_whatever_the_l
     newest = max(folders, key=lambda f: Path(f[0]).stat().st_mtime)
     assert "d_model: 32" in (newest[1] / "config.yaml").read_text()
     assert Path(newest[0]).parent == newest[1] / "checkpoints"
-    resumed = fit(tmp_path, *short, "--trainer.max_steps", "4", "--model.init_args.d_model", "32", "--ckpt_path", "last")
+    resumed = fit(tmp_path, *short, "--trainer.max_steps", "4", "--model.init_args.net.d_model", "32", "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Resuming the run in {newest[1]} from {newest[0]}" in resumed.stdout + resumed.stderr
 

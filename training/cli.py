@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import inspect
 import json
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -71,6 +74,26 @@ def _check_pad_to_multiple(parser, config) -> None:
         )
 
 
+def moved_setting(message: str) -> str | None:
+    """For a network setting in the spelling from before the task modules took their network's settings as `net`
+    (`--model.init_args.d_model 256`, or `d_model:` right under a recipe's `model.init_args`), which jsonargparse
+    refuses as an option the module does not accept: one line naming the new spelling. None for other errors."""
+    found = re.search(r"class_path '([\w.]+)':\s+(?:Option '(\w+)' is not accepted|unrecognized arguments: --(\w+)\b)", message)
+    if not found:
+        return None
+    module, _, name = found[1].rpartition(".")
+    task = getattr(sys.modules.get(module), name, None)
+    net = inspect.signature(task).parameters.get("net") if isinstance(task, type) else None
+    setting = found[2] or found[3]
+    settings = dataclasses.fields(net.default) if net is not None and dataclasses.is_dataclass(net.default) else ()
+    if setting not in {f.name for f in settings}:
+        return None
+    return (
+        f"--model.init_args.{setting}: the network's settings are under net now: pass --model.init_args.net.{setting} "
+        f"(in a YAML file, {setting}: under model: init_args: net:)"
+    )
+
+
 class TransformerCLI(LightningCLI):
     """Every recipe gets, without a line of YAML: W&B logging that goes offline by itself
     (`--trainer.logger CSVLogger` / `TensorBoardLogger` switch it), best and last checkpoints
@@ -111,6 +134,15 @@ class TransformerCLI(LightningCLI):
         parser = super().init_parser(**kwargs)
         # A usage error is the error line and a tip to run --help, not 150 lines of usage first.
         parser.print_usage = lambda file=None: None
+        error = parser.error
+
+        def error_or_moved_setting(message, *args, **kwargs):
+            if moved := moved_setting(str(message)):
+                print(f"error: {moved}", file=sys.stderr)
+                raise SystemExit(2)
+            return error(message, *args, **kwargs)
+
+        parser.error = error_or_moved_setting
         return parser
 
     def add_arguments_to_parser(self, parser) -> None:

@@ -7,6 +7,7 @@ named, with the damaged record, instead of translating garbage.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import zipfile
 from pathlib import Path
@@ -97,7 +98,10 @@ def load_checkpoint(cls: type[M], path: str | Path, map_location: str | torch.de
     # LightningCLI records the class; for other checkpoints, hyperparameters the class does not take
     # give a checkpoint of another task away.
     found = hparams.get("_class_path", "").rsplit(".", 1)[-1]
-    accepted = set(inspect.signature(cls.__init__).parameters) | {"_class_path", "_instantiator"}
+    params = inspect.signature(cls.__init__).parameters
+    accepted = set(params) | {"_class_path", "_instantiator"}
+    if "net" in params and dataclasses.is_dataclass(params["net"].default):  # a checkpoint older than `net`: flat
+        accepted |= {f.name for f in dataclasses.fields(params["net"].default)}
     if (found and found != cls.__name__) or (not found and not set(hparams) <= accepted):
         other = f"a {found} checkpoint" if found else "a checkpoint of another model"
         raise CheckpointError(f"{path} holds {other}, not a {cls.__name__} one")
