@@ -25,9 +25,9 @@ if __name__ == "__main__":
     signals.install()  # from here on SIGTERM and SIGINT raise signals.Stopped: one line and 143 or 130 (exit_on_stop)
 
 with signals.exit_on_stop():
-    from training.checkpointing import TrainingDivergedError
+    from common.errors import TrainingDivergedError
+    from common.exits import EXIT_NOTHING_TO_DO, USER_ERRORS, exit_on_user_error
     from training.cli import DEFAULT_CONFIG, NothingToTrain, TransformerCLI, run_fit
-    from training.faults import EXIT_NOTHING_TO_DO, USER_ERRORS, exit_on_user_error
 
 
 @exit_on_user_error

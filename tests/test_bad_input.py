@@ -17,13 +17,13 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from common.checkpoints import load_checkpoint
+from common.errors import CheckpointError
 from datamodules import UNK, ToyTranslationDataModule
 from tasks import Seq2SeqTransformer
 from tests.helpers import FIT, ROOT, TOY_MODEL, quiet_trainer, run
 from tests.test_mnist import fake_mnist
 from training.cli import check_resume_checkpoint
-from training.errors import CheckpointError
-from training.loading import load_checkpoint
 
 SCRIPTS = ROOT / "scripts"
 

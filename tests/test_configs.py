@@ -9,9 +9,9 @@ import inspect
 import pytest
 import yaml
 
+from common.errors import HyperparameterError
 from datamodules import ToyTranslationDataModule
 from models import MnistNet, MnistNetConfig, Seq2SeqConfig, Seq2SeqNet, TransformerConfig
-from models.errors import HyperparameterError
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
 from tests.helpers import FIT, ROOT, run
 

@@ -23,6 +23,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from common.checkpoints import load_checkpoint
 from datamodules.batching import collate_pairs, encode_source, encode_target, frame_source
 from datamodules.tokenizers import train_tokenizer
 from datamodules.toy import TOY_PAIRS
@@ -33,7 +34,6 @@ from models.seq2seq import Seq2SeqNet
 from tasks import Seq2SeqTransformer
 from tests.helpers import ENV, HANG_TIMEOUT, ROOT, SHARED_DATA, TOY_MODEL, quiet_trainer, save_checkpoint, script
 from tests.test_decoding_scripts import _script, run_script
-from training.loading import load_checkpoint
 
 transformers = pytest.importorskip("transformers", reason="pip install -e '.[bench]'")
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from common.errors import HyperparameterError
 from datamodules import ToyTranslationDataModule
 from datamodules.batching import bucket_batch
-from models.errors import HyperparameterError
 from tasks import Seq2SeqTransformer
 from tasks.fast_paths import compiled_graphs
 from tasks.schedules import adamw_with_warmup

@@ -15,13 +15,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from common.checkpoints import load_checkpoint
 from datamodules.mnist import MEAN, STD
 from inference import DecodingOptions, Translator
 from models.config import MnistNetConfig, Seq2SeqConfig
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
 from tests.helpers import ROOT, script
 from tests.test_mnist import fake_mnist
-from training.loading import load_checkpoint
 
 FIXTURES = ROOT / "tests" / "fixtures"
 SEQ2SEQ, MNIST = FIXTURES / "seq2seq-7ae343f.ckpt", FIXTURES / "mnist-7ae343f.ckpt"

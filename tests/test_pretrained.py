@@ -20,11 +20,11 @@ import pytest
 import sentencepiece as spm
 import torch
 
+from common.checkpoints import load_checkpoint, read_checkpoint
 from datamodules.batching import frame_source
 from models.decoding import beam_search, greedy_decode
 from tasks import Seq2SeqTransformer
 from tests.helpers import ENV, ROOT, SHARED_DATA, fit, script
-from training.loading import load_checkpoint, read_checkpoint
 
 transformers = pytest.importorskip("transformers", reason="pip install -e '.[bench]'")
 

@@ -31,8 +31,10 @@ from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
 
+from common.errors import TrainingDivergedError
+
 from .checkpoint_io import check_writable
-from .checkpointing import StoppedMidEpoch, TrainingDivergedError
+from .checkpointing import StoppedMidEpoch
 from .lightning_internals import hand_over_loader_states
 from .loggers import run_folder
 

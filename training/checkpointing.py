@@ -29,18 +29,14 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from models.files import remove_stale_temporaries, temporary_name
+from common.checkpoints import read_checkpoint
+from common.errors import CheckpointError, TrainingDivergedError
+from common.files import remove_stale_temporaries, temporary_name
 
 from .checkpoint_io import check_writable
-from .errors import CheckpointError
 from .lightning_internals import logged_in_running_loop, validation_or_epoch_end_follows
-from .loading import read_checkpoint
 
 LAST = "last"  # last.ckpt
-
-
-class TrainingDivergedError(RuntimeError):
-    """The training loss became NaN or infinite; the message names the step and epoch."""
 
 
 class BestCheckpoint(ModelCheckpoint):

@@ -16,9 +16,10 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from common.checkpoints import read_checkpoint
+from common.errors import CheckpointError, HyperparameterError
+from common.files import remove_stale_temporaries
 from datamodules.progress import is_terminal
-from models.errors import HyperparameterError
-from models.files import remove_stale_temporaries
 
 from . import signals
 from .callbacks import (
@@ -33,9 +34,7 @@ from .callbacks import (
 )
 from .checkpoint_io import AtomicCheckpointIO
 from .checkpointing import BestCheckpoint, StoppedMidEpoch, checkpoint_callbacks, last_checkpoint, last_path
-from .errors import CheckpointError
 from .lightning_internals import checkpoint_io_chosen
-from .loading import read_checkpoint
 from .loggers import (
     AutoWandbLogger,
     WandbRunId,
@@ -245,7 +244,7 @@ def _default_logger_dir(args: list[str]) -> list[str]:
 
 class NothingToTrain(Exception):
     """A resumed run whose checkpoint already reached `--trainer.max_steps`, `max_epochs` or `max_time`:
-    scripts/fit.py says so in one line and exits with `faults.EXIT_NOTHING_TO_DO`, before any folder is made."""
+    scripts/fit.py says so in one line and exits with `common.exits.EXIT_NOTHING_TO_DO`, before any folder is made."""
 
 
 def run_fit(cli: TransformerCLI, resume: Callable[[dict[str, str]], str] = lambda settings: "") -> None:

@@ -132,7 +132,7 @@ def _quiet_settings():
     try:
         import wandb
     except ImportError:  # an optional package: a cluster's image, say, has none
-        from models.errors import InputError
+        from common.errors import InputError
 
         raise InputError("the W&B logger needs wandb: pip install wandb, or pass --trainer.logger CSVLogger") from None
 
