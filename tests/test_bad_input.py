@@ -23,7 +23,7 @@ from datamodules import UNK, ToyTranslationDataModule
 from tasks import Seq2SeqTransformer
 from tests.helpers import FIT, ROOT, TOY_MODEL, quiet_trainer, run
 from tests.test_mnist import fake_mnist
-from training.cli import check_resume_checkpoint
+from training.resume import check_resume_checkpoint
 
 SCRIPTS = ROOT / "scripts"
 
