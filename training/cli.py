@@ -34,7 +34,7 @@ from .lightning_internals import checkpoint_io_chosen
 from .loggers import AutoWandbLogger, WandbRunId, default_logger_dir
 from .precision import check_accelerator, machine_precision, precision_line
 from .progress import EpochBar, ProgressLog
-from .records import StepTimer, claim_run_folder, write_summary
+from .records import StepTimer, best_checkpoint, claim_run_folder, write_summary
 from .resume import prepare_resume
 from .signals import Stopped
 from .stopping import StopAtStep, report_time_limit
@@ -219,8 +219,7 @@ def run_fit(cli: TransformerCLI, resume: Callable[[dict[str, str]], str] = lambd
     tested = None
     if cli.config.test and _has_split(datamodule, "test_dataloader"):
         # By its path: "best" makes Lightning warn that the last.ckpt callbacks are ModelCheckpoints too.
-        best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-        trainer.test(model, datamodule=datamodule, ckpt_path=best or None)
+        trainer.test(model, datamodule=datamodule, ckpt_path=best_checkpoint(trainer) or None)
         tested = evaluated_label(trainer)
     write_summary(trainer, model, datamodule, fit_seconds, tested)
 

@@ -87,13 +87,18 @@ class StepTimer(Callback):
         return 1000 * statistics.median(steps) if steps else None
 
 
+def best_checkpoint(trainer: L.Trainer) -> str:
+    """The best checkpoint's path, "" before one is written (or with no checkpoint callback)."""
+    return trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+
+
 def write_summary(trainer: L.Trainer, model: L.LightningModule, datamodule, fit_seconds: float, tested: str | None) -> None:
     """Print the summary and write it as `summary.json` in the run's folder (rank zero only)."""
     if not trainer.is_global_zero:
         return
-    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     folder = run_folder(trainer)
-    summary = summarize(trainer, model, datamodule, best, str(folder) if trainer.loggers else None, fit_seconds, tested)
+    log_dir = str(folder) if trainer.loggers else None
+    summary = summarize(trainer, model, datamodule, best_checkpoint(trainer), log_dir, fit_seconds, tested)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
 
