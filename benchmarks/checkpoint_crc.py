@@ -1,4 +1,4 @@
-"""What verifying a checkpoint's CRC-32s costs on load (`training.loading.verify_checkpoint`), beside
+"""What verifying a checkpoint's CRC-32s costs on load (`training.checkpoints.verify_checkpoint`), beside
 torch.load itself, on a checkpoint of about the size of Transformer-base's (168 MB of float32).
 
     python benchmarks/checkpoint_crc.py [--mib 160] [--path /tmp/crc_check.ckpt]
@@ -14,13 +14,13 @@ import time
 import _common  # noqa: F401  (puts the repository's root on the path)
 import torch
 
-from training import loading
+from common import checkpoints
 
 
 def median_seconds(fn, repeats: int = 5) -> float:
     times = []
     for _ in range(repeats):
-        loading._VERIFIED.clear()  # verify_checkpoint remembers the files it checked
+        checkpoints._VERIFIED.clear()  # verify_checkpoint remembers the files it checked
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
@@ -38,7 +38,9 @@ def main() -> None:
         f.read()  # warm the page cache: what a checkpoint just written or loaded twice has
     print(f"checkpoint: {os.path.getsize(args.path) / 1e6:.0f} MB, warm page cache, median of 5")
     print("| what | seconds |\n|---|---|")
-    print(f"| verify_checkpoint (every record's CRC-32) | {median_seconds(lambda: loading.verify_checkpoint(args.path)):.3f} |")
+    print(
+        f"| verify_checkpoint (every record's CRC-32) | {median_seconds(lambda: checkpoints.verify_checkpoint(args.path)):.3f} |"
+    )
     print(f"| torch.load, whole file | {median_seconds(lambda: torch.load(args.path, weights_only=True)):.3f} |")
     print(f"| torch.load, mmap | {median_seconds(lambda: torch.load(args.path, weights_only=True, mmap=True)):.3f} |")
     os.remove(args.path)

@@ -21,10 +21,10 @@ import time
 
 from _common import ROOT  # noqa: F401  (puts the project on the path)
 
+from common.checkpoints import load_checkpoint
 from datamodules.corpus_readers import read_aligned
 from tasks import Seq2SeqTransformer
 from tasks.metrics import corpus_scores
-from training.loading import load_checkpoint
 
 
 def labelled(spec: str) -> tuple[str, str]:

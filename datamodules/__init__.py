@@ -1,10 +1,9 @@
 """LightningDataModules and the text utilities they share."""
 
-from models.errors import HyperparameterError
+from common.errors import CorpusFormatError, DataFormatError, DataNotFoundError, HyperparameterError
 
 from .batching import Seq2SeqBatch, collate_pairs
 from .corpus import ParallelCorpusDataModule
-from .errors import CorpusFormatError, DataFormatError, DataNotFoundError
 from .mnist import MNISTDataModule
 from .samplers import TokenBudgetBatchSampler
 from .tokenizers import SubwordTokenizer, tokenizer_from_dict, train_tokenizer

@@ -19,9 +19,8 @@ import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from models.files import fsync, remove_stale_temporaries, temporary_name
-
-from .errors import DataCacheError
+from common.errors import DataCacheError
+from common.files import fsync, remove_stale_temporaries, temporary_name
 
 FORMAT_VERSION = 1  # bump when the layout of a prepared folder changes
 META = "meta.json"

@@ -17,11 +17,10 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
+from common.errors import DataFormatError, DataNotFoundError, HyperparameterError
 from models.checks import at_least, check_hparams, fraction, no_more_than, one_of
-from models.errors import HyperparameterError
 
 from .corpus_readers import Pair
-from .errors import DataFormatError, DataNotFoundError
 from .indexed import IndexedIds, TokenPairs, collated
 from .preparation import PreparedCorpus
 from .resumable import ResumableDataLoader, shard_of

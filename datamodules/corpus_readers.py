@@ -17,9 +17,8 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from models.files import new_folders_removed_if_empty
-
-from .errors import CorpusFormatError
+from common.errors import CorpusFormatError
+from common.files import new_folders_removed_if_empty
 
 Pair = tuple[str, str]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import CorpusFormatError, DataNotFoundError
+from common.errors import CorpusFormatError, DataNotFoundError
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".arrow": "arrow"}
 BATCH = 10_000  # examples read from Arrow at a time

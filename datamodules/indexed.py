@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.files import fsync
+from common.errors import DataCacheError
+from common.files import fsync
 
 from .batching import Seq2SeqBatch, bucket_batch
-from .errors import DataCacheError
 from .vocab import PAD
 
 

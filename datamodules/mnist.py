@@ -28,11 +28,10 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Subset, TensorDataset
 from torchvision import datasets
 
+from common.errors import DataFormatError, DataNotFoundError, HyperparameterError
+from common.files import new_folders_removed_if_empty
 from models.checks import at_least, check_hparams
-from models.errors import HyperparameterError
-from models.files import new_folders_removed_if_empty
 
-from .errors import DataFormatError, DataNotFoundError
 from .resumable import ResumableDataLoader, ShuffleSampler, shard_of
 
 MEAN, STD = 0.1307, 0.3081  # of the 60,000 training images' pixels, scaled to [0, 1]

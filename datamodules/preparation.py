@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 from lightning.pytorch.utilities import rank_zero_info
 
+from common.errors import CorpusFormatError, DataCacheError
+
 from .cache import default_root, digest, open_or_build
 from .corpus_readers import Pair
-from .errors import CorpusFormatError, DataCacheError
 from .indexed import IndexedIdsWriter, ids_dtype
 from .progress import StageBar, is_terminal
 from .sources import SPLITS, CorpusSource, corpus_source

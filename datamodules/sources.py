@@ -14,10 +14,11 @@ import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from common.errors import CorpusFormatError, DataNotFoundError
+
 from . import hf_source
 from .cache import file_fingerprint
 from .corpus_readers import Pair, download, iter_aligned, read_tatoeba, split_pairs
-from .errors import CorpusFormatError, DataNotFoundError
 
 ENGLISH = ("en", "eng")
 SPLITS = ("train", "val", "test")

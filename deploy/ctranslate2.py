@@ -38,15 +38,15 @@ from pathlib import Path
 
 import torch
 
+from common.errors import InputError
+from common.files import atomic_output
 from datamodules.batching import frame_source, map_in_length_batches
 from datamodules.tokenizers import SubwordTokenizer, tokenizer_from_dict
 from datamodules.vocab import PAD, SPECIAL_TOKENS
 from inference.options import CHECKPOINT_DEFAULTS, DecodingOptions
 from models.config import Seq2SeqConfig
 from models.decoding import Hypothesis, length_penalty_factor
-from models.errors import InputError
 from models.positional import SinusoidalPositionalEncoding
-from training.faults import atomic_output
 
 TOKENIZERS_FILE = "tokenizers.json"  # our tokenizers and decoding defaults, beside CTranslate2's model.bin
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
@@ -54,7 +54,7 @@ QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16
 
 class ExportError(InputError):
     """A checkpoint CTranslate2 cannot represent, an output directory that must not be replaced, or
-    no `ctranslate2` package: the scripts print it as one line (training.faults.exit_on_user_error)."""
+    no `ctranslate2` package: the scripts print it as one line (common.exits.exit_on_user_error)."""
 
 
 def _ctranslate2():
@@ -229,7 +229,7 @@ def export_ctranslate2(model, out_dir: str | Path, quantization: str | None = No
     export (it holds CTranslate2's model.bin): never a directory of something else. Missing parent
     folders are created, as `mkdir -p` would. The export is
     written into a temporary sibling folder and renamed onto `out_dir` once complete
-    (`training.faults.atomic_output`): a full disk or an unwritable place leaves no half-written
+    (`common.files.atomic_output`): a full disk or an unwritable place leaves no half-written
     folder, and an earlier export in its place, and is an `OutputError` naming `out_dir`."""
     out_dir = Path(out_dir)
     if quantization is not None and quantization not in QUANTIZATIONS:

@@ -4,9 +4,9 @@ Both translate with `translate`, `translate_many` and `score`, and take the same
 
 from __future__ import annotations
 
+from common.errors import InputError
 from inference.options import DecodingOptions, add_decoding_arguments, options_from_args
 from inference.translator import Translator, check_same_vocabularies
-from models.errors import InputError
 
 # The decoding options every script that translates takes as flags (inference.options), the search's first.
 SEARCH = ("beam_size", "length_penalty", "max_len")

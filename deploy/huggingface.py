@@ -44,14 +44,14 @@ from pathlib import Path
 
 import torch
 
+from common.errors import InputError
+from common.files import atomic_output
 from datamodules.sentencepiece import SentencePieceVocab
 from datamodules.tokenizers import SubwordTokenizer
 from datamodules.vocab import SPECIAL_TOKENS, Vocab
 from models.config import Seq2SeqConfig
-from models.errors import InputError
 from models.marian import ACTIVATIONS_TO_MARIAN, config_to_marian, state_dict_to_marian
 from models.seq2seq import Seq2SeqNet
-from training.faults import atomic_output
 
 MARIAN_LAYER_NORM_EPS = 1e-5  # torch's LayerNorm default, which Marian's layers use
 # What marks an earlier export (a folder that --force may replace).
@@ -447,7 +447,7 @@ def export_huggingface(
 
     An existing `out_dir` is replaced only with `force`, and only if it is empty or an earlier export (it holds
     config.json and generation_config.json). The folder is written beside `out_dir` and renamed onto it once
-    complete (`training.faults.atomic_output`): a full disk leaves nothing half-written and is an `OutputError`.
+    complete (`common.files.atomic_output`): a full disk leaves nothing half-written and is an `OutputError`.
     `ckpt` (the checkpoint's path), `meta` (`checkpoint_meta`) and `command` (the one that exported) feed the card."""
     out_dir = Path(out_dir)
     check_exportable(model.net.config)

@@ -1,6 +1,6 @@
 """Inference for the translation networks: the `Translator` (translator.py), its `DecodingOptions` (options.py)
-and the Marian reader (marian.py). Above the training layer (checkpoints are read with training.loading), below
-the tasks, whose validation BLEU goes through a Translator."""
+and the Marian reader (marian.py). Below the training layer, whose end-of-run summary translates with a Translator,
+and the tasks, whose validation BLEU goes through one; checkpoints are read with common.checkpoints."""
 
 from .options import DecodingOptions
 from .translator import Translator

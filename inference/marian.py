@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer as HFTokenizer
 
+from common.errors import InputError
 from datamodules.sentencepiece import SentencePieceVocab
 from datamodules.tokenizers import SubwordTokenizer
-from models.errors import InputError
 from models.marian import MarianFormatError, options_from_config
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from common.errors import InputError
 from models.checks import Check, Relation, at_least, boolean, check_hparams, finite_at_least, integer, one_of
 from models.decoding import SEARCH_CHECKS, nbest_fits_the_beam
-from models.errors import InputError
 from models.static_cache import MODES
 
 # The options a checkpoint (the task's hyperparameters) and an export carry: the model's own decoding defaults.

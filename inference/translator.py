@@ -22,16 +22,15 @@ from pathlib import Path
 
 import torch
 
+from common.checkpoints import read_checkpoint, weights_of
+from common.errors import CheckpointError, InputError
 from datamodules.batching import frame_source, map_in_length_batches, pad_sequences
 from datamodules.tokenizers import tokenizer_from_dict
 from models import Seq2SeqNet
 from models.config import Seq2SeqConfig, Seq2SeqSettings, nested_hparams
 from models.decoding import Constraints, Hypothesis, align, beam_search, beam_search_nbest, greedy_decode, sample, score_targets
-from models.errors import InputError
 from models.marian import state_dict_from_marian
 from models.static_cache import StaticDecoder
-from training.errors import CheckpointError
-from training.loading import read_checkpoint, weights_of
 
 from .marian import marian_folder, read_marian
 from .options import DecodingOptions

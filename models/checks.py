@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Mapping
 from numbers import Real
 from typing import Any
 
-from .errors import HyperparameterError
+from common.errors import HyperparameterError
 
 Check = Callable[[Any], "str | None"]  # a value → what is wrong with it, or None
 Relation = Callable[[Mapping[str, Any]], "str | bool | None"]  # all values → what is wrong, or True/None

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from .errors import InputError
+from common.errors import InputError
 
 # Hugging Face's activation names (transformers.activations.ACT2FN) → ours (models.activations.ACTIVATIONS).
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}

@@ -29,7 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 VARIANTS_DIR = ROOT / "configs" / "variants"
 
-from training.faults import OutputError, atomic_output, exit_on_user_error, write_fault, writing_to  # noqa: E402
+from common.errors import OutputError  # noqa: E402
+from common.exits import exit_on_user_error, write_fault, writing_to  # noqa: E402
+from common.files import atomic_output  # noqa: E402
 
 
 def variant_names() -> list[str]:

@@ -23,10 +23,11 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` 
 
 import torch  # noqa: E402
 
+from common.checkpoints import add_weights_argument, read_checkpoint  # noqa: E402
+from common.errors import CheckpointError  # noqa: E402
+from common.exits import exit_on_user_error  # noqa: E402
+from common.files import atomic_output  # noqa: E402
 from training.averaging import average_checkpoints, last_checkpoints  # noqa: E402
-from training.errors import CheckpointError  # noqa: E402
-from training.faults import atomic_output, exit_on_user_error  # noqa: E402
-from training.loading import add_weights_argument, read_checkpoint  # noqa: E402
 
 
 @exit_on_user_error

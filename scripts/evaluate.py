@@ -28,8 +28,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
+from common.checkpoints import add_weights_argument, read_checkpoint, weights_label  # noqa: E402
+from common.errors import DataNotFoundError, InputError  # noqa: E402
+from common.exits import exit_on_user_error, writing_to  # noqa: E402
+from common.files import atomic_output  # noqa: E402
 from datamodules.corpus_readers import read_aligned  # noqa: E402
-from datamodules.errors import DataNotFoundError  # noqa: E402
 from datamodules.progress import StageBar  # noqa: E402
 from deploy.engines import (  # noqa: E402
     add_engine_arguments,
@@ -39,9 +42,6 @@ from deploy.engines import (  # noqa: E402
     load_ensemble,
     load_translator,
 )
-from models.errors import InputError  # noqa: E402
-from training.faults import atomic_output, exit_on_user_error, writing_to  # noqa: E402
-from training.loading import add_weights_argument, read_checkpoint, weights_label  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

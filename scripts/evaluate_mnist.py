@@ -23,9 +23,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
+from common.checkpoints import add_weights_argument, load_checkpoint, load_training_weights, read_checkpoint, weights_label  # noqa: E402
+from common.exits import exit_on_user_error  # noqa: E402
 from datamodules.progress import StageBar  # noqa: E402
-from training.faults import exit_on_user_error  # noqa: E402
-from training.loading import add_weights_argument, load_checkpoint, load_training_weights, read_checkpoint, weights_label  # noqa: E402
 
 BATCH_SIZE = 500
 PRECISIONS = ("32", "bf16-mixed")

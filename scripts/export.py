@@ -31,10 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
+from common.checkpoints import add_weights_argument, load_checkpoint, load_training_weights, read_checkpoint  # noqa: E402
+from common.exits import exit_on_user_error  # noqa: E402
 from deploy.ctranslate2 import QUANTIZATIONS, export_ctranslate2  # noqa: E402
 from deploy.huggingface import checkpoint_meta, export_huggingface, push_to_hub  # noqa: E402
-from training.faults import exit_on_user_error  # noqa: E402
-from training.loading import add_weights_argument, load_checkpoint, load_training_weights, read_checkpoint  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

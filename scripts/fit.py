@@ -25,9 +25,11 @@ if __name__ == "__main__":
     signals.install()  # from here on SIGTERM and SIGINT raise signals.Stopped: one line and 143 or 130 (exit_on_stop)
 
 with signals.exit_on_stop():
-    from training.checkpointing import TrainingDivergedError
-    from training.cli import DEFAULT_CONFIG, NothingToTrain, TransformerCLI, run_fit
-    from training.faults import EXIT_NOTHING_TO_DO, USER_ERRORS, exit_on_user_error
+    from common.errors import TrainingDivergedError
+    from common.exits import EXIT_NOTHING_TO_DO, USER_ERRORS, exit_on_user_error
+    from training.checkpointing import checkpoint_step
+    from training.cli import DEFAULT_CONFIG, TransformerCLI, run_fit
+    from training.resume import NothingToTrain, last_checkpoint
 
 
 @exit_on_user_error
@@ -49,7 +51,7 @@ def main(args: list[str] | None = None) -> None:
         args = ["--config", str(DEFAULT_CONFIG)] + args
     resume = functools.partial(signals.resume_command, given, script)
     cli = None
-    with signals.exit_on_stop(resume()):
+    with signals.exit_on_stop(resume(), last_checkpoint):
         try:
             cli = _make_cli(args)
             run_fit(cli, resume)
@@ -83,8 +85,6 @@ def _make_cli(args: list[str]) -> TransformerCLI:
 def _last_kept(cli) -> str:
     """After a NaN loss: which checkpoint is now the last one (`KeepLastUntilFinite` went back to the one
     before the weights whose loss was not finite)."""
-    from training.checkpointing import checkpoint_step, last_checkpoint
-
     path = last_checkpoint(cli.trainer) if cli is not None else None
     if not path:
         return "no checkpoint of this run was kept"

@@ -23,8 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
-from training.errors import CheckpointError  # noqa: E402
-from training.faults import atomic_torch_save, exit_on_user_error  # noqa: E402
+from common.errors import CheckpointError  # noqa: E402
+from common.exits import exit_on_user_error  # noqa: E402
+from common.files import atomic_torch_save  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -23,9 +23,9 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` 
 import lightning as L  # noqa: E402
 from jsonargparse import ActionConfigFile, ArgumentParser  # noqa: E402
 
+from common.exits import exit_on_user_error  # noqa: E402
 from datamodules.corpus import ParallelCorpusDataModule, check_corpus_settings  # noqa: E402
 from datamodules.preparation import PreparedCorpus  # noqa: E402
-from training.faults import exit_on_user_error  # noqa: E402
 
 # The parts of a recipe that preparing the data does not use; accepted so that a whole recipe file parses.
 OTHER_RECIPE_KEYS = ("seed_everything", "ema_decay", "trainer", "checkpoint", "model", "optimizer", "lr_scheduler", "ckpt_path")

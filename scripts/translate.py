@@ -46,8 +46,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
+from common.errors import DataNotFoundError, InputError  # noqa: E402
+from common.exits import exit_on_user_error, writing_to  # noqa: E402
 from datamodules.corpus_readers import LineDecodeError, decode_lines, iter_lines  # noqa: E402
-from datamodules.errors import DataNotFoundError  # noqa: E402
 from deploy.engines import (  # noqa: E402
     add_engine_arguments,
     add_search_arguments,
@@ -57,10 +58,8 @@ from deploy.engines import (  # noqa: E402
     load_translator,
 )
 from inference.options import DecodingOptions  # noqa: E402
-from models.errors import InputError  # noqa: E402
 
 OPTIONS = ("nbest", "alignment_layer", "static_cache")  # this script's decoding options beyond evaluate.py's
-from training.faults import exit_on_user_error, writing_to  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

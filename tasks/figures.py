@@ -11,7 +11,7 @@ from pathlib import Path
 
 import matplotlib
 
-from training.loggers import run_folder
+from training.records import run_folder
 
 matplotlib.use("Agg")  # headless: no display on training machines
 import matplotlib.pyplot as plt  # noqa: E402
@@ -44,7 +44,7 @@ SUBWORD_MARK = "\u2581"  # "▁", the word-start marker of SentencePiece / Metas
 
 
 def figure_dir(module) -> Path:
-    """The run's folder (`training.loggers.run_folder`: its logger's version or W&B run), else "."."""
+    """The run's folder (`training.records.run_folder`: its logger's version or W&B run), else "."."""
     trainer = getattr(module, "_trainer", None)
     return Path(".") if trainer is None else run_folder(trainer)
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from common.checkpoints import read_checkpoint
 from models.config import TransformerConfig, nested_hparams
-from training.loading import read_checkpoint
 
 
 def load_with_settings(load: Callable[..., Any], path, settings: type[TransformerConfig], *args, **kwargs):

@@ -8,7 +8,7 @@ from typing import Literal
 
 import torch
 
-from models.errors import HyperparameterError
+from common.errors import HyperparameterError
 
 Schedule = Literal["inverse_sqrt", "cosine", "constant"]
 

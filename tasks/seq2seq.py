@@ -11,6 +11,8 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 from torchmetrics.classification import MulticlassAccuracy
 
+from common.checkpoints import read_checkpoint
+from common.errors import CheckpointError, HyperparameterError
 from datamodules.batching import Seq2SeqBatch
 from datamodules.tokenizers import same_vocabulary, tokenizer_from_dict
 from inference.marian import marian_folder, read_marian
@@ -19,11 +21,8 @@ from inference.translator import Translator
 from models import Seq2SeqNet
 from models.checks import OPTIMISER, at_least, check_hparams, fraction, one_of
 from models.config import Seq2SeqConfig, Seq2SeqSettings
-from models.errors import HyperparameterError
 from models.marian import state_dict_from_marian
 from training.callbacks import evaluated_label
-from training.errors import CheckpointError
-from training.loading import read_checkpoint
 from training.loggers import log_text
 
 from .fast_paths import compile_net, mark_bucketed

@@ -18,11 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from common.errors import CorpusFormatError, DataFormatError, HyperparameterError
 from datamodules import MNISTDataModule, ParallelCorpusDataModule, ToyTranslationDataModule
 from datamodules.corpus_readers import read_aligned, read_tatoeba
-from datamodules.errors import CorpusFormatError, DataFormatError
 from models.config import MnistNetSettings, Seq2SeqSettings
-from models.errors import HyperparameterError
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
 from tests.helpers import fake_mnist
 

@@ -15,12 +15,12 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from common.checkpoints import load_checkpoint
+from common.errors import CheckpointError
 from datamodules import UNK, ToyTranslationDataModule
 from tasks import Seq2SeqTransformer
 from tests.helpers import FIT, ROOT, TOY_MODEL, assert_one_line_error, fake_mnist, run
-from training.cli import check_resume_checkpoint
-from training.errors import CheckpointError
-from training.loading import load_checkpoint
+from training.resume import check_resume_checkpoint
 
 SCRIPTS = ROOT / "scripts"
 

@@ -13,11 +13,11 @@ import pytest
 import torch
 import yaml
 
+from common.errors import HyperparameterError
 from datamodules import ParallelCorpusDataModule, ToyTranslationDataModule
 from models import MnistNet, MnistNetConfig, MnistNetSettings, Seq2SeqConfig, Seq2SeqNet, Seq2SeqSettings, TransformerConfig
 from models.activations import ACTIVATIONS
 from models.config import nested_hparams
-from models.errors import HyperparameterError
 from models.positional import POSITIONALS
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
 from tests.helpers import FIT, ROOT, run

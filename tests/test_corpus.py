@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from common.errors import CorpusFormatError, DataNotFoundError
 from datamodules.batching import Seq2SeqBatch
 from datamodules.corpus import ParallelCorpusDataModule
 from datamodules.corpus_readers import read_aligned, read_tatoeba, split_pairs
-from datamodules.errors import CorpusFormatError, DataNotFoundError
 from datamodules.samplers import TokenBudgetBatchSampler, padding_waste
 from datamodules.tokenizers import SubwordTokenizer, tokenizer_from_dict, train_tokenizer
 from datamodules.vocab import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Vocab

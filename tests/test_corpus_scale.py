@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import datamodules.preparation as preparation
+from common.errors import CorpusFormatError, DataCacheError, DataNotFoundError
 from datamodules.corpus import ParallelCorpusDataModule
-from datamodules.errors import CorpusFormatError, DataCacheError, DataNotFoundError
 from datamodules.samplers import TokenBudgetBatchSampler, pack_sorted, padding_waste
 from datamodules.sources import AlignedFiles
 from tests.helpers import ENV, HANG_TIMEOUT, ROOT, fit, script
@@ -411,9 +411,9 @@ def test_wmt14_recipe_runs_a_few_steps_on_a_local_slice(tmp_path) -> None:
     summary = json.loads(next((tmp_path / "run").rglob("summary.json")).read_text())
     assert summary["steps"] == 4 and summary["parameters"] > 40_000_000
     # Oracle: the best checkpoint's own beam-4 translations of the test split, scored by SacreBLEU.
+    from common.checkpoints import load_checkpoint
     from tasks import Seq2SeqTransformer
     from tasks.metrics import corpus_scores
-    from training.loading import load_checkpoint
 
     model = load_checkpoint(Seq2SeqTransformer, summary["best_checkpoint"])
     assert (model.hparams.eval_beam_size, model.hparams.length_penalty) == (4, 0.6)

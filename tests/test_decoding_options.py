@@ -10,9 +10,9 @@ import io
 import pytest
 import torch
 
+from common.errors import InputError
 from deploy.engines import SEARCH, TOOLS, add_search_arguments, decoding_options
 from inference.options import CHECKPOINT_DEFAULTS, DecodingOptions, add_decoding_arguments, flag_of
-from models.errors import InputError
 
 # The flags of translate.py and evaluate.py before the options were one object: their names must not change.
 FLAGS = {

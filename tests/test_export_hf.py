@@ -23,6 +23,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from common.checkpoints import load_checkpoint
 from datamodules.batching import collate_pairs, encode_source, encode_target, frame_source
 from datamodules.tokenizers import train_tokenizer
 from datamodules.toy import TOY_PAIRS
@@ -52,7 +53,6 @@ from tests.helpers import (
     snapshot,
     train_spm,
 )
-from training.loading import load_checkpoint
 
 transformers = pytest.importorskip("transformers", reason="pip install -e '.[bench]'")
 

@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 import torch
 
+from common.errors import HyperparameterError
 from datamodules import ToyTranslationDataModule
 from datamodules.batching import bucket_batch
-from models.errors import HyperparameterError
 from tasks import Seq2SeqTransformer
 from tasks.fast_paths import compiled_graphs
 from tasks.schedules import adamw_with_warmup

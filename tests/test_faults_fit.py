@@ -647,7 +647,7 @@ def test_temporaries_of_dead_processes_are_removed_when_a_run_starts_there(tmp_p
 
 
 def test_remove_stale_temporaries_in_the_folder_of_a_resumed_checkpoint(tmp_path):
-    from models.files import remove_stale_temporaries
+    from common.files import remove_stale_temporaries
 
     dead = subprocess.Popen(["true"])
     dead.wait()

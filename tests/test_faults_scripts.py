@@ -27,10 +27,11 @@ from pathlib import Path
 
 import pytest
 
+from common.checkpoints import read_checkpoint
+from common.errors import CheckpointError, OutputError
+from common.exits import fault_message
+from common.files import atomic_output, atomic_write_text
 from tests.helpers import ENV, HANG_TIMEOUT, IN_TMPFS, ROOT, assert_one_line_error, can_mount, snapshot, succeeds
-from training.errors import CheckpointError
-from training.faults import OutputError, atomic_output, atomic_write_text, fault_message
-from training.loading import read_checkpoint
 
 FILE_LIMIT = 512  # bytes: RLIMIT_FSIZE of the "file-size limit" case, below every output tried here
 SOURCE_LINES = 600  # evaluate's source: at least one byte of hypotheses a line, more than FILE_LIMIT
@@ -298,9 +299,9 @@ def test_an_unreadable_checkpoint_is_one_line(ckpts, tmp_path):  # noqa: F811
 
 def test_a_damaged_export_is_one_line(ckpts, tmp_path):  # noqa: F811
     pytest.importorskip("ctranslate2", reason="pip install -e '.[deploy]'")
+    from common.checkpoints import load_checkpoint
     from deploy.ctranslate2 import export_ctranslate2
     from tasks import Seq2SeqTransformer
-    from training.loading import load_checkpoint
 
     out = export_ctranslate2(load_checkpoint(Seq2SeqTransformer, ckpts["good"]).eval(), tmp_path / "ct2")
     model_bin = out / "model.bin"
@@ -333,7 +334,7 @@ def test_a_stop_that_interrupts_torchs_writer_is_a_stop_not_a_write_failure(tmp_
 
     import torch
 
-    from training import faults
+    from common import files
     from training.signals import Stopped
 
     calls = [0]
@@ -345,11 +346,11 @@ def test_a_stop_that_interrupts_torchs_writer_is_a_stop_not_a_write_failure(tmp_
                 raise Stopped(15)
             return super().write(data)
 
-    monkeypatch.setattr(faults, "open", lambda path, mode: InterruptedFile(path, mode), raising=False)
+    monkeypatch.setattr(files, "open", lambda path, mode: InterruptedFile(path, mode), raising=False)
     path = tmp_path / "last.ckpt"
     path.write_bytes(b"the earlier checkpoint")
     with pytest.raises(Stopped):
-        faults.atomic_torch_save({"w": torch.zeros(1000)}, path)
+        files.atomic_torch_save({"w": torch.zeros(1000)}, path)
     assert path.read_bytes() == b"the earlier checkpoint" and sorted(os.listdir(tmp_path)) == ["last.ckpt"]
 
 

@@ -118,7 +118,7 @@ class SeesLast(Callback):
 
 def test_a_plain_model_checkpoint_keeps_one_last_file_and_runs_after_other_callbacks(tmp_path):
     # checkpointing.last_checkpoints: no monitor, save_top_k=1, no version counter: one file, last.ckpt,
-    # overwritten at each epoch's end and every n steps; KeepLastUntilFinite and StopAtStep: a
+    # overwritten at each epoch's end and every n steps; KeepLastUntilFinite: a
     # ModelCheckpoint runs after every other callback of a hook, whatever the order it was given in.
     same = dict(dirpath=tmp_path, filename="last", monitor=None, save_top_k=1, enable_version_counter=False)
     epochs = ModelCheckpoint(**same, every_n_epochs=1)

@@ -23,13 +23,13 @@ def test_ruff(command):
 
 
 # The layers, lowest first: a package imports only from layers below it; nothing imports the scripts.
-LAYERS = {"models": 0, "datamodules": 1, "training": 2, "inference": 3, "tasks": 4, "deploy": 5, "scripts": 6}
+LAYERS = {"common": -1, "models": 0, "datamodules": 1, "inference": 2, "training": 3, "tasks": 4, "deploy": 5, "scripts": 6}
 
 
 def test_imports_form_a_tree_of_layers():
-    """scripts → deploy → tasks → inference → training → datamodules → models, lazy imports included: no import circle,
-    each layer's errors in its own errors.py (the model's in models/, the data files' in datamodules/, the
-    checkpoints' in training/), and argument checks (models/checks.py) importable from every layer."""
+    """scripts → deploy → tasks → training → inference → datamodules → models → common, lazy imports included: no
+    import circle, every error, exit status and atomic write in common/ (which imports no package of the project),
+    and argument checks (models/checks.py) importable from every layer."""
     import ast
 
     upward = []

@@ -14,10 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from datamodules.errors import DataNotFoundError
+from common.errors import DataNotFoundError, HyperparameterError
 from datamodules.mnist import BACKGROUND, MEAN, RAW_FILES, STD, MNISTDataModule, random_affine, smooth_noise
 from models.config import MnistNetConfig, MnistNetSettings
-from models.errors import HyperparameterError
 from models.mnist_net import MnistNet
 from tasks.mnist import MnistSequenceClassifier
 from tests.helpers import SHARED_DATA, fake_mnist, quiet_trainer, random_digits, script

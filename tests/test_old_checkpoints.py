@@ -16,12 +16,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from common.checkpoints import load_checkpoint
 from datamodules.mnist import MEAN, STD
 from inference import DecodingOptions, Translator
 from models.config import MnistNetConfig, MnistNetSettings, Seq2SeqConfig, Seq2SeqSettings
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
 from tests.helpers import ROOT, fake_mnist, save_checkpoint, script
-from training.loading import load_checkpoint
 
 FIXTURES = ROOT / "tests" / "fixtures"
 SEQ2SEQ, MNIST = FIXTURES / "seq2seq-7ae343f.ckpt", FIXTURES / "mnist-7ae343f.ckpt"

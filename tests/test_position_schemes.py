@@ -12,10 +12,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from common.errors import HyperparameterError
 from models import MnistNet, MnistNetConfig, Transformer, TransformerConfig
 from models.attention import MultiHeadAttention
 from models.config import MnistNetSettings, Seq2SeqSettings
-from models.errors import HyperparameterError
 from models.masks import with_bias
 from models.positional import apply_rotary
 from models.positional2d import AxialRotaryEmbedding, sincos_2d_table

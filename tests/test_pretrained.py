@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from common.checkpoints import load_checkpoint, read_checkpoint
 from datamodules.batching import frame_source
 from models.decoding import beam_search, greedy_decode
 from tasks import Seq2SeqTransformer
@@ -32,7 +33,6 @@ from tests.helpers import (
     script,
     train_spm,
 )
-from training.loading import load_checkpoint, read_checkpoint
 
 transformers = pytest.importorskip("transformers", reason="pip install -e '.[bench]'")
 

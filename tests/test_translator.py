@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from common.errors import CheckpointError
 from datamodules import ToyTranslationDataModule
 from inference import DecodingOptions, Translator
 from tasks import Seq2SeqTransformer
 from tests.helpers import TOY_MODEL, save_checkpoint
-from training.errors import CheckpointError
 
 SOURCES = ["我 是 学 生", "我 喜 欢 学 习", "男 生"]
 

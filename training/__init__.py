@@ -1,8 +1,9 @@
-"""What runs any task: the LightningCLI behind scripts/fit.py (cli.py), the callbacks every recipe
-gets (callbacks.py), where checkpoints are written (checkpointing.py), stopping on SIGTERM/SIGINT with a
-checkpoint (signals.py), Lightning's private state read in one place (lightning_internals.py), the W&B logger that
-never prompts (loggers.py), checkpoint loading (loading.py), and the one place where every entry point
-turns bad input and environment faults into one line and an exit status (faults.py). The tasks
+"""What runs any task, one module a question: the LightningCLI behind scripts/fit.py and its wiring (cli.py); how
+a run resumes (resume.py); how it stops early (stopping.py, one stopper at the step boundary; signals.py, how
+SIGTERM/SIGINT reach it and end the script); where and when checkpoints are written (checkpointing.py) and how
+they reach the disk (checkpoint_io.py); what a run leaves behind (records.py); the callbacks every recipe gets
+(callbacks.py); Lightning's private state read in one place (lightning_internals.py); the W&B logger that never
+prompts (loggers.py). Errors, exit statuses, atomic writes and checkpoint reading are common/'s; the tasks
 themselves are in tasks/."""
 
 from .noise import silence

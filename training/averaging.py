@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from .errors import CheckpointError
-from .loading import read_checkpoint, weights_of
+from common.checkpoints import read_checkpoint, weights_of
+from common.errors import CheckpointError
 
 STEP_IN_NAME = re.compile(r"step(\d+)")  # the recipes' file names: epoch{epoch:03d}-step{step}.ckpt
 # What a checkpoint needs to load with `load_from_checkpoint` and say where it came from; the optimiser,

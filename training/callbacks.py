@@ -1,5 +1,5 @@
 """Callbacks that every recipe gets from the CLI (training/cli.py), one job each; where checkpoints are
-written is training/checkpointing.py.
+written is training/checkpointing.py, where a run stops training/stopping.py, its step times training/records.py.
 
 - `RngStateCallback`: random-number generator states in each checkpoint, for an exact resume.
 - `LoaderStateRestore`: the training loader's position reaches it on resume even when the model's
@@ -8,7 +8,6 @@ written is training/checkpointing.py.
 - `LogConfigCallback`: the full resolved config saved in the run's folder and sent to W&B.
 - `EMA`: an exponential moving average of the weights (`--ema_decay`), validated, checkpointed and
   tested in place of the training weights.
-- `StepTimer`: the wall time of each training step (forward, backward, optimiser), for the summary.
 
 `ModelSummaryWithoutZeroFlops` replaces Lightning's summary (training/cli.py); `evaluated_label` says what a
 test scored (checkpoint, weights, precision), for the lines that report it.
@@ -17,8 +16,6 @@ test scored (checkpoint, weights, precision), for the lines that report it.
 from __future__ import annotations
 
 import random
-import statistics
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,33 +28,12 @@ from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
 
+from common.errors import TrainingDivergedError
+
 from .checkpoint_io import check_writable
-from .checkpointing import StoppedMidEpoch, TrainingDivergedError
 from .lightning_internals import hand_over_loader_states
-from .loggers import run_folder
-
-
-class StepTimer(Callback):
-    """Times each training step, from the batch's start to its end (forward, backward, optimiser step,
-    the callbacks' per-step work): what the summary and the ablation table report as step time.
-    Validation and data loading between steps are left out."""
-
-    def __init__(self) -> None:
-        self.durations: list[float] = []
-        self._start: float | None = None
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
-        self._start = time.perf_counter()
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        if self._start is not None:
-            self.durations.append(time.perf_counter() - self._start)
-            self._start = None
-
-    def median_ms(self) -> float | None:
-        """The median step in milliseconds, leaving out the first (warm-up) step when there are others."""
-        steps = self.durations[1:] or self.durations
-        return 1000 * statistics.median(steps) if steps else None
+from .records import run_folder
+from .signals import Stopped
 
 
 class RngStateCallback(Callback):
@@ -136,7 +112,7 @@ class FiniteLossCheck(Callback):
 
 
 class LogConfigCallback(SaveConfigCallback):
-    """LightningCLI's config.yaml in the run's folder (`loggers.run_folder`, beside its checkpoints: not
+    """LightningCLI's config.yaml in the run's folder (`records.run_folder`, beside its checkpoints: not
     Lightning's `trainer.log_dir`, which W&B runs of one root directory share), and the same resolved config
     with the W&B run: in its config (searchable, under `config`) and as the file `lightning_config.yaml`
     among the run's files (`fit.py --config lightning_config.yaml` reruns it; wandb's own `config.yaml` is
@@ -211,9 +187,9 @@ class EMA(WeightAveraging):
             super().on_validation_epoch_end(trainer, pl_module)  # the training weights back
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        # A stop in the middle of an epoch (a time limit, max_steps) ends training as its end does: the model
-        # is left holding the average.
-        if isinstance(exception, StoppedMidEpoch):
+        # A stop at a step (a time limit, max_steps, a signal: training/stopping.py) ends training as its end
+        # does: the model is left holding the average.
+        if isinstance(exception, Stopped):
             self.on_train_end(trainer, pl_module)
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:

@@ -8,9 +8,9 @@ from typing import Any
 
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from models.files import temporary_name
-
-from .faults import OutputError, atomic_torch_save, write_fault
+from common.errors import OutputError
+from common.exits import write_fault
+from common.files import atomic_torch_save, temporary_name
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -18,7 +18,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     onto `<name>` (`os.replace` is atomic within a file system): a reader, or a resume after a crash,
     sees the old checkpoint or the new one, never half of one. A write that fails (full disk, file-size
     limit, read-only folder, a file where a folder should be) removes the temporary file and raises
-    `faults.OutputError` naming the checkpoint. Remote paths (s3://…) keep the default behaviour."""
+    `common.errors.OutputError` naming the checkpoint. Remote paths (s3://…) keep the default behaviour."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         if storage_options is not None:

@@ -9,8 +9,7 @@
   with `save_top_k=1` it would stay at the best epoch, and `--ckpt_path last` would silently throw away every
   epoch since (seen here: a 2-hour run's last.ckpt stuck at epoch 7 of 24).
 - `KeepLastUntilFinite`: a `last.ckpt` whose weights turn out to have a NaN or infinite loss is rolled back.
-- `StopAtStep`: a time limit or `max_steps` in the middle of an epoch stops there, with `last.ckpt` written at
-  the step (`write_last`, also what a stop on a signal writes: training/signals.py).
+- `write_last`: `last.ckpt` written at this step, for a run that stops at a step (training/stopping.py).
 How a checkpoint reaches the disk (atomically) is training/checkpoint_io.py.
 
 Lightning's private state is read in training/lightning_internals.py only; nothing here overrides or calls a
@@ -29,18 +28,14 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from models.files import remove_stale_temporaries, temporary_name
+from common.checkpoints import read_checkpoint
+from common.errors import CheckpointError, TrainingDivergedError
+from common.files import remove_stale_temporaries, temporary_name
 
 from .checkpoint_io import check_writable
-from .errors import CheckpointError
-from .lightning_internals import logged_in_running_loop, validation_or_epoch_end_follows
-from .loading import read_checkpoint
+from .lightning_internals import logged_in_running_loop
 
 LAST = "last"  # last.ckpt
-
-
-class TrainingDivergedError(RuntimeError):
-    """The training loss became NaN or infinite; the message names the step and epoch."""
 
 
 class BestCheckpoint(ModelCheckpoint):
@@ -165,28 +160,19 @@ def last_checkpoints(best: BestCheckpoint) -> list[ModelCheckpoint]:
 
 
 def checkpoint_callbacks(best: BestCheckpoint) -> list[Callback]:
-    """Every callback that writes this run's checkpoints, in the order they must run: the two that act
+    """Every callback that writes this run's checkpoints, in the order they must run: the one that acts
     before a save (`ModelCheckpoint`s run after all other callbacks of a hook), then the checkpoints."""
-    return [KeepLastUntilFinite(), StopAtStep(), best, *last_checkpoints(best)]
+    return [KeepLastUntilFinite(), best, *last_checkpoints(best)]
 
 
 def last_path(trainer: L.Trainer) -> Path | None:
     """Where this run writes `last.ckpt` (the file may not exist yet); None when it writes none, or before
-    the checkpoint folder is known (Lightning sets it up when fitting starts)."""
+    the checkpoint folder is known (Lightning sets it up when fitting starts). Which checkpoint a run resumes
+    from is training/resume.last_checkpoint."""
     for callback in trainer.checkpoint_callbacks:
         if callback.monitor is None and callback.filename == LAST and callback.dirpath:
             return Path(callback.dirpath) / f"{LAST}.ckpt"
     return None
-
-
-def last_checkpoint(trainer: L.Trainer) -> str | None:
-    """The newest checkpoint a fit stopped now resumes from: this run's `last.ckpt`, or else the checkpoint
-    the run resumed from (`trainer.ckpt_path`, while fitting)."""
-    path = last_path(trainer)
-    if path is not None and path.is_file():
-        return str(path)
-    resumed = trainer.ckpt_path
-    return str(resumed) if resumed and os.path.isfile(resumed) else None
 
 
 def checkpoint_step(path: str | Path) -> int | None:
@@ -265,32 +251,3 @@ class KeepLastUntilFinite(Callback):
         path = last_path(trainer)
         if path is not None and trainer.is_global_zero:
             temporary_name(path, "prev").unlink(missing_ok=True)
-
-
-class StoppedMidEpoch(BaseException):
-    """Training stopped at the end of step `step` in the middle of epoch `epoch` (`StopAtStep`), with
-    last.ckpt written there (`checkpoint`, None when --checkpoint.save_last is off). A BaseException like
-    `signals.Stopped`, so that it leaves `trainer.fit` the way Lightning lets a stop leave it, and no
-    `except Exception` on the way swallows it; `training.cli.run_fit` catches it and goes on as after a
-    finished fit."""
-
-    def __init__(self, epoch: int, step: int, checkpoint: str | None):
-        super().__init__(f"stopped at epoch {epoch} step {step}")
-        self.epoch, self.step, self.checkpoint = epoch, step, checkpoint
-
-
-class StopAtStep(Callback):
-    """Training ends at this step, in the middle of an epoch: `--trainer.max_steps` is reached, or the
-    `--trainer.max_time` timer (any callback setting `trainer.should_stop`) asked to stop. Lightning would
-    end the epoch and write last.ckpt with the epoch marked done, and a resumed run would skip the rest of
-    it; a time limit would also run a validation that an uninterrupted run never does. Here last.ckpt is
-    written at the step, as for a signal, so the resume continues the epoch at the next batch, and
-    `StoppedMidEpoch` ends the fit there. A step followed by validation (the epoch's last, or
-    `val_check_interval`'s) stops after it, as Lightning does: a run resumed from a checkpoint written
-    before it would skip that validation."""
-
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
-        if not (trainer.should_stop or 0 <= trainer.max_steps <= trainer.global_step):
-            return
-        if not validation_or_epoch_end_follows(trainer):
-            raise StoppedMidEpoch(trainer.current_epoch, trainer.global_step, write_last(trainer))

@@ -5,9 +5,9 @@
   `ModelSummary` callback.", printed because the CLI passes its own summary (callbacks.ModelSummaryWithoutZeroFlops).
 - Lightning's "The dirpath has changed from ... won't be reloaded", from each `last.ckpt` callback
   (training/checkpointing.last_checkpoints) of a resumed run: a resumed run writes to a new folder by design
-  (training/cli.keep_earlier_checkpoints), and those callbacks have nothing to carry over but their one file.
+  (training/resume.keep_earlier_checkpoints), and those callbacks have nothing to carry over but their one file.
 - Lightning's "Time limit reached. Elapsed time is ... Signaling Trainer to stop.": the run's own line
-  (training/cli.report_time_limit) says it, with where it stopped and the command that resumes it.
+  (training/stopping.report_time_limit) says it, with where it stopped and the command that resumes it.
 - Lightning's "Precision bf16-mixed is not supported by the model summary ... Using 32 bits instead": under a
   mixed precision the weights are float32, and 32 bits is the true size.
 - torch's `isinstance(treespec, LeafSpec)` FutureWarning, raised by Lightning's own `utilities/_pytree.py`

@@ -1,5 +1,6 @@
 """The training precision a recipe gets when it names none: bf16 autocast where the machine runs bf16 natively,
 else fp32, with one line saying which and why. `--trainer.precision` (or a recipe's `trainer.precision`) overrides it.
+A GPU asked for on a machine without one is one line before anything is read (`check_accelerator`).
 
 Where bf16 is not native, autocast emulates it, and a step is many times slower than in fp32 (docs/results.md,
 "Precision and threads"). Natively, bf16 autocast is faster:
@@ -13,6 +14,8 @@ import platform
 from pathlib import Path
 
 import torch
+
+from common.errors import HyperparameterError
 
 BF16 = "bf16-mixed"
 FP32 = "32-true"
@@ -61,3 +64,19 @@ def precision_line(precision: str, reason: str) -> str:
     """The one line a run prints about the precision it chose."""
     other = FP32 if precision == BF16 else BF16
     return f"precision {precision}: {reason}; --trainer.precision {other} to choose otherwise"
+
+
+def check_accelerator(accelerator) -> None:
+    """A GPU asked for on a machine without one is one line before any data is read, rather than
+    Lightning's `MisconfigurationException` and its traceback once the trainer is built."""
+    if not isinstance(accelerator, str) or accelerator.lower() not in ("gpu", "cuda"):
+        return
+    if accelerator.lower() == "gpu" and torch.backends.mps.is_available():
+        return
+    if not torch.cuda.is_available():
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "no CUDA support"
+        raise HyperparameterError(
+            f"--trainer.accelerator {accelerator}: no CUDA GPU is available on this machine "
+            f"(torch {torch.__version__}, built with {build}, finds none); use --trainer.accelerator cpu, "
+            "or auto to take a GPU where there is one"
+        )

@@ -1,6 +1,6 @@
-"""SIGTERM and SIGINT: stop at the end of a training step with a checkpoint there, and say how to resume.
-The one place a signal stops a run: the handlers, their deferral while training, the save at the step, the
-exit line and status.
+"""SIGTERM and SIGINT: how a signal reaches a run, the exception that ends a run early (`Stopped`), and the line
+and exit status a stop ends the script with. Where the run stops, with a checkpoint, is training/stopping.py
+(`StopAtStep`), the one stopper at the step boundary for a signal, a time limit and `max_steps`.
 
 SLURM, Kubernetes and cloud schedulers send SIGTERM some seconds before they kill a job; Ctrl-C sends
 SIGINT. Lightning alone turns SIGTERM into a `SIGTERMException`, a `SystemExit` without a code (exit
@@ -9,10 +9,10 @@ Ctrl-C into exit status 1 after stopping wherever the step was. Here:
 
 - `install()`, the first thing scripts/fit.py does: both signals raise `Stopped`, at once. Before
   training there is nothing to save; after it, nothing more.
-- While training (the callback `StopOnSignal`, from `on_train_start` to `on_train_end`), the first
+- While training (`stopping.StopAtStep`, from `on_train_start` to `on_train_end`), the first
   signal is only noted (`received()`). At the end of that step (or, when the step ends an epoch or is
   followed by a validation, once the checkpoints of the epoch's end or of that validation are written),
-  `StopOnSignal` writes last.ckpt at the step if it was not (`checkpointing.write_last`) and raises
+  `StopAtStep` writes last.ckpt at the step if it was not (`checkpointing.write_last`) and raises
   `Stopped`, so the checkpoint is one an exact resume starts from. A second signal raises `Stopped` at
   once: whatever was being saved is left as it was (saves are atomic), and the last checkpoint is the one
   before.
@@ -23,8 +23,7 @@ Ctrl-C into exit status 1 after stopping wherever the step was. Here:
 
 The process exits with 128 + the signal's number (143 for SIGTERM, 130 for SIGINT), as a shell
 reports a process that the signal killed, so schedulers and wrappers still see a stop by signal.
-Only the standard library at import: `install()` runs before torch and Lightning are imported, so the
-callback, which needs Lightning, is made on first use (the module's `__getattr__`).
+Only the standard library: `install()` runs, and `Stopped` may be raised, before torch and Lightning are imported.
 """
 
 from __future__ import annotations
@@ -34,28 +33,42 @@ import os
 import shlex
 import signal
 import sys
+from collections.abc import Callable
+from typing import Any
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 _received: int | None = None  # the signal noted while training, acted on at the end of its step
 _deferring = False
 _stopping = False  # a stop is under way: further signals change nothing
-_trainer = None  # the Trainer that trains (set by StopOnSignal), for the exit line of a stop at once
+_trainer = None  # the Trainer that trains (`watch`), for the exit line of a stop at once
 
 
 class Stopped(BaseException):
-    """A run stopped by a signal. A BaseException, like KeyboardInterrupt, so that no `except Exception`
-    on the way swallows it. `checkpoint` is the path of the checkpoint written at the signal's step
-    (None when the stop came at once); `epoch` and `step` say where training stood."""
+    """The one exception that ends a run early: raised at the end of a step by `stopping.StopAtStep` for each of
+    its triggers, and at once by a second signal or one outside training. A BaseException, like
+    KeyboardInterrupt, so that it leaves `trainer.fit` the way Lightning lets a stop leave it and no
+    `except Exception` on the way swallows it. `signum` is the signal, None for a stop at the time limit or
+    `max_steps` (`why` names it), which `training.cli.run_fit` takes as the end of fitting; a signal's ends the
+    script (`exit_on_stop`). `checkpoint` is the path of the checkpoint written at the stop's step (None when
+    the stop came at once); `epoch` and `step` say where training stood."""
 
-    def __init__(self, signum: int, epoch: int | None = None, step: int | None = None, checkpoint: str | None = None):
-        super().__init__(signal.Signals(signum).name)
-        self.signum, self.epoch, self.step, self.checkpoint = signum, epoch, step, checkpoint
-        ignore_further()  # from the moment a stop is decided, through Lightning's teardown, to the exit
+    def __init__(
+        self,
+        signum: int | None,
+        epoch: int | None = None,
+        step: int | None = None,
+        checkpoint: str | None = None,
+        why: str | None = None,
+    ):
+        super().__init__(signal.Signals(signum).name if signum is not None else why)
+        self.signum, self.epoch, self.step, self.checkpoint, self.why = signum, epoch, step, checkpoint, why
+        if signum is not None:
+            ignore_further()  # from the moment a stop is decided, through Lightning's teardown, to the exit
 
     @property
     def name(self) -> str:
-        return signal.Signals(self.signum).name
+        return signal.Signals(self.signum).name if self.signum is not None else str(self.why)
 
     @property
     def exit_status(self) -> int:
@@ -122,6 +135,12 @@ def stop_deferring() -> None:
     _deferring = False
 
 
+def watch(trainer) -> None:
+    """`trainer` is the one that trains: a stop at once is placed at its step (`exit_on_stop`)."""
+    global _trainer
+    _trainer = trainer
+
+
 def received() -> int | None:
     """The signal noted while training and not yet acted on, if any."""
     return _received
@@ -181,87 +200,22 @@ def stop_message(stop: Stopped, last_checkpoint: str | None, resume: str) -> str
 
 
 @contextlib.contextmanager
-def exit_on_stop(resume: str = ""):
-    """`Stopped` ends the script with one line on stderr (rank zero's) and exit status 128 + the signal.
-    Around the imports (a signal while importing torch, seconds) with no `resume`; around the CLI and
-    the run with the command that resumes it. A stop at once (a second signal, or one outside training)
-    is placed at the step the Trainer had reached."""
+def exit_on_stop(resume: str = "", last_checkpoint: Callable[[Any], str | None] | None = None):
+    """A signal's `Stopped` ends the script with one line on stderr (rank zero's) and exit status 128 + the
+    signal. Around the imports (a signal while importing torch, seconds) with no `resume`; around the CLI and
+    the run with the command that resumes it and `last_checkpoint` (training/resume.py's), which names the
+    checkpoint a stop at once leaves (a second signal, or one outside training); such a stop is placed at the
+    step the Trainer had reached (`watch`)."""
     try:
         yield
     except Stopped as stop:
+        if stop.signum is None:  # a time limit's or max_steps' stop is the end of fitting (training.cli.run_fit)
+            raise
         ignore_further()  # again: Lightning's teardown put a Python handler back, which exit resets to default
         trainer = _trainer
         if stop.step is None and trainer is not None and trainer.global_step > 0:
             stop.epoch, stop.step = trainer.current_epoch, trainer.global_step
         if trainer is None or trainer.is_global_zero:
-            last = _last_checkpoint(trainer) if trainer is not None else None
+            last = last_checkpoint(trainer) if trainer is not None and last_checkpoint is not None else None
             print(stop_message(stop, last, resume), file=sys.stderr, flush=True)
         raise SystemExit(stop.exit_status) from None
-
-
-def _last_checkpoint(trainer) -> str | None:
-    from .checkpointing import last_checkpoint  # Lightning is imported by now: a trainer exists
-
-    return last_checkpoint(trainer)
-
-
-def __getattr__(name: str):
-    # `StopOnSignal` needs Lightning, which this module must not import before `install()` has run.
-    if name != "StopOnSignal":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    global StopOnSignal
-    StopOnSignal = _stop_on_signal_class()
-    return StopOnSignal
-
-
-def _stop_on_signal_class() -> type:
-    from lightning.pytorch.callbacks import Callback
-
-    from .checkpointing import write_last
-    from .lightning_internals import validation_or_epoch_end_follows
-
-    class StopOnSignal(Callback):
-        """Defers SIGTERM and SIGINT while training and acts on a noted one at the first point where the
-        run can stop with a checkpoint an exact resume starts from: the end of a step that no validation
-        or epoch end follows; otherwise the start of the next epoch (after every callback's end-of-epoch
-        saves) or the end of training. Every rank stops at the same step (a rank that got no signal
-        follows one that did)."""
-
-        def setup(self, trainer, pl_module, stage: str) -> None:
-            global _trainer
-            _trainer = trainer
-            # Last, after the checkpoint callbacks (Lightning moves those to the end when fit starts, before
-            # `setup`): a stop at the end of a step comes after every checkpoint of that step is written. At
-            # an epoch's end Lightning calls the checkpoint callbacks after all others whatever the order, so
-            # a stop noted there waits for the next epoch's start.
-            trainer.callbacks = [c for c in trainer.callbacks if c is not self] + [self]
-
-        def on_train_start(self, trainer, pl_module) -> None:
-            defer_while_training()
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-            # A step followed by validation (the epoch's last, or val_check_interval's) stops after it: a
-            # run resumed from a checkpoint written here would skip that validation (Lightning's rule).
-            if not validation_or_epoch_end_follows(trainer):
-                self._stop_if_received(trainer)
-
-        def on_train_epoch_start(self, trainer, pl_module) -> None:
-            self._stop_if_received(trainer)
-
-        def on_train_end(self, trainer, pl_module) -> None:
-            stop_deferring()
-            self._stop_if_received(trainer)
-
-        def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-            stop_deferring()
-
-        def _stop_if_received(self, trainer) -> None:
-            signum = _received
-            if not trainer.strategy.reduce_boolean_decision(signum is not None, all=False):
-                return
-            written = write_last(trainer)
-            forget()
-            raise Stopped(signum or signal.SIGTERM, trainer.current_epoch, trainer.global_step, written)
-
-    StopOnSignal.__module__, StopOnSignal.__qualname__ = __name__, "StopOnSignal"
-    return StopOnSignal

@@ -1,19 +1,17 @@
-"""Turning user errors and environment faults into one clear line for every entry point.
+"""What an entry point does with an error: bad input and environment faults become one clear line and an exit status.
 
-The one place every entry point shares (see `exit_on_user_error`):
-  - `exit_on_user_error(main)`: bad input (`USER_ERRORS`, undecodable text) is one line and exit status 2;
-    an environment fault (any `OSError`: a full disk or file-size limit, a read-only or missing folder,
-    a path under a regular file; torch's zip writer hiding one in a `RuntimeError`) is one line naming
-    the path and exit status 1; a reader that went away (`BrokenPipeError` on standard output) is a quiet
-    exit with status 141, as `cat` has; Ctrl-C is "interrupted" and 130.
-  - `atomic_output(path, folder=False)`: write an output under a temporary sibling name and rename it
-    onto `path` only when it is complete; on any failure the temporary file or folder is removed, and an
-    `OSError` is re-raised as an `OutputError` naming `path`. `atomic_torch_save(obj, path)` and
-    `atomic_write_text(path, text)` are the two usual cases.
-  - `writing_to(name)`: writes in the block go to a stream with no path ("standard output"): an
-    `OSError` there becomes an `OutputError` "cannot write standard output: ...".
-  - `fault_message(err, path=None)`: the one line for an environment fault, or None for anything else
-    (for code that must catch on its own, e.g. to look through a chain of causes).
+- `exit_on_user_error(main)`: bad input (`USER_ERRORS`, undecodable text) is one line and exit status 2;
+  an environment fault (any `OSError`: a full disk or file-size limit, a read-only or missing folder,
+  a path under a regular file; torch's zip writer hiding one in a `RuntimeError`) is one line naming
+  the path and exit status 1; a reader that went away (`BrokenPipeError` on standard output) is a quiet
+  exit with status 141, as `cat` has; Ctrl-C is "interrupted" and 130.
+- `fault_message(err, path=None)`: the one line for an environment fault, or None for anything else
+  (for code that must catch on its own, e.g. to look through a chain of causes); `fault_reason(err)` its
+  words for an `OSError`, `write_fault(err, path)` the line for a failed write of `path`.
+- `writing_to(name)`: writes in the block go to a stream with no path ("standard output"): an
+  `OSError` there becomes an `OutputError` "cannot write standard output: ...".
+- The exit statuses, `EXIT_NOTHING_TO_DO` (3) among them.
+How an output is written whole or not at all is common/files.py.
 """
 
 from __future__ import annotations
@@ -22,37 +20,16 @@ import contextlib
 import errno
 import functools
 import os
-import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import torch
+from .errors import CheckpointError, DataFormatError, DataNotFoundError, HyperparameterError, InputError, OutputError
 
-from datamodules.errors import DataFormatError, DataNotFoundError
-from models.errors import HyperparameterError, InputError
-from models.files import fsync, temporary_name
-
-from .errors import CheckpointError
-
-# Bad input, exit status 2: gathered here, where it is caught, from the layer of each (DataFormatError
-# covers CorpusFormatError; DataCacheError is an environment fault, an OSError: status 1).
+# Bad input, exit status 2 (DataFormatError covers CorpusFormatError; DataCacheError is an environment
+# fault, an OSError: status 1).
 USER_ERRORS = (CheckpointError, InputError, DataNotFoundError, DataFormatError, HyperparameterError)
 
-
-class OutputError(OSError):
-    """An output could not be written (disk full, file-size limit, read-only or missing folder, ...):
-    `str()` is one line naming the output's path; `errno` is the underlying error's."""
-
-    def __init__(self, message: str, errno_: int | None = None):
-        super().__init__(message)
-        self.message, self.errno = message, errno_
-
-    def __str__(self) -> str:
-        return self.message
-
-
-# ---------------------------------------------------------------------------------------------- faults
 
 # What each errno means to someone who ran a script; the errno's name follows in parentheses.
 _REASONS = {
@@ -78,7 +55,7 @@ _REASONS = {
 _TORCH_WRITE_FAILURE = ("inline_container.cc", "PytorchStreamWriter", "unexpected pos", "basic_ios::clear")
 
 
-def _reason(err: OSError) -> str:
+def fault_reason(err: OSError) -> str:
     code = err.errno
     if code is None and err.args and isinstance(err.args[0], str):  # OSError("message"): it says itself
         return err.args[0]
@@ -111,8 +88,8 @@ def write_fault(err: OSError, path: str | Path) -> str:
     if err.errno in (errno.ENOTDIR, errno.EEXIST) and (blocker := _first_non_folder(path.parent)) is not None:
         return f"cannot write {path}: {blocker} is not a folder (ENOTDIR)"
     if err.errno in (errno.EACCES, errno.EPERM):
-        return f"cannot write {path}: {_reason(err)}; check the permissions of folder {path.parent}"
-    return f"cannot write {path}: {_reason(err)}"
+        return f"cannot write {path}: {fault_reason(err)}; check the permissions of folder {path.parent}"
+    return f"cannot write {path}: {fault_reason(err)}"
 
 
 def torch_write_error(err: BaseException) -> OSError | None:
@@ -137,7 +114,7 @@ def fault_message(err: BaseException, path: str | Path | None = None) -> str | N
     if (hidden := torch_write_error(err)) is not None:
         err = hidden
         if path is None:
-            return f"cannot write a checkpoint: {_reason(err)}"
+            return f"cannot write a checkpoint: {fault_reason(err)}"
     if isinstance(err, UnicodeDecodeError):
         where = f"{path}: " if path is not None else ""
         return f"{where}cannot decode byte {err.start} as {err.encoding} ({err.reason}); is the text in another encoding?"
@@ -146,120 +123,12 @@ def fault_message(err: BaseException, path: str | Path | None = None) -> str | N
         return f"{where}cannot encode {err.object[err.start : err.end]!r} as {err.encoding}; set PYTHONIOENCODING=utf-8"
     if isinstance(err, OSError):
         if path is not None:
-            return f"{path}: {_reason(err)}"
+            return f"{path}: {fault_reason(err)}"
         names = [str(n) for n in (err.filename, err.filename2) if n is not None]
         if names:
-            return f"{' -> '.join(names)}: {_reason(err)}"
-        return _reason(err)
+            return f"{' -> '.join(names)}: {fault_reason(err)}"
+        return fault_reason(err)
     return None
-
-
-@contextlib.contextmanager
-def atomic_output(path: str | Path, folder: bool = False) -> Iterator[Path]:
-    """Write an output atomically: yields a temporary sibling of `path` (`.NAME.tmp-PID`; a file created
-    empty, or an empty folder with `folder=True`) for the block to fill; when the block ends normally the
-    file is flushed to disk and renamed onto `path` (`os.replace`; an existing folder is moved aside and
-    removed only once the new one is in place). On any failure, an interrupt included, the temporary file
-    or folder is removed and `path` is left as it was. The temporary is created on entry, so an
-    unwritable place fails before any work is done. An `OSError` (or torch's zip-writer `RuntimeError`)
-    from inside the block or the rename is re-raised as an `OutputError` naming `path`.
-
-    Whether an existing `path` may be replaced is the caller's decision (its --force), taken before.
-    A symbolic link is followed: its target is replaced, the link kept. A device or a pipe (/dev/stdout,
-    /dev/null, a FIFO) cannot be replaced by renaming and is written in place: the block gets `path`.
-    Only errors of the output are relabelled: an `OSError` that names another file (an input read in
-    the block) and the scripts' user errors pass unchanged."""
-    path = Path(path)
-    if path.is_symlink():
-        path = path.resolve()
-    if path.exists() and not (path.is_file() or path.is_dir()):
-        try:
-            yield path
-        except (OSError, RuntimeError) as err:
-            fault = _output_fault(err, path, path)
-            if fault is None:
-                raise
-            raise fault from None
-        return
-    tmp = temporary_name(path, "tmp")
-    try:
-        if folder:
-            tmp.mkdir()
-        else:
-            tmp.open("xb").close()
-    except OSError as err:
-        raise OutputError(write_fault(err, path), err.errno) from None
-    try:
-        yield tmp
-        if folder:
-            _replace_folder(tmp, path)
-        else:
-            fsync(tmp)
-            os.replace(tmp, path)
-    except BaseException as err:
-        if folder:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-        fault = _output_fault(err, tmp, path)
-        if fault is None:
-            raise
-        raise fault from None
-    with contextlib.suppress(OSError):  # the rename itself to disk; a folder that cannot be fsynced is no error
-        fsync(path.parent)
-
-
-def _output_fault(err: BaseException, tmp: Path, path: Path) -> OutputError | None:
-    """`err` as an `OutputError` naming `path` when it is a failure to write the output (no file name, as
-    a write or torch's writer gives, or the temporary's own), else None. A signal's stop (or Ctrl-C) that
-    interrupted torch's writer, which wraps it in a `RuntimeError`, is raised again as itself: the write did
-    not fail, the run is stopping."""
-    if isinstance(err, (OutputError, BrokenPipeError, *USER_ERRORS)):
-        return None
-    context = err.__context__ if isinstance(err, RuntimeError) else None
-    while context is not None:
-        if not isinstance(context, Exception):  # Stopped, KeyboardInterrupt, SystemExit
-            raise context.with_traceback(None) from None
-        context = context.__context__
-    cause = torch_write_error(err) or (err if isinstance(err, OSError) else None)
-    if cause is None:
-        return None
-    names = [os.path.abspath(n) for n in (cause.filename, cause.filename2) if isinstance(n, (str, os.PathLike))]
-    ours = (os.path.abspath(tmp), os.path.abspath(path))
-    if names and not any(n == o or n.startswith(o + os.sep) for n in names for o in ours):
-        return None
-    return OutputError(write_fault(cause, path), cause.errno)
-
-
-def _replace_folder(tmp: Path, path: Path) -> None:
-    if not os.path.lexists(path):
-        os.rename(tmp, path)
-        return
-    old = temporary_name(path, "old")
-    os.rename(path, old)
-    try:
-        os.rename(tmp, path)
-    except BaseException:
-        os.rename(old, path)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def atomic_torch_save(obj, path: str | Path) -> Path:
-    """`torch.save(obj, path)` through `atomic_output`: the old file or the whole new one, never half of
-    one; a full disk or file-size limit is an `OutputError` naming `path` (torch's writer would turn it
-    into "RuntimeError: ... unexpected pos")."""
-    with atomic_output(path) as tmp, open(tmp, "wb") as f:
-        torch.save(obj, f)  # a file object: the OSError a write raises stays as the RuntimeError's context
-    return Path(path)
-
-
-def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
-    """`Path(path).write_text(text)` through `atomic_output`."""
-    with atomic_output(path) as tmp:
-        tmp.write_text(text, encoding=encoding)
-    return Path(path)
 
 
 @contextlib.contextmanager
@@ -272,7 +141,7 @@ def writing_to(name: str) -> Iterator[None]:
     except OSError as err:
         if isinstance(err, (OutputError, BrokenPipeError)):
             raise
-        raise OutputError(f"cannot write {name}: {_reason(err)}", err.errno) from None
+        raise OutputError(f"cannot write {name}: {fault_reason(err)}", err.errno) from None
 
 
 # Exit statuses: bad input 2 (as argparse), an environment fault 1, a reader gone 141 (128 + SIGPIPE, as

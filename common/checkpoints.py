@@ -1,4 +1,5 @@
-"""Loading checkpoints: one clear `CheckpointError` for a missing, unreadable, damaged or foreign file.
+"""Reading checkpoint files, for every layer (resuming a run, averaging, translating, exporting): one clear
+`CheckpointError` for a missing, unreadable, damaged or foreign file.
 
 `read_checkpoint` checks the CRC-32 of every record of a checkpoint's zip archive, so a damaged file is
 named, with the damaged record, instead of translating garbage.
@@ -11,15 +12,17 @@ import dataclasses
 import inspect
 import zipfile
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import lightning as L
 import torch
 
 from .errors import CheckpointError
-from .faults import _reason
+from .exits import fault_reason
 
-M = TypeVar("M", bound=L.LightningModule)
+if TYPE_CHECKING:
+    import lightning as L
+
+M = TypeVar("M", bound="L.LightningModule")
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints
@@ -71,7 +74,7 @@ def read_checkpoint(path: str | Path, verify: bool = True) -> dict:
         # (pre-1.6) format is no zip archive and cannot be memory-mapped.
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=is_zip)
     except OSError as err:
-        raise CheckpointError(f"cannot read {path}: {_reason(err)}") from None
+        raise CheckpointError(f"cannot read {path}: {fault_reason(err)}") from None
     except Exception as err:  # torch.load fails in many ways on a bad file; each means unreadable
         detail = _first_line(err) if is_zip else _not_zip(path)
         raise CheckpointError(f"{path} is not a readable checkpoint (truncated or corrupt?): {detail}") from None

@@ -1,0 +1,52 @@
+"""The checks of scripts/fit.py's arguments that jsonargparse's types cannot make: values in range, a setting given
+where it has no effect, and the spelling of the network's settings from before they moved under `net`. Each is one
+usage line (`parser.error`) and exit 2."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+import sys
+
+
+def check_run_options(parser, config) -> None:
+    """The options TransformerCLI adds besides LightningCLI's own (`--ema_decay`, `--log_every_n_seconds`)."""
+    decay = config.get("ema_decay")
+    if decay is not None and not 0.0 < decay < 1.0:
+        parser.error(f"--ema_decay must lie strictly between 0 and 1 (or be null), got {decay}")
+    if config.get("log_every_n_seconds", 0) < 0:
+        parser.error(f"--log_every_n_seconds must be 0 (off) or more, got {config.log_every_n_seconds}")
+
+
+def check_pad_to_multiple(parser, config) -> None:
+    """The model's `pad_to_multiple` is the data module's (linked at instantiation, which would replace a value
+    given to the model without a word): one usage line for a model's that differs, naming the data's flag."""
+    model = config.model.get("init_args") or {}
+    data = config.data.get("init_args") or {}
+    given = model.get("pad_to_multiple")
+    if "pad_to_multiple" in data and given not in (None, 1, data["pad_to_multiple"]):
+        parser.error(
+            f"--model.init_args.pad_to_multiple {given}: the batches are padded where they are collated; pass "
+            f"--data.init_args.pad_to_multiple {given} (scripts/fit.py gives the model the data module's)"
+        )
+
+
+def moved_setting(message: str) -> str | None:
+    """For a network setting in the spelling from before the task modules took their network's settings as `net`
+    (`--model.init_args.d_model 256`, or `d_model:` right under a recipe's `model.init_args`), which jsonargparse
+    refuses as an option the module does not accept: one line naming the new spelling. None for other errors."""
+    found = re.search(r"class_path '([\w.]+)':\s+(?:Option '(\w+)' is not accepted|unrecognized arguments: --(\w+)\b)", message)
+    if not found:
+        return None
+    module, _, name = found[1].rpartition(".")
+    task = getattr(sys.modules.get(module), name, None)
+    net = inspect.signature(task).parameters.get("net") if isinstance(task, type) else None
+    setting = found[2] or found[3]
+    settings = dataclasses.fields(net.default) if net is not None and dataclasses.is_dataclass(net.default) else ()
+    if setting not in {f.name for f in settings}:
+        return None
+    return (
+        f"--model.init_args.{setting}: the network's settings are under net now: pass --model.init_args.net.{setting} "
+        f"(in a YAML file, {setting}: under model: init_args: net:)"
+    )
