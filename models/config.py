@@ -77,6 +77,13 @@ class TransformerConfig:
     # grouped-query attention: key/value heads, each shared by nhead / num_kv_heads query heads; None = nhead
     num_kv_heads: int | None = None
     final_norm: bool = True  # a norm after each stack, as torch.nn.Transformer; Marian (OPUS-MT) has none
+    # "sinusoidal" | "sinusoidal_halves" (Marian's [sin | cos] layout) | "learned" (added to the embeddings) |
+    # "rotary" (RoPE in self-attention, none in cross-attention, nothing added) | "none"; an image's tokens also
+    # "sincos2d" (MAE's fixed 2-D table) or "rotary2d" (axial RoPE in the encoder): MnistNet only
+    positional: str = "sinusoidal"
+    # None | "t5" | "alibi": a bias on the logits of self-attention (models.relative; T5's and ALiBi's own models
+    # take it with positional="none"); an image's tokens also "2d" (Swin's learned bias over the grid): MnistNet only
+    relative_bias: str | None = None
 
     # What each field may hold, and how fields relate (models.checks); subclasses extend both.
     CHECKS: ClassVar[Mapping[str, Check]] = {
@@ -91,6 +98,8 @@ class TransformerConfig:
         "norm": one_of(NORMS),
         "qk_norm": boolean,
         "num_kv_heads": at_least(1),
+        "positional": one_of(POSITIONALS + POSITIONALS_2D),
+        "relative_bias": one_of(TEXT_RELATIVE_BIASES + RELATIVE_BIASES_2D),
     }
     # Each head gets d_model / nhead dimensions; each key/value head serves nhead / num_kv_heads query heads.
     RELATIONS: ClassVar[tuple[Relation, ...]] = (divisible("d_model", "nhead"), divisible("nhead", "num_kv_heads"))
@@ -134,9 +143,6 @@ class Seq2SeqSettings(TransformerConfig):
     Its vocabulary sizes and padding id come from the data (`Seq2SeqConfig`)."""
 
     max_len: int = 256  # the longest sequence, in tokens, either side (positions are tabled up to it)
-    # "sinusoidal" | "sinusoidal_halves" (Marian's [sin | cos] layout) | "learned" (added to the embeddings) |
-    # "rotary" (RoPE in the encoder's and the decoder's self-attention, none in cross-attention, nothing added) | "none"
-    positional: str = "sinusoidal"
     tie_embeddings: bool = False  # the output layer reads the target embedding table
     # one table for both sides (a joint subword vocabulary); with tie_embeddings too, the output layer reads it as
     # well (three-way tying, as fairseq's share_all_embeddings)
@@ -144,9 +150,6 @@ class Seq2SeqSettings(TransformerConfig):
     # in training, each source token's whole embedding is dropped with this probability (word dropout,
     # Sennrich & Zhang 2019), before its position is added
     src_token_dropout: float = 0.0
-    # None | "t5" | "alibi": a bias on the logits of the encoder's and the decoder's self-attention
-    # (models.relative; T5's and ALiBi's own models take it with positional="none")
-    relative_bias: str | None = None
     # multiply the token embeddings by sqrt(d_model) (the paper's rule; off in a Marian model whose config says
     # `scale_embedding: false`)
     scale_embeddings: bool = True
@@ -156,7 +159,7 @@ class Seq2SeqSettings(TransformerConfig):
         **TransformerConfig.CHECKS,
         "num_decoder_layers": at_least(1),  # the decoder writes the translation
         "max_len": at_least(3),  # <bos>, a token, <eos>
-        "positional": one_of(POSITIONALS),
+        "positional": one_of(POSITIONALS),  # a sentence's schemes, not an image's
         "src_token_dropout": fraction,
         "relative_bias": one_of(TEXT_RELATIVE_BIASES),
     }
@@ -190,30 +193,18 @@ class Seq2SeqConfig(Seq2SeqSettings):
 @dataclass(frozen=True, kw_only=True)
 class MnistNetSettings(TransformerConfig):
     """The MNIST classifier, as a user sets it: image → tokens → encoder → head (models/mnist_net.py tells the
-    schemes apart). Smaller than the translation network and pre-norm, which trains small models from scratch
-    more reliably: the stack's defaults this network changes are declared again below (their checks stay the
-    stack's)."""
+    schemes apart). Its stack's settings and their defaults are the stack's, declared once above; the MNIST
+    recipes (configs/mnist*.yaml) choose a smaller, pre-norm stack with GELU and learned positions, which trains
+    small models from scratch more reliably."""
 
     tokens: str = "patches"  # "rows" (28 tokens of 28 pixels) or "patches" (square ones)
     patch_size: int = 7  # side of a square patch, must divide 28; ignored for rows
     head: str = "decoder"  # "decoder" (learned queries through the decoder), "cls" (a class token, ViT) or "mean"
     num_queries: int = 1  # decoder head: learned query tokens, their outputs are averaged
-    d_model: int = 128
-    nhead: int = 4
-    num_encoder_layers: int = 4
-    num_decoder_layers: int = 1  # decoder head only; pooling heads build no decoder
-    dim_feedforward: int = 256
-    activation: str = "gelu"
-    norm_first: bool = True
-    # "learned", "sinusoidal", "rotary" (1-D, reading order), "sincos2d" (MAE's fixed 2-D table), "rotary2d"
-    # (axial RoPE in the encoder), "none"
-    positional: str = "learned"
     stem_channels: int = 0  # feature maps of the convolutional stem; 0 = no stem, tokens are pixels
     stem_layers: int = 2  # 3×3 convolutions (each followed by GELU) in the stem, or in each strided stage
     strided_stem: bool = False  # stride-2 stages that reduce a patch to one token; patches only
     stem_norm: bool = False  # BatchNorm2d after each stem convolution (Xiao et al.'s stem; needs a stem)
-    # "2d": Swin's learned bias over the token grid; "t5", "alibi": 1-D ones, over the reading order
-    relative_bias: str | None = None
 
     CHECKS: ClassVar[Mapping[str, Check]] = {
         **TransformerConfig.CHECKS,
@@ -221,10 +212,8 @@ class MnistNetSettings(TransformerConfig):
         "patch_size": at_least(1),
         "head": one_of(HEADS),
         "num_queries": at_least(1),
-        "positional": one_of(POSITIONALS + POSITIONALS_2D),
         "stem_channels": at_least(0),
         "stem_layers": at_least(1),
-        "relative_bias": one_of(RELATIVE_BIASES_2D + TEXT_RELATIVE_BIASES),
     }
     RELATIONS: ClassVar[tuple[Relation, ...]] = (
         *TransformerConfig.RELATIONS,

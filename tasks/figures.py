@@ -11,6 +11,7 @@ from pathlib import Path
 
 import matplotlib
 
+from training.lightning_internals import attached_trainer
 from training.records import run_folder
 
 matplotlib.use("Agg")  # headless: no display on training machines
@@ -45,7 +46,7 @@ SUBWORD_MARK = "\u2581"  # "▁", the word-start marker of SentencePiece / Metas
 
 def figure_dir(module) -> Path:
     """The run's folder (`training.records.run_folder`: its logger's version or W&B run), else "."."""
-    trainer = getattr(module, "_trainer", None)
+    trainer = attached_trainer(module)
     return Path(".") if trainer is None else run_folder(trainer)
 
 
@@ -53,7 +54,7 @@ def save_and_log_figure(module, fig, name: str, key: str | None = None) -> Path 
     """Save `fig` as `<log dir>/<name>.png` and log it under `key` (default: `name`) to every logger
     of `module`'s trainer that takes images (W&B: `log_image`; TensorBoard: `add_figure`). Closes the
     figure. Rank zero saves and logs; the others only close the figure and return None. Returns the PNG's path."""
-    trainer = getattr(module, "_trainer", None)
+    trainer = attached_trainer(module)
     key = key or name.replace(os.sep, "/")
     try:
         if trainer is not None and not trainer.is_global_zero:

@@ -23,6 +23,7 @@ from models.checks import OPTIMISER, at_least, check_hparams, fraction, one_of
 from models.config import Seq2SeqConfig, Seq2SeqSettings
 from models.marian import state_dict_from_marian
 from training.callbacks import evaluated_label
+from training.lightning_internals import attached_trainer
 from training.loggers import log_text
 
 from .fast_paths import compile_net, mark_bucketed
@@ -196,11 +197,11 @@ class Seq2SeqTransformer(L.LightningModule):
 
     def _bleu_due(self) -> bool:
         n = self.hparams.bleu_every_n_epochs
-        trainer = self._trainer
+        trainer = attached_trainer(self)
         return bool(n) and n > 0 and trainer is not None and not trainer.sanity_checking and (self.current_epoch + 1) % n == 0
 
     def _pairs(self, stage: str) -> list[tuple[str, str]]:
-        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        datamodule = getattr(attached_trainer(self), "datamodule", None)
         get = getattr(datamodule, f"{stage}_pairs", None)
         return list(get()) if callable(get) else []
 

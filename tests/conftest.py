@@ -44,7 +44,9 @@ def ckpts(tmp_path_factory) -> dict[str, Path]:
     out["bigger"] = save(
         Seq2SeqTransformer(tokenizers=dm.tokenizers, **{**TOY_MODEL, "net": replace(TOY_MODEL["net"], d_model=32)}), "bigger.ckpt"
     )
-    mnist = MnistSequenceClassifier(net=MnistNetSettings(d_model=16, nhead=2, num_encoder_layers=1, dim_feedforward=32))
+    mnist = MnistSequenceClassifier(
+        net=MnistNetSettings(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32)
+    )
     torch.save(
         {
             "state_dict": mnist.state_dict(),

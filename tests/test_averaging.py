@@ -95,3 +95,21 @@ def test_checkpoints_of_different_models_are_refused(epochs, tmp_path):
     trainer.save_checkpoint(tmp_path / "other.ckpt")
     result = script("average_checkpoints", str(epochs[0]), str(tmp_path / "other.ckpt"), "--out", str(tmp_path / "x.ckpt"))
     assert result.returncode == 2 and "not of the same model" in result.stderr, result.stderr
+
+
+def test_a_checkpoint_from_before_net_averages_with_its_runs_later_ones(epochs, tmp_path):
+    """A run resumed across the change that put the network's settings under `net`: its earlier checkpoints hold them
+    flat. They are the same model, and average as one; a flat one of another size is still refused."""
+    state = torch.load(epochs[2], map_location="cpu", weights_only=True)
+    net = state["hyper_parameters"].pop("net")
+    state["hyper_parameters"].update(net)  # the spelling of checkpoints written before `net`
+    flat = tmp_path / "flat.ckpt"
+    torch.save(state, flat)
+    out = tmp_path / "avg.ckpt"
+    result = script("average_checkpoints", str(flat), str(epochs[3]), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert torch.load(out, map_location="cpu", weights_only=True)["hyper_parameters"]["net"] == net  # the last one's
+    state["hyper_parameters"]["d_model"] = 48
+    torch.save(state, flat)
+    result = script("average_checkpoints", str(flat), str(epochs[3]), "--out", str(tmp_path / "x.ckpt"), "--force")
+    assert result.returncode == 2 and "not of the same model" in result.stderr, result.stderr

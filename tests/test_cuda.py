@@ -129,7 +129,16 @@ def test_toy_recipe_trains_on_a_gpu_in_bf16_and_translates_on_a_cpu(tmp_path):
 
 def test_mnist_with_a_stem_trains_on_a_gpu_in_bf16_and_loads_on_a_cpu(tmp_path):
     L.seed_everything(0)
-    tiny = dict(d_model=32, nhead=2, num_encoder_layers=1, dim_feedforward=64, dropout=0.0)
+    tiny = dict(
+        d_model=32,
+        nhead=2,
+        num_encoder_layers=1,
+        dim_feedforward=64,
+        dropout=0.0,
+        activation="gelu",
+        norm_first=True,
+        positional="learned",
+    )
     model = MnistSequenceClassifier(
         net=MnistNetSettings(tokens="patches", patch_size=7, stem_channels=4, head="mean", **tiny), lr=3e-3
     )

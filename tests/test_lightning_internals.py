@@ -147,3 +147,22 @@ def test_a_plain_model_checkpoint_keeps_one_last_file_and_runs_after_other_callb
             expected.append(("epoch", step, last))
             last = step
     assert probe.seen == expected
+
+
+def test_the_wandb_loggers_private_state_is_there_and_answers_right(tmp_path, monkeypatch):
+    from lightning.pytorch.loggers import WandbLogger
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    logger = WandbLogger(save_dir=str(tmp_path), offline=True)
+    assert lightning_internals.wandb_run_started(logger) is False
+    assert lightning_internals.wandb_offline(logger) is True
+    assert isinstance(logger._wandb_init, dict)
+    lightning_internals.continue_wandb_run_id(logger, "abc123xy")
+    assert logger.version == "abc123xy"  # the public name of the run it will start
+    assert lightning_internals.wandb_run_started(logger) is False  # and it has not started it
+    assert lightning_internals.wandb_offline(WandbLogger(save_dir=str(tmp_path), offline=False)) is False
+    module = BoringModel()
+    assert lightning_internals.attached_trainer(module) is None
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, max_steps=1)
+    trainer.fit(module)
+    assert lightning_internals.attached_trainer(module) is trainer

@@ -22,7 +22,11 @@ from tasks.mnist import MnistSequenceClassifier
 from tests.helpers import SHARED_DATA, fake_mnist, quiet_trainer, random_digits, script
 
 SHARED_MNIST = SHARED_DATA / "mnist"
-TINY = dict(d_model=32, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=64, dropout=0.0)
+# A small MNIST recipe's network: pre-norm, GELU, learned positions (configs/mnist*.yaml), narrower.
+TINY = dict(
+    d_model=32, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=64, dropout=0.0,
+    activation="gelu", norm_first=True, positional="learned",
+)  # fmt: skip
 
 
 # ---- data module on real IDX files -------------------------------------------------------------

@@ -23,7 +23,16 @@ from models.relative import ALiBi, SwinRelativeBias2d, T5RelativeBias, alibi_slo
 from tasks import MnistSequenceClassifier
 from tests.helpers import PAD, quiet_trainer, sources, tiny_net
 
-TINY = dict(d_model=32, nhead=4, num_encoder_layers=2, dim_feedforward=48, dropout=0.0)
+TINY = dict(
+    d_model=32,
+    nhead=4,
+    num_encoder_layers=2,
+    num_decoder_layers=1,
+    dim_feedforward=48,
+    dropout=0.0,
+    activation="gelu",
+    norm_first=True,
+)
 
 
 # ---------------------------------------------------------------------------------------------- MAE's table

@@ -47,7 +47,7 @@ def average_checkpoints(paths: list[str | Path], weights: str = "averaged") -> d
     last = None
     for path in paths:
         state = read_checkpoint(path)
-        if last is not None and state.get("hyper_parameters") != last.get("hyper_parameters"):
+        if last is not None and not _same_model(state.get("hyper_parameters") or {}, last.get("hyper_parameters") or {}):
             raise CheckpointError(f"{path} is not of the same model as {paths[0]} (its hyperparameters differ)")
         current = weights_of(state, path, weights)
         if total and (current.keys() != total.keys() or any(current[k].shape != total[k].shape for k in total)):
@@ -64,3 +64,14 @@ def average_checkpoints(paths: list[str | Path], weights: str = "averaged") -> d
     out["state_dict"] = averaged
     out["averaged_from"] = [str(p) for p in paths]
     return out
+
+
+def _same_model(a: dict, b: dict) -> bool:
+    """Equal hyperparameters, where one checkpoint may predate `net` (its network's settings flat among the task's
+    own, models.config.nested_hparams) and the other not: a run resumed across that change averages as one."""
+    if ("net" in a) != ("net" in b):
+        flat, nested = (a, b) if "net" in b else (b, a)
+        names = set(nested["net"])
+        a = {**{k: v for k, v in flat.items() if k not in names}, "net": {k: v for k, v in flat.items() if k in names}}
+        b = nested
+    return a == b

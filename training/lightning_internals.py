@@ -14,11 +14,18 @@ silence.
   `trainer.estimated_stepping_batches` (Lightning issue #20550, open in 2.6).
 - `checkpoint_io_chosen`: whether a CheckpointIO plugin was chosen (`strategy._checkpoint_io`): the public
   `strategy.checkpoint_io` makes a default one when none was.
+- `attached_trainer`: a module's trainer, or None (`module._trainer`): the public `module.trainer` raises when
+  there is none.
+- `wandb_run_started`, `wandb_offline`, `continue_wandb_run_id`: whether a W&B logger has started its run
+  (`_experiment`; the public `experiment` starts it), whether it is offline (`_offline`), and which run it will
+  start (`_wandb_init`, `_id`): WandbLogger takes a run id only in its constructor, and a resumed run learns it
+  from the checkpoint after the loggers are built.
 """
 
 from __future__ import annotations
 
 import lightning as L
+from lightning.pytorch.loggers import WandbLogger
 
 
 def validation_or_epoch_end_follows(trainer: L.Trainer) -> bool:
@@ -55,3 +62,24 @@ def hand_over_loader_states(trainer: L.Trainer) -> None:
 def checkpoint_io_chosen(trainer: L.Trainer) -> bool:
     """Whether the run was given a CheckpointIO plugin on purpose (`--trainer.plugins`)."""
     return trainer.strategy._checkpoint_io is not None
+
+
+def attached_trainer(module: L.LightningModule) -> L.Trainer | None:
+    """The trainer `module` is attached to, or None."""
+    return module._trainer
+
+
+def wandb_run_started(logger: WandbLogger) -> bool:
+    """Whether the W&B run has started (reading `logger.experiment` would start it)."""
+    return logger._experiment is not None
+
+
+def wandb_offline(logger: WandbLogger) -> bool:
+    """Whether the logger writes an offline run (`offline=True`, or WANDB_MODE=offline as AutoWandbLogger sets)."""
+    return bool(logger._offline)
+
+
+def continue_wandb_run_id(logger: WandbLogger, run_id: str) -> None:
+    """Make a logger whose run has not started continue the run `run_id` when it starts."""
+    logger._wandb_init.update(id=run_id, resume="allow")
+    logger._id = run_id

@@ -24,6 +24,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
+from .lightning_internals import attached_trainer, continue_wandb_run_id, wandb_offline, wandb_run_started
 from .signals import program
 
 DEFAULT_PROJECT = "transformer-lightning"
@@ -122,7 +123,7 @@ class AutoWandbLogger(WandbLogger):
     def experiment(self):
         # The folder is made when the run starts (wandb would log to a temporary folder instead of a missing
         # one), not when the logger is built: a run refused before it starts leaves none behind.
-        if self._experiment is None:
+        if not wandb_run_started(self):
             Path(self.save_dir).mkdir(parents=True, exist_ok=True)
         return super().experiment
 
@@ -146,9 +147,8 @@ def continue_wandb_run(loggers: list[Logger], checkpoint: dict) -> str | None:
     if not run_id:
         return None
     for logger in loggers:
-        if isinstance(logger, WandbLogger) and logger._experiment is None:
-            logger._wandb_init.update(id=run_id, resume="allow")
-            logger._id = run_id
+        if isinstance(logger, WandbLogger) and not wandb_run_started(logger):
+            continue_wandb_run_id(logger, run_id)
     return run_id
 
 
@@ -171,7 +171,7 @@ class WandbRunId(Callback):
 
     def _run(self):
         """The started, enabled W&B run (rank zero), else None."""
-        run = self._logger._experiment if self._logger is not None else None
+        run = self._logger.experiment if self._logger is not None and wandb_run_started(self._logger) else None
         return None if run is None or getattr(run, "disabled", False) else run
 
     def state_dict(self) -> dict:
@@ -258,7 +258,7 @@ def default_logger_dir(args: list[str]) -> list[str]:
 
 def run_dir(logger: Logger | None) -> str | None:
     """The W&B run's local folder (…/wandb/offline-run-…), when `logger` is a W&B logger with a run."""
-    if isinstance(logger, WandbLogger) and logger._experiment is not None:
+    if isinstance(logger, WandbLogger) and wandb_run_started(logger):
         return str(Path(logger.experiment.dir).parent)
     return None
 
@@ -268,7 +268,7 @@ def sync_command(logger: Logger | None) -> str | None:
     (a resumed run continues the W&B run of the one it resumes in a folder of its own; `wandb sync` merges
     them into the one run, and needs all of them). `wandb` is named by its path beside this interpreter
     (`.venv/bin/wandb`): it is on PATH only inside an activated venv."""
-    if not (isinstance(logger, WandbLogger) and logger._offline and run_dir(logger)):
+    if not (isinstance(logger, WandbLogger) and wandb_offline(logger) and run_dir(logger)):
         return None
     here, run_id = Path(run_dir(logger)), logger.experiment.id
     folders = {p.parent for p in here.parent.glob(f"*-{run_id}/run-{run_id}.wandb")} | {here}
@@ -280,7 +280,7 @@ def sync_command(logger: Logger | None) -> str | None:
 def log_text(module, values: dict[str, str]) -> None:
     """Strings that belong with a run's results (a SacreBLEU signature): the W&B run's summary, or the
     hyper-parameters of other loggers (CSVLogger's hparams.yaml, TensorBoard's hparams); rank zero only."""
-    trainer = module._trainer
+    trainer = attached_trainer(module)
     if trainer is None or not trainer.is_global_zero:
         return
     for logger in trainer.loggers:
