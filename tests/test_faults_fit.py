@@ -589,7 +589,8 @@ OLD_RUN = [
 
 def test_a_checkpoint_written_before_the_checkpoint_callbacks_were_split_resumes_with_its_best_score(tmp_path):
     # Written by `scripts/fit.py --trainer.max_epochs 2 --trainer.logger CSVLogger --test false` and OLD_RUN at
-    # 7ae343f, when one BestAndLastCheckpoint kept both the best and the last checkpoint.
+    # 7ae343f (its sizes then spelled flat, `--model.init_args.d_model 16`), when one BestAndLastCheckpoint kept both
+    # the best and the last checkpoint.
     from training.checkpointing import BestCheckpoint
 
     old = torch.load(OLD_CHECKPOINT, weights_only=True)

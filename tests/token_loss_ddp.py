@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from datamodules.batching import Seq2SeqBatch, pad_sequences  # noqa: E402
 from datamodules.toy import ToyTranslationDataModule  # noqa: E402
 from datamodules.vocab import BOS, EOS  # noqa: E402
+from models import Seq2SeqSettings  # noqa: E402
 from tasks import Seq2SeqTransformer  # noqa: E402
 
 
@@ -30,10 +31,10 @@ class GradCapture(Seq2SeqTransformer):
 def model() -> GradCapture:
     torch.manual_seed(0)
     tokenizers = ToyTranslationDataModule().tokenizers
-    return GradCapture(
-        tokenizers, d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32, dropout=0.0,
-        label_smoothing=0.1, max_len=32,
-    )  # fmt: skip
+    net = Seq2SeqSettings(
+        d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32, dropout=0.0, max_len=32
+    )
+    return GradCapture(tokenizers, net=net, label_smoothing=0.1)
 
 
 def uneven_batches(seed: int = 0, sizes: tuple[int, ...] = (1, 5, 3)) -> list[list[tuple[list[int], list[int]]]]:
