@@ -24,7 +24,7 @@ Checkpoints written before the tasks took `net` hold the settings flat among the
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -124,13 +124,14 @@ class TransformerConfig:
         return cls(**{**values, **derived})
 
 
-def nested_hparams(hparams: Mapping[str, Any], settings: type[TransformerConfig]) -> dict[str, Any]:
+def nested_hparams(hparams: Mapping[str, Any], settings: type[TransformerConfig] | Iterable[str]) -> dict[str, Any]:
     """A task checkpoint's hyperparameters with the network's settings under `net`, as the task modules take them.
     A checkpoint written before they took `net` holds each setting flat, beside the task's own hyperparameters:
-    those named like a field of `settings` are gathered into `net` (the others are the task's own)."""
+    those named like a field of `settings` (a settings class, or the names themselves) are gathered into `net`
+    (the others are the task's own)."""
     if "net" in hparams:
         return dict(hparams)
-    names = set(settings.field_names())
+    names = set(settings.field_names() if isinstance(settings, type) else settings)
     return {
         **{k: v for k, v in hparams.items() if k not in names},
         "net": {k: v for k, v in hparams.items() if k in names},

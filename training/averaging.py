@@ -13,6 +13,7 @@ import torch
 
 from common.checkpoints import read_checkpoint, weights_of
 from common.errors import CheckpointError
+from models.config import nested_hparams
 
 STEP_IN_NAME = re.compile(r"step(\d+)")  # the recipes' file names: epoch{epoch:03d}-step{step}.ckpt
 # What a checkpoint needs to load with `load_from_checkpoint` and say where it came from; the optimiser,
@@ -68,10 +69,8 @@ def average_checkpoints(paths: list[str | Path], weights: str = "averaged") -> d
 
 def _same_model(a: dict, b: dict) -> bool:
     """Equal hyperparameters, where one checkpoint may predate `net` (its network's settings flat among the task's
-    own, models.config.nested_hparams) and the other not: a run resumed across that change averages as one."""
+    own) and the other not: a run resumed across that change averages as one."""
     if ("net" in a) != ("net" in b):
-        flat, nested = (a, b) if "net" in b else (b, a)
-        names = set(nested["net"])
-        a = {**{k: v for k, v in flat.items() if k not in names}, "net": {k: v for k, v in flat.items() if k in names}}
-        b = nested
+        nested = a if "net" in a else b
+        a, b = nested_hparams(a, nested["net"]), nested_hparams(b, nested["net"])
     return a == b
