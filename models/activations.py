@@ -3,9 +3,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
 import torch.nn.functional as F
 
-# Name → the nonlinearity; the gated ones (GLU variants) apply it to a gate that multiplies a value.
-# "silu" (swish) ungated is Marian's (OPUS-MT's) feed-forward.
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu, "swiglu": F.silu, "geglu": F.gelu}
-GATED = ("swiglu", "geglu")
+
+@dataclass(frozen=True)
+class Activation:
+    """`fn`, applied to the hidden units; `gated` (a GLU variant): to a gate that multiplies a value."""
+
+    fn: Callable[[torch.Tensor], torch.Tensor]
+    gated: bool = False
+
+
+# Name → the nonlinearity. "silu" (swish) ungated is Marian's (OPUS-MT's) feed-forward.
+ACTIVATIONS = {
+    "relu": Activation(F.relu),
+    "gelu": Activation(F.gelu),
+    "silu": Activation(F.silu),
+    "swiglu": Activation(F.silu, gated=True),
+    "geglu": Activation(F.gelu, gated=True),
+}

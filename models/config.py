@@ -32,26 +32,21 @@ from .activations import ACTIVATIONS
 from .checks import Check, Relation, at_least, boolean, check_hparams, divisible, fraction, one_of
 from .norms import NORMS
 from .positional import POSITIONALS
-from .relative import TEXT_RELATIVE_BIASES
+from .registry import IMAGE, TEXT, Allowed
+from .relative import RELATIVE_BIASES
 
 IMAGE_SIZE = 28  # MNIST's side, in pixels
 TOKENIZERS = ("rows", "patches")  # MnistNet's ways of cutting an image into tokens
 HEADS = ("decoder", "cls", "mean")  # MnistNet's ways of reading a class out of the encoder
-POSITIONALS_2D = ("sincos2d", "rotary2d")  # beside models.positional's 1-D ones
-RELATIVE_BIASES_2D = ("2d",)  # beside models.relative's 1-D ones
 
 C = TypeVar("C", bound="TransformerConfig")
 
 
-def _rotary_head_dim(h: Mapping[str, Any]) -> str | bool:
-    """Rotary positions rotate pairs of dimensions: each head needs an even number of them."""
-    head_dim = h["d_model"] // h["nhead"]  # (an indivisible d_model is divisible()'s error)
-    return (
-        h.get("positional") != "rotary"
-        or h["d_model"] % h["nhead"] != 0
-        or head_dim % 2 == 0
-        or f"positional='rotary' needs an even head dimension, d_model/nhead={head_dim}"
-    )
+def _schemes_need(h: Mapping[str, Any]) -> str | None:
+    """What the chosen position scheme and relative bias need of the other settings (their tables' `needs`)."""
+    chosen = ((POSITIONALS, h.get("positional")), (RELATIVE_BIASES, h.get("relative_bias")))
+    problems = [scheme.needs(h) for table, name in chosen if (scheme := table.get(name)) is not None and scheme.needs]
+    return "; ".join(p for p in problems if isinstance(p, str)) or None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,14 +72,19 @@ class TransformerConfig:
     # grouped-query attention: key/value heads, each shared by nhead / num_kv_heads query heads; None = nhead
     num_kv_heads: int | None = None
     final_norm: bool = True  # a norm after each stack, as torch.nn.Transformer; Marian (OPUS-MT) has none
-    # "sinusoidal" | "sinusoidal_halves" (Marian's [sin | cos] layout) | "learned" (added to the embeddings) |
-    # "rotary" (RoPE in self-attention, none in cross-attention, nothing added) | "none"; an image's tokens also
-    # "sincos2d" (MAE's fixed 2-D table) or "rotary2d" (axial RoPE in the encoder): MnistNet only
+    # models.positional.POSITIONALS: "sinusoidal" | "sinusoidal_halves" (Marian's [sin | cos] layout) | "learned"
+    # (added to the embeddings) | "rotary" (RoPE in self-attention, none in cross-attention, nothing added) | "none";
+    # an image's tokens also "sincos2d" (MAE's fixed 2-D table), "learned2d" (row and column tables) or "rotary2d"
+    # (axial RoPE in the encoder): MnistNet only
     positional: str = "sinusoidal"
-    # None | "t5" | "alibi": a bias on the logits of self-attention (models.relative; T5's and ALiBi's own models
-    # take it with positional="none"); an image's tokens also "2d" (Swin's learned bias over the grid): MnistNet only
+    # models.relative.RELATIVE_BIASES: None | "t5" | "alibi": a bias on the logits of self-attention (T5's and ALiBi's
+    # own models take it with positional="none"); an image's tokens also "2d" (Swin's learned bias over the grid)
     relative_bias: str | None = None
 
+    # What a network reads, "text" or "image" (models.registry): the position schemes and relative biases it takes
+    # are those of their tables that fit it, and a variant file (configs/variants/) names it in its `fits`. The
+    # stack itself takes every one.
+    INPUT: ClassVar[str | None] = None
     # What each field may hold, and how fields relate (models.checks); subclasses extend both.
     CHECKS: ClassVar[Mapping[str, Check]] = {
         "d_model": at_least(1),
@@ -93,16 +93,20 @@ class TransformerConfig:
         "num_decoder_layers": at_least(0),
         "dim_feedforward": at_least(1),
         "dropout": fraction,
-        "activation": one_of(tuple(ACTIVATIONS)),
+        "activation": one_of(ACTIVATIONS),  # the tables themselves: an entry added later is allowed at once
         "layer_norm_eps": at_least(0),
         "norm": one_of(NORMS),
         "qk_norm": boolean,
         "num_kv_heads": at_least(1),
-        "positional": one_of(POSITIONALS + POSITIONALS_2D),
-        "relative_bias": one_of(TEXT_RELATIVE_BIASES + RELATIVE_BIASES_2D),
+        "positional": one_of(POSITIONALS),
+        "relative_bias": one_of(RELATIVE_BIASES),
     }
     # Each head gets d_model / nhead dimensions; each key/value head serves nhead / num_kv_heads query heads.
-    RELATIONS: ClassVar[tuple[Relation, ...]] = (divisible("d_model", "nhead"), divisible("nhead", "num_kv_heads"))
+    RELATIONS: ClassVar[tuple[Relation, ...]] = (
+        divisible("d_model", "nhead"),
+        divisible("nhead", "num_kv_heads"),
+        _schemes_need,
+    )
 
     def __post_init__(self) -> None:
         check_hparams(self, self.as_dict(), self.CHECKS, *self.RELATIONS)
@@ -143,6 +147,8 @@ class Seq2SeqSettings(TransformerConfig):
     """The translation network, as a user sets it: token embeddings + positions → the stack → vocabulary logits.
     Its vocabulary sizes and padding id come from the data (`Seq2SeqConfig`)."""
 
+    INPUT = TEXT  # the schemes it takes are those that fit "text" (models.registry)
+
     max_len: int = 256  # the longest sequence, in tokens, either side (positions are tabled up to it)
     tie_embeddings: bool = False  # the output layer reads the target embedding table
     # one table for both sides (a joint subword vocabulary); with tie_embeddings too, the output layer reads it as
@@ -160,11 +166,10 @@ class Seq2SeqSettings(TransformerConfig):
         **TransformerConfig.CHECKS,
         "num_decoder_layers": at_least(1),  # the decoder writes the translation
         "max_len": at_least(3),  # <bos>, a token, <eos>
-        "positional": one_of(POSITIONALS),  # a sentence's schemes, not an image's
+        "positional": one_of(Allowed(POSITIONALS, INPUT)),  # a sentence's schemes, not an image's
         "src_token_dropout": fraction,
-        "relative_bias": one_of(TEXT_RELATIVE_BIASES),
+        "relative_bias": one_of(Allowed(RELATIVE_BIASES, INPUT)),
     }
-    RELATIONS: ClassVar[tuple[Relation, ...]] = (*TransformerConfig.RELATIONS, _rotary_head_dim)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,6 +203,8 @@ class MnistNetSettings(TransformerConfig):
     recipes (configs/mnist*.yaml) choose a smaller, pre-norm stack with GELU and learned positions, which trains
     small models from scratch more reliably."""
 
+    INPUT = IMAGE  # the schemes it takes are those that fit "image" (models.registry)
+
     tokens: str = "patches"  # "rows" (28 tokens of 28 pixels) or "patches" (square ones)
     patch_size: int = 7  # side of a square patch, must divide 28; ignored for rows
     head: str = "decoder"  # "decoder" (learned queries through the decoder), "cls" (a class token, ViT) or "mean"
@@ -209,6 +216,8 @@ class MnistNetSettings(TransformerConfig):
 
     CHECKS: ClassVar[Mapping[str, Check]] = {
         **TransformerConfig.CHECKS,
+        "positional": one_of(Allowed(POSITIONALS, INPUT)),
+        "relative_bias": one_of(Allowed(RELATIVE_BIASES, INPUT)),
         "tokens": one_of(TOKENIZERS),
         "patch_size": at_least(1),
         "head": one_of(HEADS),
@@ -218,7 +227,6 @@ class MnistNetSettings(TransformerConfig):
     }
     RELATIONS: ClassVar[tuple[Relation, ...]] = (
         *TransformerConfig.RELATIONS,
-        _rotary_head_dim,
         lambda h: (
             h["tokens"] != "patches"
             or IMAGE_SIZE % h["patch_size"] == 0
@@ -230,17 +238,6 @@ class MnistNetSettings(TransformerConfig):
             or "strided_stem needs stem_channels > 0, tokens='patches' and patch_size >= 2"
         ),
         lambda h: not h["stem_norm"] or h["stem_channels"] > 0 or "stem_norm needs a stem: stem_channels > 0",
-        lambda h: (
-            h["positional"] != "rotary2d"
-            or h["d_model"] % h["nhead"] != 0
-            or (h["d_model"] // h["nhead"]) % 4 == 0
-            or f"positional='rotary2d' needs a head dimension divisible by 4, d_model/nhead={h['d_model'] // h['nhead']}"
-        ),
-        lambda h: (
-            h["positional"] != "sincos2d"
-            or h["d_model"] % 4 == 0
-            or f"positional='sincos2d' needs d_model divisible by 4 (sin and cos for each axis), got {h['d_model']}"
-        ),
         lambda h: (
             h["head"] != "decoder" or h["num_decoder_layers"] >= 1 or "head='decoder' needs num_decoder_layers of at least 1"
         ),

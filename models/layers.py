@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from .activations import ACTIVATIONS, GATED
+from .activations import ACTIVATIONS
 from .attention import MultiHeadAttention
 from .norms import make_norm
+from .registry import lookup
 
 if TYPE_CHECKING:
     from .config import TransformerConfig
@@ -32,12 +33,11 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, dim_feedforward: int, dropout: float, activation: str, bias: bool):
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
-        self.gated = activation in GATED
+        act = lookup(ACTIVATIONS, activation, "activation")
+        self.gated = act.gated
         self.linear1 = nn.Linear(d_model, (2 if self.gated else 1) * dim_feedforward, bias=bias)
         self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias)
-        self.activation = ACTIVATIONS[activation]
+        self.activation = act.fn
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D)

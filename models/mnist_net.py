@@ -3,10 +3,11 @@
 Tokens are rows (28 tokens of 28 pixels, the seed's layout) or square patches (4×4 → 49 tokens,
 7×7 → 16 tokens), each linearly embedded plus a learned position (or a sinusoidal one, or rotary
 positions in self-attention over the reading order, or none: `positional`). The tokens lie on an h × w grid
-(rows: 28 × 1; 7×7 patches: 4 × 4), which two schemes read in 2-D: `positional="sincos2d"`, MAE's fixed
-2-D sin-cos table (models.positional2d), and `relative_bias="2d"`, Swin's learned bias on every encoder
-layer's logits for each pair's (Δrow, Δcol) (models.relative); a class token gets a zero row of the former
-and BEiT's three extra entries of the latter; the decoder head's queries get neither. `positional="rotary2d"`
+(rows: 28 × 1; 7×7 patches: 4 × 4), which the 2-D schemes read: `positional="sincos2d"`, MAE's fixed
+2-D sin-cos table, `positional="learned2d"`, a learned row table plus a column table (models.positional2d),
+and `relative_bias="2d"`, Swin's learned bias on every encoder layer's logits for each pair's (Δrow, Δcol)
+(models.relative); a class token gets a zero row of MAE's table, a learned vector of its own in the row and
+column tables, and BEiT's three extra entries of Swin's bias; the decoder head's queries get none of them. `positional="rotary2d"`
 (axial RoPE, models.positional2d) rotates the encoder's queries and keys by row and column instead. The 1-D relative
 biases of translation (`relative_bias="t5"` or `"alibi"`) read the reading order, as rotary positions do
 (the decoder head's queries included), so that every file of configs/variants/ applies here too. An optional convolutional stem
@@ -34,9 +35,9 @@ import torch
 from torch import nn
 
 from .config import IMAGE_SIZE, MnistNetConfig
-from .positional import positional_encoding
-from .positional2d import AxialRotaryEmbedding, SinCos2dPositionalEncoding
-from .relative import SwinRelativeBias2d, relative_bias_1d
+from .positional import position_scheme
+from .registry import Tokens
+from .relative import relative_bias
 from .transformer import Transformer
 
 
@@ -74,30 +75,19 @@ class MnistNet(nn.Module):
         self.stem = nn.Sequential(*stem)  # empty (the identity, no parameters) without a stem
         self.embed = nn.Linear(channels * self.patch[0] * self.patch[1], c.d_model)  # a token's C·ph·pw values → D
         extra = 1 if c.head == "cls" else 0
-        if c.positional == "sincos2d":
-            self.pos = SinCos2dPositionalEncoding(c.d_model, *self.grid, extra_tokens=extra)
-        elif c.positional == "rotary2d":  # in the encoder's attention; nothing added
-            self.pos = None
-        else:
-            self.pos = positional_encoding(c.positional, c.d_model, self.num_tokens + extra)  # None for rotary, none
+        # The encoder's tokens lie on the grid (after a class token); the decoder head's queries are a sequence.
+        encoder = Tokens(c, extra + self.num_tokens, grid=self.grid, extra=extra)
+        queries = Tokens(c, c.num_queries, causal=True)
+        positions = position_scheme(c.positional, encoder)  # models.positional.POSITIONALS
+        self.pos = positions.added  # None for the rotary schemes and "none"
         self.dropout = nn.Dropout(c.dropout)
         self.core = Transformer(
             # The pooling heads build no decoder.
             c if c.head == "decoder" else dataclasses.replace(c, num_decoder_layers=0),
-            rotary=c.positional == "rotary",  # the decoder head's queries get positions 0 … Q-1 too
-            encoder_bias=(
-                SwinRelativeBias2d(c.nhead, *self.grid, num_layers=c.num_encoder_layers, extra_tokens=extra)
-                if c.relative_bias == "2d"
-                else relative_bias_1d(c.relative_bias, c.nhead, causal=False)
-            ),
-            decoder_bias=(
-                relative_bias_1d(c.relative_bias, c.nhead, causal=True)
-                if c.relative_bias != "2d" and c.head == "decoder"
-                else None
-            ),
-            encoder_rotary=(
-                AxialRotaryEmbedding(c.d_model // c.nhead, *self.grid, extra_tokens=extra) if c.positional == "rotary2d" else None
-            ),
+            rotary=positions.rotary,  # the decoder head's queries get positions 0 … Q-1 too
+            encoder_bias=relative_bias(c.relative_bias, encoder),  # models.relative.RELATIVE_BIASES
+            decoder_bias=relative_bias(c.relative_bias, queries) if c.head == "decoder" else None,
+            encoder_rotary=positions.encoder_rotary,
         )
         if c.head == "decoder":
             self.queries = nn.Parameter(torch.randn(1, c.num_queries, c.d_model) * 0.02)  # (1, Q, D)

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from torch import nn
 
-NORMS = ("layernorm", "rmsnorm")
+from .registry import lookup
+
+# Name → a norm over the last dimension: (dim, eps, bias) → the module. `bias` is LayerNorm's; RMSNorm has none.
+NORMS = {
+    "layernorm": lambda dim, eps, bias: nn.LayerNorm(dim, eps=eps, bias=bias),
+    "rmsnorm": lambda dim, eps, bias: nn.RMSNorm(dim, eps=eps),
+}
 
 
 def make_norm(kind: str, dim: int, eps: float = 1e-5, bias: bool = True) -> nn.Module:
-    """A norm over the last dimension (of size `dim`). `bias` is LayerNorm's; RMSNorm has none."""
-    if kind == "layernorm":
-        return nn.LayerNorm(dim, eps=eps, bias=bias)
-    if kind == "rmsnorm":
-        return nn.RMSNorm(dim, eps=eps)
-    raise ValueError(f"norm must be one of {NORMS}, got {kind!r}")
+    """A norm over the last dimension (of size `dim`), of the kind `NORMS` names."""
+    return lookup(NORMS, kind, "norm")(dim, eps, bias)

@@ -1,13 +1,20 @@
 """Positional encodings: fixed sinusoids (Vaswani et al., 2017, §3.5) or learned vectors, both
 added to the embeddings; or rotary positions (RoPE, Su et al., 2021), which rotate the queries
-and keys of self-attention instead and add nothing."""
+and keys of self-attention instead and add nothing. `POSITIONALS` is every scheme by name, the 2-D
+ones of image grids (models.positional2d) included: the `positional` setting's allowed values."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
+
+from .positional2d import AxialRotaryEmbedding, LearnedPositionalEncoding2d, SinCos2dPositionalEncoding
+from .registry import IMAGE, Scheme, Tokens, lookup
 
 
 def positions(offset: int | torch.Tensor, length: int, device=None) -> torch.Tensor:
@@ -92,20 +99,56 @@ def apply_rotary(x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> to
     return (xf * cos + torch.cat([-x2, x1], dim=-1) * sin).to(x.dtype)
 
 
-# "sinusoidal_halves": the sinusoids in Marian's [sin | cos] layout (imported OPUS-MT models, models/marian.py).
-POSITIONALS = ("sinusoidal", "learned", "rotary", "none", "sinusoidal_halves")
+@dataclass(frozen=True)
+class Positions:
+    """What a position scheme gives a network for one stack: a module that adds positions to the (B, T, D)
+    embeddings (`forward(x, offset=0)`), rotary positions in every self-attention (the core's `rotary`), or
+    the encoder's own rotary tables (`encoder_rotary`: RotaryEmbedding's signature). Nothing at all: "none"."""
+
+    added: nn.Module | None = None
+    rotary: bool = False
+    encoder_rotary: nn.Module | None = None
 
 
-def positional_encoding(kind: str, d_model: int, max_len: int) -> nn.Module | None:
-    """The encoding added to the embeddings, or None for "rotary" (the core's attention rotates
-    queries and keys instead: `Transformer(rotary=True)`) and for "none" (no absolute positions: with a
-    relative position bias, models.relative, or none at all)."""
-    if kind == "sinusoidal":
-        return SinusoidalPositionalEncoding(d_model, max_len)
-    if kind == "sinusoidal_halves":
-        return SinusoidalPositionalEncoding(d_model, max_len, halves=True)
-    if kind == "learned":
-        return LearnedPositionalEncoding(d_model, max_len)
-    if kind in ("rotary", "none"):
-        return None
-    raise ValueError(f"positional must be one of {POSITIONALS}, got {kind!r}")
+def _sincos2d_needs(h: Mapping[str, Any]) -> str | bool:
+    return h["d_model"] % 4 == 0 or f"positional='sincos2d' needs d_model divisible by 4 (sin and cos for each axis), got {h['d_model']}"
+
+
+def _head_dim_multiple_of(name: str, multiple: int, what: str) -> Callable[[Mapping[str, Any]], str | bool]:
+    """Rotary schemes rotate pairs (2-D ones, pairs for each axis): each head needs a multiple of their dimensions."""
+
+    def needs(h: Mapping[str, Any]) -> str | bool:
+        head_dim = h["d_model"] // h["nhead"]
+        return h["d_model"] % h["nhead"] != 0 or head_dim % multiple == 0 or f"positional={name!r} needs {what}, d_model/nhead={head_dim}"
+
+    return needs
+
+
+# Name → position scheme (models.registry.Scheme): what each network's stack gets, the networks it fits, what it needs.
+# The 1-D schemes read an image's tokens in reading order; the 2-D ones (models.positional2d) read the grid.
+POSITIONALS = {
+    "sinusoidal": Scheme(lambda t: Positions(added=SinusoidalPositionalEncoding(t.d_model, t.length))),
+    "learned": Scheme(lambda t: Positions(added=LearnedPositionalEncoding(t.d_model, t.length))),
+    "rotary": Scheme(lambda t: Positions(rotary=True), needs=_head_dim_multiple_of("rotary", 2, "an even head dimension")),
+    "none": Scheme(lambda t: Positions()),  # no absolute positions: with a relative bias (models.relative), or none at all
+    # Marian's [sin | cos] layout (imported OPUS-MT models, models/marian.py)
+    "sinusoidal_halves": Scheme(lambda t: Positions(added=SinusoidalPositionalEncoding(t.d_model, t.length, halves=True))),
+    "sincos2d": Scheme(
+        lambda t: Positions(added=SinCos2dPositionalEncoding(t.d_model, *t.grid, extra_tokens=t.extra)),
+        fits=(IMAGE,),
+        needs=_sincos2d_needs,
+    ),
+    "rotary2d": Scheme(
+        lambda t: Positions(encoder_rotary=AxialRotaryEmbedding(t.head_dim, *t.grid, extra_tokens=t.extra)),
+        fits=(IMAGE,),
+        needs=_head_dim_multiple_of("rotary2d", 4, "a head dimension divisible by 4"),
+    ),
+    "learned2d": Scheme(
+        lambda t: Positions(added=LearnedPositionalEncoding2d(t.d_model, *t.grid, extra_tokens=t.extra)), fits=(IMAGE,)
+    ),
+}
+
+
+def position_scheme(kind: str, tokens: Tokens) -> Positions:
+    """The positions of `POSITIONALS[kind]` for one stack's `tokens`."""
+    return lookup(POSITIONALS, kind, "positional").build(tokens)

@@ -1,5 +1,6 @@
-"""MAE's fixed 2-D sin-cos positions for a grid of image tokens (He et al., 2022; the table of its
-`get_2d_sincos_pos_embed`), added to the embeddings like the 1-D sinusoid."""
+"""Positions for a grid of image tokens: MAE's fixed 2-D sin-cos table (He et al., 2022; the table of its
+`get_2d_sincos_pos_embed`) and learned row and column tables, both added to the embeddings like the 1-D ones,
+and axial rotary positions in the encoder's attention. Their names are models.positional.POSITIONALS's."""
 
 from __future__ import annotations
 
@@ -42,6 +43,29 @@ class SinCos2dPositionalEncoding(nn.Module):
 
     def extra_repr(self) -> str:
         return f"grid={self.grid[0]}x{self.grid[1]}, tokens={self.pe.size(0)}"
+
+
+class LearnedPositionalEncoding2d(nn.Module):
+    """Learned 2-D absolute positions: a row table (h, D) and a column table (w, D); the token at (r, c) gets
+    row[r] + col[c], so h + w vectors cover the h·w tokens, and tokens of one row (or column) share its vector.
+    Tokens before the grid (a class token) get learned vectors of their own, as ViT's class token has.
+    Initialised as the 1-D learned table (std 0.02), split between the two tables: each std 0.02/√2."""
+
+    def __init__(self, d_model: int, height: int, width: int, extra_tokens: int = 0):
+        super().__init__()
+        self.rows = nn.Parameter(torch.randn(height, d_model) * 0.02 / 2**0.5)  # (h, D)
+        self.cols = nn.Parameter(torch.randn(width, d_model) * 0.02 / 2**0.5)  # (w, D)
+        self.extra = nn.Parameter(torch.randn(extra_tokens, d_model) * 0.02)  # (extra, D)
+
+    def table(self) -> torch.Tensor:  # → (extra + h·w, D), tokens in reading order
+        grid = (self.rows[:, None, :] + self.cols[None, :, :]).flatten(0, 1)  # (h, w, D) → (h·w, D)
+        return torch.cat([self.extra, grid])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N', D)
+        return x + self.table()[: x.size(1)].to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"grid={self.rows.size(0)}x{self.cols.size(0)}, extra_tokens={self.extra.size(0)}"
 
 
 class AxialRotaryEmbedding(nn.Module):

@@ -24,8 +24,7 @@ import torch
 from torch import nn
 
 from .positional import positions
-
-TEXT_RELATIVE_BIASES = ("t5", "alibi")  # 1-D, for sequences (models.seq2seq); "2d" is for image grids
+from .registry import IMAGE, Scheme, Tokens, lookup
 
 
 def t5_bucket(
@@ -145,12 +144,18 @@ class SwinRelativeBias2d(nn.Module):
         return f"grid={self.height}x{self.width}, extra_tokens={self.extra_tokens}"
 
 
-def relative_bias_1d(kind: str | None, nhead: int, *, causal: bool) -> nn.Module | None:
-    """A 1-D scheme's module for an encoder (`causal=False`) or a decoder: "t5", "alibi", or None for none."""
-    if kind is None:
-        return None
-    if kind == "t5":
-        return T5RelativeBias(nhead, bidirectional=not causal)
-    if kind == "alibi":
-        return ALiBi(nhead)
-    raise ValueError(f"relative_bias must be one of {TEXT_RELATIVE_BIASES} or None, got {kind!r}")
+# Name → relative bias (models.registry.Scheme): the module of one stack, or None. The 1-D ones read an image's
+# tokens in reading order (and the decoder head's queries); Swin's reads the grid, so a sequence gets none of it.
+RELATIVE_BIASES = {
+    "t5": Scheme(lambda t: T5RelativeBias(t.nhead, bidirectional=not t.causal)),
+    "alibi": Scheme(lambda t: ALiBi(t.nhead)),
+    "2d": Scheme(
+        lambda t: None if t.grid is None else SwinRelativeBias2d(t.nhead, *t.grid, t.num_layers, extra_tokens=t.extra),
+        fits=(IMAGE,),
+    ),
+}
+
+
+def relative_bias(kind: str | None, tokens: Tokens) -> nn.Module | None:
+    """The bias module of `RELATIVE_BIASES[kind]` for one stack's `tokens`, or None (no relative bias)."""
+    return None if kind is None else lookup(RELATIVE_BIASES, kind, "relative_bias").build(tokens)

@@ -10,8 +10,9 @@ from torch import nn
 
 from .cache import DynamicCache, StaticCache
 from .config import Seq2SeqConfig
-from .positional import positional_encoding
-from .relative import relative_bias_1d
+from .positional import position_scheme
+from .registry import Tokens
+from .relative import relative_bias
 from .transformer import Transformer
 
 
@@ -27,14 +28,16 @@ class Seq2SeqNet(nn.Module):
         # share_embeddings: one table for both sides (a joint subword vocabulary); with tie_embeddings
         # too, the generator reads the same table (three-way tying, as fairseq's share_all_embeddings).
         self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
-        self.src_pos = positional_encoding(c.positional, c.d_model, c.max_len)  # None for rotary
-        self.tgt_pos = positional_encoding(c.positional, c.d_model, c.max_len)
+        source, target = Tokens(c, c.max_len), Tokens(c, c.max_len, causal=True)
+        positions = position_scheme(c.positional, source)  # models.positional.POSITIONALS
+        self.src_pos = positions.added  # None for rotary and none
+        self.tgt_pos = position_scheme(c.positional, target).added
         self.embed_dropout = nn.Dropout(c.dropout)
         self.core = Transformer(
             c,
-            rotary=c.positional == "rotary",
-            encoder_bias=relative_bias_1d(c.relative_bias, c.nhead, causal=False),
-            decoder_bias=relative_bias_1d(c.relative_bias, c.nhead, causal=True),
+            rotary=positions.rotary,
+            encoder_bias=relative_bias(c.relative_bias, source),  # models.relative.RELATIVE_BIASES
+            decoder_bias=relative_bias(c.relative_bias, target),
         )
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=c.generator_bias)
         if c.generator_bias:
