@@ -1,17 +1,23 @@
 """Run one recipe once per research variant (and seed) and write a table: what each option does to
 the score, the size and the speed of a baseline you trust.
 
-    python scripts/ablate.py --recipe configs/mnist_subset.yaml --seeds 0 1 2 --out docs/ablation_mnist.md \
+    .venv/bin/python scripts/ablate.py --recipe configs/mnist_subset.yaml --seeds 0 1 2 --out docs/ablation_mnist.md \
         -- --data.data_dir ../shared/data/mnist
-    python scripts/ablate.py --recipe configs/multi30k.yaml --variants baseline rotary swiglu \
+    .venv/bin/python scripts/ablate.py --recipe configs/multi30k.yaml --variants baseline rotary my_variant.yaml \
         -- --data.data_dir ../shared/data/multi30k --trainer.max_time 00:00:10:00
 
-Each run is `scripts/fit.py --config RECIPE --config configs/variants/<variant>.yaml --seed_everything S`
-plus whatever follows `--`, in a folder of its own under `--root`, one run after another. W&B logs
-them in one group, `ablation-<recipe>`, each named `<variant>-s<seed>`. The table gives, per
-variant: the test score (mean ± sample standard deviation over the seeds), the best validation
-score, the parameters, the median training step and the wall time of a run. One seed gives no
-standard deviation: read differences smaller than the seed-to-seed spread as noise.
+A variant is a name in configs/variants/ or the path of a variant file of one's own (training/variants.py), labelled
+by its file's name; by default, every file of configs/variants/ whose `fits` lists the recipe's network, and a
+variant named that does not fit it is refused in one line. Each run is `scripts/fit.py --config RECIPE --config
+<variant file> --seed_everything S` plus whatever follows `--`, in a folder of its own under `--root`, one run
+after another; a line says where each starts. W&B logs them in one group, `ablation-<recipe>`, each named
+`<variant>-s<seed>`. The table gives, per variant: the test score (mean ± sample standard deviation over the
+seeds), the best validation score, the parameters, the median training step and the wall time of a run. One
+seed gives no standard deviation: read differences smaller than the seed-to-seed spread as noise.
+
+Ctrl-C (or SIGTERM) stops the run under way as scripts/fit.py stops (at the end of its step), then prints the
+table of the runs that finished and the command that runs the rest: the same one with `--resume`, which reads
+the finished runs back from `--root` instead of running them again.
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -27,16 +36,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-VARIANTS_DIR = ROOT / "configs" / "variants"
 
-from common.errors import OutputError  # noqa: E402
+from common.errors import InputError, OutputError  # noqa: E402
 from common.exits import exit_on_user_error, write_fault, writing_to  # noqa: E402
 from common.files import atomic_output  # noqa: E402
+from training.signals import RESUME_ENVIRONMENT, program  # noqa: E402
+from training.variants import VARIANTS_DIR, Variant, misfit, read_variant, recipe_task, task_input, variants  # noqa: E402
 
-
-def variant_names() -> list[str]:
-    names = sorted(p.stem for p in VARIANTS_DIR.glob("*.yaml"))
-    return ["baseline"] + [n for n in names if n != "baseline"]
+RESULT = "result.json"  # in each run's folder, once the run has ended: what --resume reads back
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
@@ -46,24 +53,79 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", required=True, help="a recipe in configs/, e.g. configs/mnist_subset.yaml")
     parser.add_argument(
-        "--variants", nargs="+", default=None, help=f"names in configs/variants/ (default: all, {', '.join(variant_names())})"
+        "--variants",
+        nargs="+",
+        default=None,
+        help="names in configs/variants/ or paths of variant files (default: every file there that fits the recipe)",
     )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--root", default=None, help="folder of the runs (default: runs/ablation/<recipe>)")
     parser.add_argument("--out", default=None, help="write the markdown table here too (and the raw results as .json beside it)")
+    parser.add_argument(
+        "--resume", action="store_true", help="read the runs that finished in --root back instead of running them again"
+    )
     args = parser.parse_args(argv)
     recipe = Path(args.recipe)
     if not recipe.is_file():
         parser.error(f"--recipe {recipe}: no such file")
-    args.variants = args.variants or variant_names()
-    unknown = [v for v in args.variants if not (VARIANTS_DIR / f"{v}.yaml").is_file()]
-    if unknown:
-        parser.error(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(variant_names())}")
+    task = recipe_task(recipe)
+    try:
+        args.variants = [_variant(v) for v in args.variants] if args.variants else variants(task_input(task))
+    except InputError as err:
+        parser.error(str(err))
+    labels = [v.name for v in args.variants]
+    if len(set(labels)) < len(labels):
+        parser.error(f"two variants share a label (their file names): {', '.join(sorted(labels))}")
+    for variant in args.variants:
+        if why := misfit(variant.fits, task):
+            parser.error(f"variant {variant.name} does not fit {recipe}: {why}")
     args.root = Path(args.root or ROOT / "runs" / "ablation" / recipe.stem)
     return args, extra
 
 
-def run_one(recipe: Path, variant: str, seed: int, folder: Path, extra: list[str]) -> dict:
+def _variant(spec: str) -> Variant:
+    """A name in configs/variants/, or the path of a variant file."""
+    path = Path(spec) if spec.endswith((".yaml", ".yml")) else VARIANTS_DIR / f"{spec}.yaml"
+    if not path.is_file():
+        known = ", ".join(v.name for v in variants())
+        raise InputError(f"unknown variant(s) {spec}: no file {path}; known: {known}, or a variant file's path")
+    return read_variant(path)
+
+
+class Stopped(Exception):
+    """The sweep ends early on a signal (`Interrupted`): leaves the outputs, which then write nothing."""
+
+
+class Interrupted:
+    """SIGINT and SIGTERM while the sweep runs: noted, and passed on to the run under way, which stops as
+    scripts/fit.py stops (at the end of its step, with a checkpoint; a second signal at once). The runs start in a
+    process group of their own, so Ctrl-C at a terminal reaches each one once, through here."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.run: subprocess.Popen | None = None
+        self.passed = 0  # signals passed on to the run under way
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._note)
+
+    def _note(self, signum: int, frame) -> None:
+        self.signum = signum
+        if self.run is not None and self.run.poll() is None:
+            self.run.send_signal(signum)
+            self.passed += 1
+
+    def wait(self, cmd: list[str], **kwargs) -> int:
+        """Run `cmd` to its end (a signal noted while it was being started reaches it too); its exit status."""
+        self.passed, self.run = 0, subprocess.Popen(cmd, process_group=0, **kwargs)
+        if self.signum is not None and not self.passed:
+            self._note(self.signum, None)
+        try:
+            return self.run.wait()
+        finally:
+            self.run = None
+
+
+def run_one(recipe: Path, variant: Variant, seed: int, folder: Path, extra: list[str], stop: Interrupted) -> dict:
     """One fit.py run; its summary.json, with the command, exit status and wall time added."""
     cmd = [
         sys.executable,
@@ -71,7 +133,7 @@ def run_one(recipe: Path, variant: str, seed: int, folder: Path, extra: list[str
         "--config",
         str(recipe),
         "--config",
-        str(VARIANTS_DIR / f"{variant}.yaml"),
+        str(variant.path),
         "--seed_everything",
         str(seed),
         "--trainer.default_root_dir",
@@ -80,14 +142,15 @@ def run_one(recipe: Path, variant: str, seed: int, folder: Path, extra: list[str
         "false",
     ]
     if not any(a.startswith("--trainer.logger") for a in extra):  # W&B (the default): one group, named runs
-        cmd += [f"--trainer.logger.group=ablation-{recipe.stem}", f"--trainer.logger.name={variant}-s{seed}"]
+        cmd += [f"--trainer.logger.group=ablation-{recipe.stem}", f"--trainer.logger.name={variant.name}-s{seed}"]
     cmd += extra
     folder.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with open(folder / "output.log", "w") as log:
-        status = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
+        status = stop.wait(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     result = {
-        "variant": variant,
+        "variant": variant.name,
+        "file": str(variant.path),
         "seed": seed,
         "status": status,
         "wall_seconds": time.monotonic() - start,
@@ -141,23 +204,51 @@ def table(results: list[dict], recipe: Path, extra: list[str]) -> str:
             f"| {ok[0]['parameters']:,} | {f'{step_ms:.1f}' if step_ms else '–'} | {wall:.1f} |"
         )
     seeds = sorted({r["seed"] for r in results})
+    own = {r["variant"]: r["file"] for r in results if r.get("file") and Path(r["file"]).parent != VARIANTS_DIR}
     lines += [
         "",
         f"Recipe `{recipe}` plus `{' '.join(extra) or '(nothing)'}`; seeds {', '.join(map(str, seeds))}; "
-        "each row's variant file is `configs/variants/<variant>.yaml`.",
+        "each row's variant file is `configs/variants/<variant>.yaml`"
+        + "".join(f", but {name}'s is `{file}`" for name, file in own.items())
+        + ".",
     ]
     return "\n".join(lines) + "\n"
+
+
+def say(line: str) -> None:
+    with writing_to("standard output"):
+        print(line, flush=True)
+
+
+def finished(folder: Path) -> dict | None:
+    """The result of the run in `folder` if it ended with exit status 0 (what --resume reads back), else None."""
+    path = folder / RESULT
+    result = json.loads(path.read_text()) if path.is_file() else None
+    return result if result and result["status"] == 0 else None
+
+
+def resume_command(argv: list[str]) -> str:
+    """This sweep's command with --resume (before any `--`, whose words are fit.py's), as the user would paste it: the
+    interpreter running it and the environment settings that change what a run does (training.signals)."""
+    head, tail = (argv[: argv.index("--")], argv[argv.index("--") :]) if "--" in argv else (argv, [])
+    env = [f"{name}={shlex.quote(os.environ[name])}" for name in RESUME_ENVIRONMENT if os.environ.get(name)]
+    again = [*head, *([] if "--resume" in head else ["--resume"]), *tail]
+    return " ".join([*env, shlex.join([program(sys.executable or "python"), "scripts/ablate.py", *again])])
 
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     """A full disk or an unwritable --out or --root is one line naming it, exit status 1; --out's place
     is tried (temporary files beside it) before the first run, and the table and its .json appear only
-    once complete."""
+    once complete. A signal ends the sweep after the run under way, with the table of the finished runs and the
+    command that resumes the rest, exit status 128 + the signal's number."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args, extra = parse_args(argv)
     recipe = Path(args.recipe)
+    stop = Interrupted()
     results = []
-    with contextlib.ExitStack() as outputs:
+    plan = [(variant, seed) for seed in args.seeds for variant in args.variants]  # each variant once before any repeats
+    with contextlib.suppress(Stopped), contextlib.ExitStack() as outputs:
         if args.out:
             out = Path(args.out)
             try:
@@ -166,23 +257,41 @@ def main(argv: list[str] | None = None) -> int:
                 raise OutputError(write_fault(err, out), err.errno) from None
             table_tmp = outputs.enter_context(atomic_output(out))
             json_tmp = outputs.enter_context(atomic_output(out.with_suffix(".json")))
-        for seed in args.seeds:  # every variant once before any is repeated: a partial sweep is still a table
-            for variant in args.variants:
-                result = run_one(recipe, variant, seed, args.root / f"{variant}-s{seed}", extra)
-                shown = score_of(result)
-                if result["status"] != 0:
-                    shown = f"failed (exit {result['status']}), see {args.root / f'{variant}-s{seed}' / 'output.log'}"
-                else:
-                    shown = f"{shown[0]} {shown[1]:.2f}" if shown else f"best {result.get('monitor')} {result.get('best_score')}"
-                with writing_to("standard output"):
-                    print(f"{variant} seed {seed}: {shown}", flush=True)
+        for number, (variant, seed) in enumerate(plan, 1):
+            folder = args.root / f"{variant.name}-s{seed}"
+            if stop.signum is not None:
+                break
+            which = f"[{number}/{len(plan)}] {variant.name} seed {seed}"
+            if args.resume and (result := finished(folder)):
+                say(f"{which}: finished before, read back from {folder / RESULT}")
                 results.append(result)
+                continue
+            say(f"{which}: running {program(str(variant.path))}, output in {folder / 'output.log'}")
+            result = run_one(recipe, variant, seed, folder, extra, stop)
+            if stop.signum is not None:
+                break  # stopped by the signal: not a finished run
+            (folder / RESULT).write_text(json.dumps(result, indent=1) + "\n")
+            shown = score_of(result)
+            if result["status"] != 0:
+                shown = f"failed (exit {result['status']}), see {folder / 'output.log'}"
+            else:
+                shown = f"{shown[0]} {shown[1]:.2f}" if shown else f"best {result.get('monitor')} {result.get('best_score')}"
+            say(f"{variant.name} seed {seed}: {shown}")
+            results.append(result)
+        if stop.signum is not None:
+            name = signal.Signals(stop.signum).name
+            say(f"stopped by {name}: {len(results)} of {len(plan)} runs finished" + (":\n" if results else "."))
+            if results:
+                say(table(results, recipe, extra))
+            say(f"resume the rest with: {resume_command(argv)}")
+            raise Stopped(stop.signum)  # out of the outputs: --out is written only with a complete table
         text = table(results, recipe, extra)
-        with writing_to("standard output"):
-            print(text, flush=True)
+        say(text)
         if args.out:
             table_tmp.write_text(text)
             json_tmp.write_text(json.dumps(results, indent=1) + "\n")
+    if stop.signum is not None:
+        return 128 + stop.signum
     return 0 if all(r["status"] == 0 for r in results) else 1
 
 

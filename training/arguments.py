@@ -9,14 +9,20 @@ import inspect
 import re
 import sys
 
+from .variants import misfit
+
 
 def check_run_options(parser, config) -> None:
-    """The options TransformerCLI adds besides LightningCLI's own (`--ema_decay`, `--log_every_n_seconds`)."""
+    """The options TransformerCLI adds besides LightningCLI's own (`--ema_decay`, `--log_every_n_seconds`, a variant
+    file's `fits`: training/variants.py)."""
     decay = config.get("ema_decay")
     if decay is not None and not 0.0 < decay < 1.0:
         parser.error(f"--ema_decay must lie strictly between 0 and 1 (or be null), got {decay}")
     if config.get("log_every_n_seconds", 0) < 0:
         parser.error(f"--log_every_n_seconds must be 0 (off) or more, got {config.log_every_n_seconds}")
+    fits = config.get("fits")
+    if fits and (why := misfit(fits, config.model.get("class_path", ""))):
+        parser.error(f"a variant (--config) that does not fit this recipe: {why}")
 
 
 def check_pad_to_multiple(parser, config) -> None:

@@ -119,6 +119,13 @@ class TransformerCLI(LightningCLI):
             "validated, checkpointed and tested instead of the training weights (null: off)",
         )
         parser.add_argument(
+            "--fits",
+            type=list[str] | None,
+            default=None,
+            help="a variant file's (configs/variants/): the networks it is for, text and/or image; a recipe whose "
+            "network reads another is refused (training/variants.py)",
+        )
+        parser.add_argument(
             "--log_every_n_seconds",
             type=float,
             default=30.0,
