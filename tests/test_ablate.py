@@ -94,9 +94,10 @@ def test_a_variant_file_of_ones_own_is_labelled_by_its_file_name(tmp_path):
     args, _ = parse_args(["--recipe", "configs/toy_translation.yaml", "--variants", "baseline", str(own)])
     assert [(v.name, v.path) for v in args.variants] == [("baseline", VARIANTS_DIR / "baseline.yaml"), ("sandwich", own)]
     (tmp_path / "other").mkdir()
-    (tmp_path / "other" / "sandwich.yaml").write_text(own.read_text())
+    namesake = tmp_path / "other" / "sandwich.yaml"
+    namesake.write_text(own.read_text())
     with pytest.raises(SystemExit):  # two rows of one label: refused, not merged
-        parse_args(["--recipe", "configs/toy_translation.yaml", "--variants", str(own), str(tmp_path / "other" / "sandwich.yaml")])
+        parse_args(["--recipe", "configs/toy_translation.yaml", "--variants", str(own), str(namesake)])
 
 
 def test_ctrl_c_prints_the_finished_runs_and_the_command_that_resumes_the_rest(tmp_path):

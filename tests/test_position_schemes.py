@@ -18,7 +18,7 @@ from models.attention import MultiHeadAttention
 from models.config import MnistNetSettings, Seq2SeqSettings
 from models.masks import with_bias
 from models.positional import apply_rotary
-from models.positional2d import AxialRotaryEmbedding, sincos_2d_table
+from models.positional2d import AxialRotaryEmbedding, LearnedPositionalEncoding2d, sincos_2d_table
 from models.relative import ALiBi, SwinRelativeBias2d, T5RelativeBias, alibi_slopes, swin_relative_index, t5_bucket
 from tasks import MnistSequenceClassifier
 from tests.helpers import PAD, quiet_trainer, sources, tiny_net
@@ -91,6 +91,44 @@ def test_mnist_sincos2d_is_a_buffer_on_the_token_grid(tokens, head, grid):
     torch.testing.assert_close(net.pos(x), x + net.pos.pe)
     if extra:
         assert not net.pos.pe[0].any()  # the class token's row is zero
+
+
+# ---------------------------------------------------------------------------------------------- learned 2-D
+
+
+def test_learned2d_gives_each_token_its_row_plus_its_column_by_brute_force():
+    height, width, dim = 3, 4, 8
+    pos = LearnedPositionalEncoding2d(dim, height, width, extra_tokens=1)
+    assert sum(p.numel() for p in pos.parameters()) == (height + width + 1) * dim  # h + w vectors, not h·w
+    x = torch.randn(2, 1 + height * width, dim)
+    out = pos(x)
+    rows, cols, extra = pos.rows.detach(), pos.cols.detach(), pos.extra.detach()
+    torch.testing.assert_close(out[:, 0], x[:, 0] + extra[0])  # the class token: a vector of its own
+    for token in range(height * width):
+        row, col = divmod(token, width)  # reading order
+        torch.testing.assert_close(out[:, 1 + token], x[:, 1 + token] + rows[row] + cols[col])
+
+
+def test_learned2d_tokens_of_one_column_differ_by_their_rows_only():
+    """What row + column promises (and one table of h·w vectors would not): moving a token down a row adds the same
+    vector in every column."""
+    pos = LearnedPositionalEncoding2d(16, 4, 4)
+    table = pos.table().detach().view(4, 4, 16)  # (h, w, D)
+    steps = table[1:] - table[:-1]  # (h - 1, w, D): one row down, in each column
+    torch.testing.assert_close(steps, steps[:, :1].expand_as(steps))
+    assert not torch.allclose(steps[0], steps[1])
+
+
+@pytest.mark.parametrize("tokens, head, grid", [("patches", "cls", (4, 4)), ("rows", "decoder", (28, 1))])
+def test_mnist_learned2d_learns_a_table_per_axis_of_the_token_grid(tokens, head, grid):
+    net = MnistNet(MnistNetConfig(tokens=tokens, head=head, positional="learned2d", **TINY))
+    extra = int(head == "cls")
+    assert isinstance(net.pos, LearnedPositionalEncoding2d)
+    state = net.state_dict()
+    assert state["pos.rows"].shape == (grid[0], 32) and state["pos.cols"].shape == (grid[1], 32)
+    assert state["pos.extra"].shape == (extra, 32)
+    with pytest.raises(HyperparameterError, match="positional='learned2d'"):  # a sentence has no rows and columns
+        Seq2SeqSettings(positional="learned2d")
 
 
 # ---------------------------------------------------------------------------------------------- 2-D rotary
@@ -204,8 +242,9 @@ def test_mnist_relative_2d_gives_every_encoder_layer_its_own_table():
         dict(positional="sincos2d", relative_bias="2d", head="cls"),
         dict(positional="sincos2d", relative_bias="2d", tokens="rows", head="decoder"),
         dict(positional="rotary2d", head="cls"),
+        dict(positional="learned2d", head="cls"),
     ],
-    ids=["sincos2d", "learned+relative-2d", "relative-2d", "both-cls", "both-rows-decoder", "rotary2d-cls"],
+    ids=["sincos2d", "learned+relative-2d", "relative-2d", "both-cls", "both-rows-decoder", "rotary2d-cls", "learned2d-cls"],
 )
 def test_each_image_scheme_trains_a_step(tmp_path, options):
     torch.manual_seed(0)
@@ -218,12 +257,14 @@ def test_each_image_scheme_trains_a_step(tmp_path, options):
     after = model.state_dict()
     if options.get("relative_bias"):  # the bias table is learned: the step moved it
         assert not torch.equal(after["net.core.encoder_bias.table"], before["net.core.encoder_bias.table"])
+    if options.get("positional") == "learned2d":  # so are the row, column and class-token tables
+        assert all(not torch.equal(after[f"net.pos.{k}"], before[f"net.pos.{k}"]) for k in ("rows", "cols", "extra"))
     assert all(torch.isfinite(v).all() for v in after.values() if v.is_floating_point())
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("head", ["decoder", "cls"])
-@pytest.mark.parametrize("positional", ["sincos2d", "rotary2d"])
+@pytest.mark.parametrize("positional", ["sincos2d", "rotary2d", "learned2d"])
 def test_image_schemes_stay_finite_in_half_precision(dtype, head, positional):
     """The whole net cast (bias tables and sin-cos buffer included), and fp32 weights under CPU bf16 autocast."""
     torch.manual_seed(0)

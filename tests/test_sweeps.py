@@ -10,6 +10,7 @@ import yaml
 from wandb.sdk.launch.sweeps.utils import create_sweep_command, create_sweep_command_args
 
 from tests.helpers import ROOT, SHARED_DATA
+from training.variants import recipe_task, task_input, variants
 
 SWEEPS = sorted((ROOT / "configs" / "sweeps").glob("*.yaml"))
 # The data each recipe reads, passed as the user of an offline machine would add it.
@@ -105,6 +106,20 @@ def test_the_sweep_files_the_readme_names_are_there():
     """The tests above run once per file in configs/sweeps/: with the folder gone they would be skipped, not fail."""
     named = set(re.findall(r"configs/sweeps/(\w+)\.yaml", (ROOT / "README.md").read_text()))
     assert named and named <= {p.stem for p in SWEEPS}
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
+def test_a_sweep_of_variants_runs_every_variant_file_that_fits_its_recipe(path):
+    """A variant added to configs/variants/ is in every sweep of variants whose recipe's network it fits, and only
+    there: a list written by hand is held to the folder."""
+    sweep = yaml.safe_load(path.read_text())
+    if "config" not in sweep["parameters"]:
+        return  # a sweep of other settings
+    recipe = ROOT / sweep["command"][sweep["command"].index("--config") + 1]
+    network = task_input(recipe_task(recipe))
+    assert network in ("text", "image")
+    listed = sweep["parameters"]["config"]["values"]
+    assert sorted(listed) == sorted(f"configs/variants/{v.name}.yaml" for v in variants(network)), path.name
 
 
 def test_runs_to_check_cover_every_value():

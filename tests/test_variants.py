@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from common.errors import HyperparameterError
 from datamodules import ToyTranslationDataModule
 from datamodules.toy import TOY_PAIRS
 from models import MnistNet, MnistNetConfig, MnistNetSettings, Seq2SeqSettings
@@ -21,23 +22,16 @@ from models.layers import FeedForward
 from models.positional import RotaryEmbedding, apply_rotary
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
 from tests.helpers import BOS, EOS, PAD, TOY_MODEL, quiet_trainer, sources, tiny_net
+from training.variants import variants
 
-# Each option alone, then combinations (a LLaMA-style stack; post-norm with every attention option).
+# Every variant file for text networks (configs/variants/), then options and combinations beyond them (a
+# LLaMA-style stack; post-norm with every attention option): a file added there is held to the invariants below.
 VARIANTS = {
-    "baseline": {},
-    "rmsnorm": dict(norm="rmsnorm"),
+    **{variant.name: variant.net for variant in variants("text")},
     "gelu": dict(activation="gelu"),
-    "swiglu": dict(activation="swiglu"),
-    "geglu": dict(activation="geglu"),
     "learned": dict(positional="learned"),
-    "rotary": dict(positional="rotary"),
-    "qk_norm": dict(qk_norm=True),
-    "gqa": dict(num_kv_heads=2),
-    "mqa": dict(num_kv_heads=1),
     "src_token_dropout": dict(src_token_dropout=0.1),  # training only: the eval invariants must hold as they are
     "positional-none": dict(positional="none"),
-    "t5": dict(positional="none", relative_bias="t5"),
-    "alibi": dict(positional="none", relative_bias="alibi"),
     "t5-sinusoidal": dict(relative_bias="t5"),  # a relative bias on top of absolute positions
     "alibi-gqa-rotary": dict(positional="rotary", relative_bias="alibi", num_kv_heads=2, norm_first=True),
     "llama": dict(norm_first=True, norm="rmsnorm", activation="swiglu", positional="rotary", qk_norm=True, num_kv_heads=2),
@@ -156,27 +150,27 @@ def test_translation_checkpoint_round_trip(tmp_path, options):
     assert again.translate(sentences, beam_size=2) == model.translate(sentences, beam_size=2)
 
 
-@pytest.mark.parametrize(
-    "options",
-    [
-        {},
-        dict(positional="rotary", norm="rmsnorm", activation="swiglu", qk_norm=True, num_kv_heads=2),
-        dict(positional="sinusoidal", num_kv_heads=1),
-        dict(stem_channels=4, stem_layers=2),
-        dict(stem_channels=4, stem_layers=1, strided_stem=True),
-        dict(stem_channels=4, stem_layers=1, strided_stem=True, stem_norm=True),
-        dict(positional="sincos2d"),
-        dict(positional="none", relative_bias="2d"),
-        dict(positional="sincos2d", relative_bias="2d", stem_channels=4, stem_layers=1, strided_stem=True),
-        dict(tokens="rows", positional="sincos2d", relative_bias="2d", num_kv_heads=2),
-        dict(positional="none", relative_bias="alibi"),
-        dict(relative_bias="t5", num_queries=3),
-        dict(positional="rotary2d", relative_bias="2d", num_kv_heads=1),
-    ],
-    ids=["baseline", "llama", "sinusoidal-mqa", "conv-stem", "strided-stem", "strided-stem-norm"]
-    + ["sincos2d", "relative-2d", "sincos2d-relative-2d-strided", "rows-sincos2d-relative-2d-gqa", "alibi", "t5"]
-    + ["rotary2d-relative-2d-mqa"],
-)
+# Every variant file for image networks, then the stem's options and combinations of the schemes.
+MNIST_VARIANTS = {
+    **{variant.name: variant.net for variant in variants("image")},
+    "llama": dict(positional="rotary", norm="rmsnorm", activation="swiglu", qk_norm=True, num_kv_heads=2),
+    "sinusoidal-mqa": dict(positional="sinusoidal", num_kv_heads=1),
+    "conv-stem": dict(stem_channels=4, stem_layers=2),
+    "strided-stem": dict(stem_channels=4, stem_layers=1, strided_stem=True),
+    "strided-stem-norm": dict(stem_channels=4, stem_layers=1, strided_stem=True, stem_norm=True),
+    "sincos2d": dict(positional="sincos2d"),
+    "relative-2d": dict(positional="none", relative_bias="2d"),
+    "sincos2d-relative-2d-strided": dict(
+        positional="sincos2d", relative_bias="2d", stem_channels=4, stem_layers=1, strided_stem=True
+    ),
+    "rows-sincos2d-relative-2d-gqa": dict(tokens="rows", positional="sincos2d", relative_bias="2d", num_kv_heads=2),
+    "rows-learned2d-relative-2d": dict(tokens="rows", positional="learned2d", relative_bias="2d"),
+    "t5-queries": dict(relative_bias="t5", num_queries=3),
+    "rotary2d-relative-2d-mqa": dict(positional="rotary2d", relative_bias="2d", num_kv_heads=1),
+}
+
+
+@pytest.mark.parametrize("options", list(MNIST_VARIANTS.values()), ids=list(MNIST_VARIANTS))
 @pytest.mark.parametrize("head", ["decoder", "mean", "cls"])
 def test_mnist_variants_round_trip_and_ignore_the_batch(tmp_path, options, head):
     model = MnistSequenceClassifier(
@@ -319,6 +313,71 @@ def test_source_token_dropout_drops_whole_tokens_and_keeps_their_positions(posit
     kept_all = sum(match == [15] for match in seen) / len(seen)
     assert 0.0 < kept_all < 0.25  # (1 - p)^4 = 1/16 of draws keep every token
     assert len({match[0] for match in seen}) > 8  # and the draws differ
+
+
+# ---------------------------------------------------------------------------------------------- a variant in one place
+
+
+class ScaleNorm(torch.nn.Module):
+    """ScaleNorm (Nguyen & Salazar, 2019): g · x / max(‖x‖, eps), one learned scalar g, initialised to √dim."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.g, self.eps = torch.nn.Parameter(torch.tensor(dim**0.5)), eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.g * x / x.norm(dim=-1, keepdim=True).clamp(min=self.eps)
+
+
+class ColumnPositions(torch.nn.Module):
+    """A toy 2-D scheme: a learned vector per column of the grid, none per row (a class token gets none)."""
+
+    def __init__(self, d_model: int, width: int, extra: int):
+        super().__init__()
+        self.cols, self.width, self.extra = torch.nn.Parameter(torch.randn(width, d_model)), width, extra
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, N', D)
+        grid = self.cols.repeat(((x.size(1) - self.extra) // self.width, 1))  # (N, D), reading order
+        return x + torch.cat([grid.new_zeros(self.extra, grid.size(1)), grid])
+
+
+def test_a_new_norm_is_its_code_and_one_table_entry(monkeypatch):
+    """docs/guide.md's checklist: a norm registered in models.norms.NORMS alone is a value both networks' settings
+    take, and both networks build with it everywhere a norm goes and keep the invariants."""
+    from models.norms import NORMS
+
+    with pytest.raises(HyperparameterError, match="norm='scalenorm' must be one of 'layernorm', 'rmsnorm'$"):
+        Seq2SeqSettings(norm="scalenorm")
+    monkeypatch.setitem(NORMS, "scalenorm", lambda dim, eps, bias: ScaleNorm(dim, eps))
+    net = tiny_net(norm="scalenorm")
+    norms = [m for m in net.modules() if isinstance(m, ScaleNorm)]
+    assert len(norms) == 2 * 2 + 2 * 3 + 2 and not any(isinstance(m, torch.nn.LayerNorm) for m in net.modules())
+    test_padding_changes_nothing(dict(norm="scalenorm"))
+    test_cached_decoding_equals_uncached(dict(norm="scalenorm", qk_norm=True), beam_size=3)
+    with pytest.raises(HyperparameterError, match="'rmsnorm', 'scalenorm'$"):  # the table is the list of values
+        MnistNetSettings(norm="nope")
+    mnist = MnistNet(MnistNetConfig(norm="scalenorm", d_model=32, nhead=4, dim_feedforward=48))
+    assert isinstance(mnist.core.encoder_norm, ScaleNorm) and mnist(torch.randn(2, 1, 28, 28)).shape == (2, 10)
+
+
+def test_a_new_image_position_scheme_is_its_code_and_one_table_entry(monkeypatch, tmp_path):
+    """A 2-D scheme registered in models.positional.POSITIONALS, for image networks only (its `fits`): MNIST's settings
+    take it, the translator's refuse it in one line, and the MNIST network builds it on its grid and round-trips."""
+    from models.positional import POSITIONALS, Positions
+    from models.registry import Scheme
+
+    scheme = Scheme(lambda t: Positions(added=ColumnPositions(t.d_model, t.grid[1], t.extra)), fits=("image",))
+    monkeypatch.setitem(POSITIONALS, "columns", scheme)
+    assert MnistNetSettings(positional="columns").positional == "columns"
+    with pytest.raises(HyperparameterError, match=r"^Seq2SeqSettings: positional='columns' must be one of 'sinusoidal',"):
+        Seq2SeqSettings(positional="columns")
+    net = MnistNet(MnistNetConfig(positional="columns", head="cls", d_model=32, nhead=4, dim_feedforward=48))
+    assert isinstance(net.pos, ColumnPositions) and net.pos.cols.shape == (4, 32) and net.pos.extra == 1
+    for head in ("decoder", "cls"):
+        test_mnist_variants_round_trip_and_ignore_the_batch(tmp_path, dict(positional="columns"), head)
+    monkeypatch.undo()
+    with pytest.raises(HyperparameterError, match="positional='columns'"):  # gone from the table: refused again
+        MnistNetSettings(positional="columns")
 
 
 # ---------------------------------------------------------------------------------------------- learning
