@@ -18,7 +18,9 @@ from datamodules import ParallelCorpusDataModule, ToyTranslationDataModule
 from models import MnistNet, MnistNetConfig, MnistNetSettings, Seq2SeqConfig, Seq2SeqNet, Seq2SeqSettings, TransformerConfig
 from models.activations import ACTIVATIONS
 from models.config import nested_hparams
+from models.norms import NORMS
 from models.positional import POSITIONALS
+from models.relative import RELATIVE_BIASES
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
 from tests.helpers import FIT, ROOT, run
 
@@ -173,6 +175,58 @@ def test_mnist_takes_every_activation_and_position_scheme_of_the_core():
     for activation in ACTIVATIONS:
         for positional in POSITIONALS:
             MnistNetSettings(activation=activation, positional=positional)  # every pair the core offers
+
+
+TABLES = {"activation": ACTIVATIONS, "norm": NORMS, "positional": POSITIONALS, "relative_bias": RELATIVE_BIASES}
+
+
+@pytest.mark.parametrize("settings", [Seq2SeqSettings, MnistNetSettings], ids=["Seq2SeqSettings", "MnistNetSettings"])
+def test_a_schemes_setting_takes_the_names_of_its_table_that_fit_the_network_and_each_builds(settings):
+    """The allowed values are the tables' names (models.registry): those whose entry fits the network's input, and
+    each of them builds a network that runs; a name of another network's scheme is refused in one line."""
+    small = dict(d_model=32, nhead=4, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=48)
+    for setting, table in TABLES.items():
+        for name, entry in table.items():
+            fits = settings.INPUT in getattr(entry, "fits", (settings.INPUT,))
+            if not fits:
+                with pytest.raises(HyperparameterError, match=rf"^{settings.__name__}: {setting}={name!r} must be one of"):
+                    settings(**{setting: name})
+                continue
+            net = build(
+                Seq2SeqTransformer if settings is Seq2SeqSettings else MnistSequenceClassifier,
+                net=settings(**small, **{setting: name}),
+            ).net
+            if settings is Seq2SeqSettings:
+                assert torch.isfinite(net(torch.tensor([[5, 6, 2]]), torch.tensor([[1, 7]]))).all(), (setting, name)
+            else:
+                assert torch.isfinite(net(torch.zeros(1, 1, 28, 28))).all(), (setting, name)
+
+
+def test_a_variant_file_is_refused_in_one_line_by_a_recipe_whose_network_it_does_not_fit(tmp_path):
+    """configs/variants/learned2d.yaml says `fits: [image]`: with the translation recipe, one line and nothing run; with
+    the MNIST recipe, a --config like any other."""
+    variant = str(ROOT / "configs" / "variants" / "learned2d.yaml")
+    result = run(
+        [
+            *FIT,
+            "--config",
+            str(ROOT / "configs" / "toy_translation.yaml"),
+            "--config",
+            variant,
+            "--trainer.default_root_dir",
+            str(tmp_path),
+        ]
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: a variant (--config) that does not fit this recipe: it is for image networks (its fits:), "
+        "and Seq2SeqTransformer reads text"
+    )
+    assert not list(tmp_path.iterdir())
+    result = run([*FIT, "--config", str(ROOT / "configs" / "mnist_subset.yaml"), "--config", variant, "--print_config"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    printed = yaml.safe_load(result.stdout)
+    assert printed["fits"] == ["image"] and printed["model"]["init_args"]["net"]["positional"] == "learned2d"
 
 
 @pytest.mark.parametrize("where", ["flag", "recipe", "variant"])
