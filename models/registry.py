@@ -13,10 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .config import TransformerConfig
+from typing import Any
 
 TEXT, IMAGE = "text", "image"  # what a network reads: its settings class's INPUT (models.config)
 INPUTS = (TEXT, IMAGE)
@@ -28,7 +25,7 @@ class Tokens:
     `length` tokens; an image's tokens lie on a `grid` (h, w) in reading order, after `extra` tokens that lie on no
     row or column (a class token), `length` in all. `causal`: the decoder's (its queries see no later key)."""
 
-    config: TransformerConfig
+    config: Any  # a models.config.TransformerConfig (not imported: the config reads these tables)
     length: int
     causal: bool = False
     grid: tuple[int, int] | None = None
