@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` 
 
 from common.errors import InputError, OutputError  # noqa: E402
 from common.exits import exit_on_user_error, write_fault, writing_to  # noqa: E402
-from common.files import atomic_output  # noqa: E402
+from common.files import atomic_output, atomic_write_text  # noqa: E402
 from training.signals import RESUME_ENVIRONMENT, program  # noqa: E402
 from training.variants import VARIANTS_DIR, Variant, misfit, read_variant, recipe_task, task_input, variants  # noqa: E402
 
@@ -62,7 +62,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser.add_argument("--root", default=None, help="folder of the runs (default: runs/ablation/<recipe>)")
     parser.add_argument("--out", default=None, help="write the markdown table here too (and the raw results as .json beside it)")
     parser.add_argument(
-        "--resume", action="store_true", help="read the runs that finished in --root back instead of running them again"
+        "--resume",
+        action="store_true",
+        help="read back the runs in --root that finished with exit status 0 instead of running them again",
     )
     args = parser.parse_args(argv)
     recipe = Path(args.recipe)
@@ -127,20 +129,8 @@ class Interrupted:
 
 def run_one(recipe: Path, variant: Variant, seed: int, folder: Path, extra: list[str], stop: Interrupted) -> dict:
     """One fit.py run; its summary.json, with the command, exit status and wall time added."""
-    cmd = [
-        sys.executable,
-        str(ROOT / "scripts" / "fit.py"),
-        "--config",
-        str(recipe),
-        "--config",
-        str(variant.path),
-        "--seed_everything",
-        str(seed),
-        "--trainer.default_root_dir",
-        str(folder),
-        "--trainer.enable_progress_bar",
-        "false",
-    ]
+    cmd = [sys.executable, str(ROOT / "scripts" / "fit.py"), "--config", str(recipe), "--config", str(variant.path)]
+    cmd += ["--seed_everything", str(seed), "--trainer.default_root_dir", str(folder), "--trainer.enable_progress_bar", "false"]
     if not any(a.startswith("--trainer.logger") for a in extra):  # W&B (the default): one group, named runs
         cmd += [f"--trainer.logger.group=ablation-{recipe.stem}", f"--trainer.logger.name={variant.name}-s{seed}"]
     cmd += extra
@@ -270,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             result = run_one(recipe, variant, seed, folder, extra, stop)
             if stop.signum is not None:
                 break  # stopped by the signal: not a finished run
-            (folder / RESULT).write_text(json.dumps(result, indent=1) + "\n")
+            atomic_write_text(folder / RESULT, json.dumps(result, indent=1) + "\n")  # whole, or not there for --resume
             shown = score_of(result)
             if result["status"] != 0:
                 shown = f"failed (exit {result['status']}), see {folder / 'output.log'}"
