@@ -111,15 +111,17 @@ class Positions:
 
 
 def _sincos2d_needs(h: Mapping[str, Any]) -> str | bool:
-    return h["d_model"] % 4 == 0 or f"positional='sincos2d' needs d_model divisible by 4 (sin and cos for each axis), got {h['d_model']}"
+    d_model = h["d_model"]
+    return d_model % 4 == 0 or f"positional='sincos2d' needs d_model divisible by 4 (sin and cos for each axis), got {d_model}"
 
 
 def _head_dim_multiple_of(name: str, multiple: int, what: str) -> Callable[[Mapping[str, Any]], str | bool]:
     """Rotary schemes rotate pairs (2-D ones, pairs for each axis): each head needs a multiple of their dimensions."""
 
     def needs(h: Mapping[str, Any]) -> str | bool:
-        head_dim = h["d_model"] // h["nhead"]
-        return h["d_model"] % h["nhead"] != 0 or head_dim % multiple == 0 or f"positional={name!r} needs {what}, d_model/nhead={head_dim}"
+        head_dim = h["d_model"] // h["nhead"]  # (an indivisible d_model is divisible()'s error)
+        indivisible = h["d_model"] % h["nhead"] != 0
+        return indivisible or head_dim % multiple == 0 or f"positional={name!r} needs {what}, d_model/nhead={head_dim}"
 
     return needs
 
