@@ -53,10 +53,10 @@ class NetworkCheckpoint:
 
     def network(self, where: str = "the checkpoint") -> torch.nn.Module:
         """The network built from the settings, with the weights; weights that do not fit are one `CheckpointError`."""
-        net = build_network(self.settings, self.tokenizers)
         try:
+            net = build_network(self.settings, self.tokenizers)  # settings that do not fit the vocabularies: refused here
             net.load_state_dict(self.weights)
-        except RuntimeError as err:
+        except (RuntimeError, HyperparameterError) as err:
             raise CheckpointError(f"{where} does not fit {self.task}: {_first_line(err)}") from None
         return net.eval()
 
