@@ -8,7 +8,7 @@ weights and one `tokenizer.json` of ours, as scripts/export.py (`--to hf`) write
 config becomes our network's settings and the weights our names (models/marian.py), the SentencePiece models and id
 tables our tokenizers (datamodules/sentencepiece.py). Reading needs `safetensors` (or torch, for a .bin),
 `sentencepiece` and, for hub names, `huggingface_hub`; not `transformers`. `Translator.from_pretrained` and
-`Seq2SeqTransformer.from_pretrained` build on `read_marian`.
+`Seq2SeqTransformer.from_pretrained` build on `read_marian` through inference.networks.read_pretrained.
 
 A folder missing a file, a config that is not Marian's, a hub name that cannot be downloaded (offline, or
 no such model): one `InputError` line naming it.

@@ -13,6 +13,7 @@ maps them once to CTranslate2's arguments.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from models.static_cache import MODES
 CHECKPOINT_DEFAULTS = ("length_penalty", "max_len_a", "max_len_b")
 # Options that only sampling reads.
 SAMPLING_ONLY = ("temperature", "top_k", "top_p", "seed")
+# The engines' `translate` keywords beside the options (`ensemble`: this project's engine only).
+TRANSLATE_KEYWORDS = ("nbest", "prefixes", "ensemble", "options")
 
 
 def _option(default: Any, flag: str, help: str, **argparse: Any) -> Any:
@@ -109,12 +112,32 @@ class DecodingOptions:
             raise InputError(f"no decoding option {', '.join(unknown)}; the options: {', '.join(self.as_dict())}")
         return dataclasses.replace(self, **changes)
 
-    def for_call(self, nbest: int | None = None, prefixes: list | None = None, sentences: list | None = None, **given):
-        """These options (a translator's defaults) with a `translate` call's: its `given` options (None: the
-        default), its `nbest`, and the check that its `prefixes`, if any, are one per sentence."""
+    def for_call(
+        self,
+        nbest: int | None = None,
+        prefixes: list | None = None,
+        sentences: list | None = None,
+        options: DecodingOptions | None = None,
+        **given,
+    ) -> DecodingOptions:
+        """The options of a `translate` call on an engine whose defaults these are: its `options` (a whole
+        `DecodingOptions`, used as it is), else these with its `given` options (None: the default); with its
+        `nbest`. Checks that its `prefixes`, if any, are one per sentence; a keyword that is neither `translate`'s
+        nor an option (`prefix=`) is one `InputError` naming the likeliest meant."""
+        unknown = sorted(set(given) - set(self.as_dict()))
+        if unknown:
+            known = [*TRANSLATE_KEYWORDS, *self.as_dict()]
+            close = difflib.get_close_matches(unknown[0], known, n=1)
+            meant = f" (did you mean {close[0]}?)" if close else ""
+            takes = f"it takes {', '.join(TRANSLATE_KEYWORDS)} and the decoding options {', '.join(self.as_dict())}"
+            raise InputError(f"translate() takes no {', '.join(unknown)}{meant}; {takes}")
         if prefixes is not None and len(prefixes) != len(sentences):
             raise InputError(f"{len(prefixes)} prefixes for {len(sentences)} sentences: give one per sentence")
         given = {k: v for k, v in given.items() if v is not None}
+        if options is not None:
+            if given:
+                raise InputError(f"translate() takes options= or option keywords, not both ({', '.join(given)} given too)")
+            return options if nbest in (None, options.nbest) else options.replace(nbest=nbest)
         return self.replace(**given, **({"nbest": nbest} if nbest is not None else {}))
 
     @classmethod

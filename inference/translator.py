@@ -16,52 +16,20 @@ CTranslate2 engine (deploy/ctranslate2.py) offers the same `translate`, `transla
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 from pathlib import Path
 
 import torch
 
-from common.checkpoints import read_checkpoint, weights_of
-from common.errors import CheckpointError, InputError
+from common.errors import InputError
 from datamodules.batching import frame_source, map_in_length_batches, pad_sequences
-from datamodules.tokenizers import tokenizer_from_dict
 from models import Seq2SeqNet
-from models.config import Seq2SeqConfig, Seq2SeqSettings, nested_hparams
 from models.decoding import Constraints, Hypothesis, align, beam_search, beam_search_nbest, greedy_decode, sample, score_targets
-from models.marian import state_dict_from_marian
 from models.static_cache import StaticDecoder
 
-from .marian import marian_folder, read_marian
+from .calls import check_same_vocabularies, evaluating, pieces
+from .networks import TRANSLATION, read_network, read_pretrained
 from .options import DecodingOptions
-
-TASK = "Seq2SeqTransformer"  # the LightningModule whose checkpoints hold a translation network
-
-
-def check_same_vocabularies(models: list) -> None:
-    """An ensemble's models (translators or task modules) must read and write the same ids: the same tokenizers."""
-    first = models[0]
-    for i, other in enumerate(models[1:], 1):
-        for side in ("src", "tgt"):
-            if getattr(other, f"{side}_tokenizer").to_dict() != getattr(first, f"{side}_tokenizer").to_dict():
-                raise InputError(
-                    f"the ensemble's model {i + 1} has another {'source' if side == 'src' else 'target'} vocabulary "
-                    "than model 1: an ensemble needs models trained on the same vocabularies"
-                )
-
-
-@contextlib.contextmanager
-def _evaluating(nets: list):
-    """The networks in eval mode, each put back in its own mode afterwards (a validation's BLEU runs mid-fit)."""
-    modes = [net.training for net in nets]
-    for net in nets:
-        net.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        for net, mode in zip(nets, modes):
-            net.train(mode)
 
 
 class Translator:
@@ -79,7 +47,12 @@ class Translator:
     @classmethod
     def from_module(cls, module) -> Translator:
         """The translator of a `Seq2SeqTransformer` in memory: its network itself (not a copy), its tokenizers, and
-        its hyperparameters' decoding defaults."""
+        its hyperparameters' decoding defaults. Another module (an MNIST classifier, say) is an `InputError`."""
+        if not isinstance(getattr(module, "net", None), Seq2SeqNet):
+            raise InputError(
+                f"Translator.from_module takes a {TRANSLATION} (a translation module); "
+                f"this is a {type(module).__name__}, which does not translate"
+            )
         hp = module.hparams
         return cls(
             module.net,
@@ -93,40 +66,22 @@ class Translator:
     def from_checkpoint(cls, path: str | Path, weights: str = "averaged", device: str | torch.device = "cpu") -> Translator:
         """The translator of a `Seq2SeqTransformer` checkpoint, with its `weights` ("averaged": the EMA or averaged
         ones where the run kept them, else its only ones; "training": an EMA run's training weights), without the
-        LightningModule. A file that is not such a checkpoint, or whose weights do not fit it, is a `CheckpointError`."""
-        state = read_checkpoint(path)
-        hp = state.get("hyper_parameters", {})
-        found = hp.get("_class_path", "").rsplit(".", 1)[-1]
-        tokenizers = hp.get("tokenizers")
-        if (found and found != TASK) or not isinstance(tokenizers, dict) or set(tokenizers) != {"src", "tgt"}:
-            other = f"a {found} checkpoint" if found else "a checkpoint of another model"
-            raise CheckpointError(f"{path} holds {other}, not a {TASK} one")
-        src, tgt = tokenizer_from_dict(tokenizers["src"]), tokenizer_from_dict(tokenizers["tgt"])
-        prefix = "net."
-        net_state = {k.removeprefix(prefix): v for k, v in weights_of(state, path, weights).items() if k.startswith(prefix)}
-        try:
-            settings = nested_hparams(hp, Seq2SeqSettings)["net"]  # flat in a checkpoint older than the task's `net`
-            sizes = dict(src_vocab_size=len(src), tgt_vocab_size=len(tgt), pad_id=tgt.pad_id)
-            net = Seq2SeqNet(Seq2SeqConfig.from_settings(settings, **sizes))
-            net.load_state_dict(net_state)
-        except (RuntimeError, KeyError, TypeError, ValueError) as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise CheckpointError(f"{path} does not fit {TASK}: {first}") from None
+        LightningModule (inference.networks.read_network). A file that is not such a checkpoint (another task's, say),
+        settings this version does not know or weights that do not fit it: one `CheckpointError` line."""
+        read = read_network(path, TRANSLATION, weights)
+        net = read.network(str(path))
         try:
             net = net.to(device)
         except (RuntimeError, ValueError) as err:  # no such device, or no CUDA here
             raise InputError(f"cannot run the model on device {str(device)!r}: {str(err).strip().splitlines()[0]}") from None
-        return cls(net.eval(), src, tgt, DecodingOptions.from_mapping(hp), hp.get("eval_batch_size", 64))
+        return cls(net, *read.tokenizers, read.options, read.batch_size)
 
     @classmethod
     def from_pretrained(cls, name_or_folder: str | Path, options: DecodingOptions | None = None) -> Translator:
-        """A Hugging Face Marian (OPUS-MT) model, from its folder or hub name (inference/marian.py). Its decoding
-        defaults are ours unless `options` are given (Marian's `generate` normalises no beam by length)."""
-        config, tokenizers, weights = read_marian(marian_folder(name_or_folder))
-        src, tgt = tokenizer_from_dict(tokenizers["src"]), tokenizer_from_dict(tokenizers["tgt"])
-        net = Seq2SeqNet(Seq2SeqConfig(**config, src_vocab_size=len(src), tgt_vocab_size=len(tgt), pad_id=tgt.pad_id))
-        net.load_state_dict(state_dict_from_marian(weights, net.state_dict()))
-        return cls(net.eval(), src, tgt, options)
+        """A Hugging Face Marian (OPUS-MT) model, from its folder or hub name (inference.networks.read_pretrained). Its
+        decoding defaults are ours unless `options` are given (Marian's `generate` normalises no beam by length)."""
+        read = read_pretrained(name_or_folder)
+        return cls(read.network(str(name_or_folder)), *read.tokenizers, options)
 
     @property
     def device(self) -> torch.device:
@@ -151,11 +106,18 @@ class Translator:
         return pad_sequences(ids, self.pad_id).to(self.device)
 
     def translate(
-        self, sentences: list[str], nbest: int | None = None, ensemble=(), prefixes: list[str] | None = None, **options
+        self,
+        sentences: list[str],
+        nbest: int | None = None,
+        ensemble=(),
+        prefixes: list[str] | None = None,
+        options: DecodingOptions | None = None,
+        **changes,
     ) -> list[str] | list[list[Hypothesis]]:
-        """Translate a batch of sentences with this translator's options, `options` (`DecodingOptions`' names; None
-        for the default) replacing some. Returns each sentence's best output's text, or, with `nbest`, its `nbest`
-        best `models.decoding.Hypothesis` (text, tokens, each token's log-prob, score), best first.
+        """Translate a batch of sentences with this translator's options, `changes` (`DecodingOptions`' names; None
+        for the default) replacing some, or with `options`, a whole `DecodingOptions` used as it is. Returns each
+        sentence's best output's text, or, with `nbest`, its `nbest` best `models.decoding.Hypothesis` (text,
+        tokens, each token's log-prob, score), best first.
 
         `ensemble`: more translators (or task modules) whose next-token probabilities are averaged with this one's
         (fairseq's rule); `prefixes`: one target prefix per sentence ("" for none) that each output starts with.
@@ -163,13 +125,13 @@ class Translator:
         network's positions."""
         if isinstance(sentences, str):
             sentences = [sentences]
-        opts = self.options.for_call(nbest, prefixes, sentences, **options)
+        opts = self.options.for_call(nbest, prefixes, sentences, options, **changes)
         if opts.static_cache is not None and (nbest is not None or ensemble or prefixes is not None):
             raise InputError("static_cache decodes the plain greedy or beam search: not with nbest or the decoding tools")
         if not sentences:
             return []
         if nbest is None and opts.plain and not ensemble and prefixes is None:
-            with _evaluating([self.net]):
+            with evaluating([self.net]):
                 out = self._best(self.encode_sources(sentences), opts)
             return [self.tgt_tokenizer.decode(row.tolist()) for row in out]
         hyps = self._hypotheses(sentences, opts, ensemble, prefixes)
@@ -225,7 +187,7 @@ class Translator:
         """The `opts.nbest` best hypotheses of each sentence, best first: by beam search (greedy with one beam), or
         `nbest` samples; with their alignments when `opts.alignment_layer` is set."""
         nets = self._members(ensemble, opts.alignment_layer)
-        with _evaluating(nets):
+        with evaluating(nets):
             src = self.encode_sources(sentences)
             limit = self.max_output_len(src, opts, nets)
             banned = (self.tgt_tokenizer.unk_id,) if opts.ban_unk else ()
@@ -273,12 +235,20 @@ class Translator:
     # ---------------------------------------------------------------------------------- scoring
 
     def score(
-        self, sentences: list[str], references: list[str], length_penalty: float = 0.0, ensemble=(), alignment_layer=None
+        self,
+        sentences: list[str],
+        references: list[str],
+        length_penalty: float = 0.0,
+        ensemble=(),
+        alignment_layer=None,
+        options: DecodingOptions | None = None,
     ) -> list[Hypothesis]:
         """Each (sentence, reference) pair's `Hypothesis` by teacher forcing: the reference's tokens and `<eos>`,
-        each one's log-prob, and the score a search with this `length_penalty` would rank it by
-        (`DecodingOptions.ranking_alpha` gives the one of a decoding setting); with `alignment_layer`, the
-        reference's alignment to its source (forced alignment)."""
+        each one's log-prob, and the score a search with this `length_penalty` would rank it by; with
+        `alignment_layer`, the reference's alignment to its source (forced alignment). `options` (a decoding
+        setting) gives both: its `ranking_alpha` and its `alignment_layer`."""
+        if options is not None:
+            length_penalty, alignment_layer = options.ranking_alpha, options.alignment_layer
         if len(references) != len(sentences):
             raise InputError(f"{len(references)} references for {len(sentences)} sentences: give one per sentence")
         if not sentences:
@@ -289,7 +259,7 @@ class Translator:
         for i, t in enumerate(targets):
             if len(t) + 1 > limit - 1:
                 raise InputError(f"reference {i} has {len(t)} tokens: more than the model's max_len={limit} allows")
-        with _evaluating(nets):
+        with evaluating(nets):
             src = self.encode_sources(sentences)
             hyps = score_targets(nets, src, targets, self.bos_id, self.eos_id, length_penalty)
             if alignment_layer is not None:
@@ -303,7 +273,7 @@ class Translator:
         """Greedy-translate one sentence and return the decoder's cross-attention over the source, averaged over
         heads, of `layer`: ((T, S) weights, source pieces, output pieces)."""
         self._members((), layer)
-        with _evaluating([self.net]):
+        with evaluating([self.net]):
             src = self.encode_sources([sentence])
             greedy = DecodingOptions.from_mapping(self.options.as_dict())  # the limits only: a plain greedy search
             out = self._best(src, greedy)[0].tolist()
@@ -313,19 +283,4 @@ class Translator:
             tgt_in = torch.tensor([out[:-1] if len(out) > 1 else out], device=src.device)
             _, weights = self.net.decode(tgt_in, memory, src_pad, need_weights=True)
         w = weights[layer][0].float().mean(0).cpu()  # (T, S)
-        return w, _pieces(self.src_tokenizer, src[0].tolist()), _pieces(self.tgt_tokenizer, out[1:])
-
-
-def _pieces(tokenizer, ids: list[int]) -> list[str]:
-    """Each id's piece as the tokenizer has it, the special tokens by their names."""
-    specials = {tokenizer.pad_id: "<pad>", tokenizer.bos_id: "<bos>", tokenizer.eos_id: "<eos>"}
-    inner = getattr(tokenizer, "tokenizer", None)  # a SubwordTokenizer's Hugging Face tokenizer
-    out = []
-    for i in ids:
-        if i in specials:
-            out.append(specials[i])
-        elif inner is not None:
-            out.append(inner.id_to_token(i) or "?")
-        else:
-            out.append(tokenizer.tokens[i] if hasattr(tokenizer, "tokens") else str(i))
-    return out
+        return w, pieces(self.src_tokenizer, src[0].tolist()), pieces(self.tgt_tokenizer, out[1:])

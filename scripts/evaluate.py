@@ -98,12 +98,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     with atomic_output(args.hyp_out) if args.hyp_out else contextlib.nullcontext() as hyp_tmp:
         model = load_translator(args)
         ensemble = load_ensemble(args, model)
-        options = {k: v for k, v in decoding_options(args, model.options).as_dict().items() if k != "nbest"}  # 1-best
-        options |= {"ensemble": ensemble} if ensemble else {}
+        options = decoding_options(args, model.options)  # one object, over the model's defaults, passed whole
+        extra = {"ensemble": ensemble} if ensemble else {}
         start = time.time()
         sources = [s for s, _ in pairs]
         with translation_progress(sources, args.batch_size) as on_batch:
-            hyps = model.translate_many(sources, batch_size=args.batch_size, on_batch=on_batch, **options)
+            hyps = model.translate_many(sources, batch_size=args.batch_size, on_batch=on_batch, options=options, **extra)
         seconds = time.time() - start
         if hyp_tmp is not None:
             hyp_tmp.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")

@@ -149,13 +149,13 @@ def format_hypothesis(index: int, hyp, args: argparse.Namespace) -> str:
 
 
 def translate_chunk(
-    model, lines: list[str], args: argparse.Namespace, start: int = 0, ensemble=(), refs=None, prefixes=None
+    model, lines: list[str], args: argparse.Namespace, opts, start: int = 0, ensemble=(), refs=None, prefixes=None
 ) -> list[str]:
     """The output lines of `lines`, the inputs `start`, `start + 1`, ...: one translation per line, or
-    with `tabbed(args)` N lines per input (N = --nbest, else 1). A blank input gives a blank line, or
-    N lines `INDEX<TAB><TAB>`, so that every output stays with its input."""
-    opts = options(args, model)
-    n = args.nbest or 1
+    with `tabbed(args)` N lines per input (N = --nbest, else 1), decoded with `opts` (the run's one
+    `DecodingOptions`, passed whole to the engine). A blank input gives a blank line, or N lines
+    `INDEX<TAB><TAB>`, so that every output stays with its input."""
+    n = opts.nbest
     todo = [i for i, line in enumerate(lines) if line.strip()]
     out = [[f"{start + i}\t\t"] * n if tabbed(args) else [""] for i in range(len(lines))]
     if not todo:
@@ -163,14 +163,11 @@ def translate_chunk(
     sources = [lines[i].strip() for i in todo]
     extra = {"ensemble": ensemble} if ensemble else {}
     if refs is not None:
-        if opts.alignment_layer is not None:
-            extra["alignment_layer"] = opts.alignment_layer
-        hyps = [[h] for h in model.score(sources, [refs[i] for i in todo], opts.ranking_alpha, **extra)]
+        hyps = [[h] for h in model.score(sources, [refs[i] for i in todo], options=opts, **extra)]
     else:
         if prefixes is not None:
             extra["prefixes"] = [prefixes[i] for i in todo]
-        given = {k: v for k, v in opts.as_dict().items() if k != "nbest"}
-        hyps = model.translate(sources, nbest=n if tabbed(args) else None, **given, **extra)
+        hyps = model.translate(sources, nbest=n if tabbed(args) else None, options=opts, **extra)
     for i, row in zip(todo, hyps):
         out[i] = [format_hypothesis(start + i, h, args) for h in row] if tabbed(args) else [row]
     return [line for lines_of_one in out for line in lines_of_one]
@@ -212,6 +209,7 @@ def main(argv: list[str] | None = None) -> None:
             refs = read_line_file(args.score_reference, "--score-reference", len(source))
         if args.prefix_file:
             prefixes = read_line_file(args.prefix_file, "--prefix-file", len(source))
+    opts = options(args, model)  # built once, over the model's defaults, and passed whole to every call
     start = 0
     for chunk in chunks(source, args.batch_size):
         end = start + len(chunk)
@@ -219,6 +217,7 @@ def main(argv: list[str] | None = None) -> None:
             model,
             chunk,
             args,
+            opts,
             start,
             ensemble,
             refs[start:end] if refs is not None else None,

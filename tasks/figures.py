@@ -11,8 +11,7 @@ from pathlib import Path
 
 import matplotlib
 
-from training.lightning_internals import attached_trainer
-from training.records import run_folder
+from common.runs import run_folder
 
 matplotlib.use("Agg")  # headless: no display on training machines
 import matplotlib.pyplot as plt  # noqa: E402
@@ -44,8 +43,16 @@ LAST_RESORT = "LastResortHE-Regular.ttf"
 SUBWORD_MARK = "\u2581"  # "▁", the word-start marker of SentencePiece / Metaspace pieces
 
 
+def attached_trainer(module):
+    """The trainer `module` is attached to, or None (Lightning's public `module.trainer` raises without one)."""
+    try:
+        return module.trainer
+    except RuntimeError:
+        return None
+
+
 def figure_dir(module) -> Path:
-    """The run's folder (`training.records.run_folder`: its logger's version or W&B run), else "."."""
+    """The run's folder (`common.runs.run_folder`: its logger's version or W&B run), else "."."""
     trainer = attached_trainer(module)
     return Path(".") if trainer is None else run_folder(trainer)
 

@@ -14,12 +14,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
+from inference.networks import MNIST, build_network
 from models.checks import OPTIMISER, at_least, check_hparams, fraction
-from models.config import MnistNetConfig, MnistNetSettings
-from models.mnist_net import MnistNet
+from models.config import MnistNetSettings
 
 from .figures import save_and_log_figure
-from .net_settings import load_with_settings
+from .loading import load_task
 from .schedules import adamw_with_warmup
 
 
@@ -45,7 +45,7 @@ class MnistSequenceClassifier(L.LightningModule):
             {**OPTIMISER, "warmup_fraction": fraction, "mixup": at_least(0), "num_misclassified_shown": at_least(0)},
         )
         self.save_hyperparameters()
-        self.net = MnistNet(MnistNetConfig.from_settings(settings, num_classes=10))
+        self.net = build_network(settings)
         # One metric object per stage: their running states must not mix.
         self.train_acc = MulticlassAccuracy(num_classes=10, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes=10, average="micro")
@@ -55,9 +55,9 @@ class MnistSequenceClassifier(L.LightningModule):
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path, *args, **kwargs) -> MnistSequenceClassifier:
-        """Lightning's `load_from_checkpoint`, for checkpoints of any age: the settings of one written before the
-        module took `net` are gathered into it (models.config.nested_hparams)."""
-        return load_with_settings(super().load_from_checkpoint, checkpoint_path, MnistNetSettings, *args, **kwargs)
+        """Lightning's `load_from_checkpoint`, for checkpoints of any age, through `inference.networks.read_network`
+        (tasks/loading.py): another task's checkpoint, or settings this version does not know, are one line."""
+        return load_task(super().load_from_checkpoint, MNIST, checkpoint_path, *args, **kwargs)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:  # (B, 1, 28, 28) → (B, 10) logits
         return self.net(images)

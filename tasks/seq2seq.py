@@ -11,26 +11,22 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 from torchmetrics.classification import MulticlassAccuracy
 
-from common.checkpoints import read_checkpoint
 from common.errors import CheckpointError, HyperparameterError
 from datamodules.batching import Seq2SeqBatch
 from datamodules.tokenizers import same_vocabulary, tokenizer_from_dict
-from inference.marian import marian_folder, read_marian
+from inference.networks import TRANSLATION, build_network, read_network, read_pretrained
 from inference.options import CHECKPOINT_DEFAULTS, DecodingOptions
 from inference.translator import Translator
-from models import Seq2SeqNet
 from models.checks import OPTIMISER, at_least, check_hparams, fraction, one_of
-from models.config import Seq2SeqConfig, Seq2SeqSettings
-from models.marian import state_dict_from_marian
-from training.callbacks import evaluated_label
-from training.lightning_internals import attached_trainer
-from training.loggers import log_text
+from models.config import Seq2SeqSettings
 
 from .fast_paths import compile_net, mark_bucketed
-from .figures import attention_figure, save_and_log_figure
+from .figures import attached_trainer, attention_figure, save_and_log_figure
+from .loading import load_task
 from .metrics import TokenMean, corpus_scores
-from .net_settings import load_with_settings
 from .schedules import Schedule, adamw_with_warmup
+
+SUMMARY_SAMPLES = 10  # validation sentences the best checkpoint translates in the run's summary
 
 
 class Seq2SeqTransformer(L.LightningModule):
@@ -101,32 +97,31 @@ class Seq2SeqTransformer(L.LightningModule):
         if self.src_tokenizer.pad_id != self.tgt_tokenizer.pad_id:
             raise HyperparameterError("Seq2SeqTransformer: the source and target tokenizers pad with different ids")
         self.pad_id, self.bos_id, self.eos_id = self.tgt_tokenizer.pad_id, self.tgt_tokenizer.bos_id, self.tgt_tokenizer.eos_id
-        # The network: the user's settings and what the data decides.
-        sizes = dict(src_vocab_size=len(self.src_tokenizer), tgt_vocab_size=len(self.tgt_tokenizer), pad_id=self.pad_id)
-        self.net = Seq2SeqNet(Seq2SeqConfig.from_settings(settings, **sizes))
+        self.net = build_network(settings, (self.src_tokenizer, self.tgt_tokenizer))  # the user's settings, the data's sizes
         n_classes = len(self.tgt_tokenizer)
         accuracy = lambda: MulticlassAccuracy(n_classes, average="micro", ignore_index=self.pad_id)
         self.train_acc, self.val_acc, self.test_acc = accuracy(), accuracy(), accuracy()
         self.val_loss, self.test_loss = TokenMean(), TokenMean()
         self._step_tokens = 0  # target tokens of the micro-batches since the last optimizer step, this process
-        self.bleu_signatures: dict[str, str] = {}  # SacreBLEU signature of each stage's last score, for summaries
+        # Each stage's last BLEU and chrF, in words and with their signatures: what the run's summary reports
+        self.score_reports: dict[str, dict[str, str]] = {}
         if compile:
             # Compiled in place: parameter names (and checkpoints) stay unchanged. Bucketed lengths: one graph per bucket.
             compile_net(self.net, settings.max_len, pad_to_multiple, compile_backend)
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path, *args, **kwargs) -> Seq2SeqTransformer:
-        """Lightning's `load_from_checkpoint`, for checkpoints of any age: the settings of one written before the
-        module took `net` are gathered into it (models.config.nested_hparams)."""
-        return load_with_settings(super().load_from_checkpoint, checkpoint_path, Seq2SeqSettings, *args, **kwargs)
+        """Lightning's `load_from_checkpoint`, for checkpoints of any age, through `inference.networks.read_network`
+        (tasks/loading.py): another task's checkpoint, or settings this version does not know, are one line."""
+        return load_task(super().load_from_checkpoint, TRANSLATION, checkpoint_path, *args, **kwargs)
 
     @classmethod
     def from_pretrained(cls, name_or_folder: str, **overrides) -> Seq2SeqTransformer:
         """A Hugging Face Marian (OPUS-MT) model, from its folder or hub name (inference/marian.py), with its weights
         and tokenizers; `overrides` set other arguments (a fine-tuning's lr; `length_penalty`: ours is the default)."""
-        config, tokenizers, weights = read_marian(marian_folder(name_or_folder))
-        model = cls(tokenizers=tokenizers, net=Seq2SeqSettings(**config), **overrides)
-        model.net.load_state_dict(state_dict_from_marian(weights, model.net.state_dict()))
+        read = read_pretrained(name_or_folder)
+        model = cls(tokenizers=read.hparams["tokenizers"], net=read.settings, **overrides)
+        model.net.load_state_dict(read.weights)
         return model.eval()
 
     def setup(self, stage: str) -> None:
@@ -136,7 +131,7 @@ class Seq2SeqTransformer(L.LightningModule):
         if stage != "fit" or not path:
             return
         try:
-            self.load_state_dict(read_checkpoint(path)["state_dict"])
+            self.net.load_state_dict(read_network(path).weights)
         except RuntimeError as err:
             first = str(err).strip().splitlines()
             raise CheckpointError(
@@ -227,16 +222,14 @@ class Seq2SeqTransformer(L.LightningModule):
         for name in ("bleu", "chrf"):
             # Every process holds the same score: no sync needed.
             self.log(f"{stage}/{name}", scores[name], prog_bar=name == "bleu", batch_size=len(pairs))
-        self.bleu_signatures[stage] = scores["bleu_signature"]
-        if stage == "test":
-            log_text(self, {"test/bleu_signature": scores["bleu_signature"], "test/chrf_signature": scores["chrf_signature"]})
-        # A test scores a checkpoint: named with its weights, not by the trainer's epoch and step (the run's last).
-        where = evaluated_label(self.trainer) if stage == "test" else f"epoch {self.current_epoch} step {self.global_step}"
-        rank_zero_info(
-            f"{where}: {stage}/bleu={scores['bleu']:.2f} "
-            f"{stage}/chrf={scores['chrf']:.2f} on {len(pairs)} sentences "
+        line = (
+            f"{stage}/bleu={scores['bleu']:.2f} {stage}/chrf={scores['chrf']:.2f} on {len(pairs)} sentences "
             f"({'greedy' if beam_size == 1 else f'beam {beam_size}'}; {scores['bleu_signature']})"
         )
+        signatures = {f"{stage}/{name}_signature": scores[f"{name}_signature"] for name in ("bleu", "chrf")}
+        self.score_reports[stage] = {"line": line, **signatures}
+        if stage != "test":  # a test's line names the checkpoint it scored: the run's summary prints it (run_summary)
+            rank_zero_info(f"epoch {self.current_epoch} step {self.global_step}: {line}")
 
     def on_validation_epoch_end(self) -> None:
         if not self._bleu_due():
@@ -266,6 +259,18 @@ class Seq2SeqTransformer(L.LightningModule):
         hp = self.hparams
         total = self.trainer.estimated_stepping_batches if hp.lr_schedule == "cosine" else None
         return adamw_with_warmup(self, hp.lr, hp.weight_decay, hp.lr_schedule, hp.warmup_steps, total, hp.betas, hp.fused_adamw)
+
+    def run_summary(self, best_checkpoint: str, datamodule) -> dict:
+        """What the end-of-run summary (training/records.py) asks of the task: a few validation sentences
+        translated by the best checkpoint, as lines, and the test's line and signatures (`score_reports`)."""
+        samples = []
+        pairs = datamodule.val_pairs()[:SUMMARY_SAMPLES] if best_checkpoint and hasattr(datamodule, "val_pairs") else []
+        if pairs:
+            hyps = Translator.from_checkpoint(best_checkpoint).translate([s for s, _ in pairs])
+            samples = [
+                f"{src}  →  {hyp}" + ("" if hyp == ref else f"   (reference: {ref})") for (src, ref), hyp in zip(pairs, hyps)
+            ]
+        return {"samples": samples, "test": self.score_reports.get("test", {})}
 
     # ----------------------------------------------------------------------------------------
     # Inference: inference.Translator on this module's network (kept for notebooks: `model.translate([...])`)

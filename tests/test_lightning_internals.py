@@ -161,8 +161,3 @@ def test_the_wandb_loggers_private_state_is_there_and_answers_right(tmp_path, mo
     assert logger.version == "abc123xy"  # the public name of the run it will start
     assert lightning_internals.wandb_run_started(logger) is False  # and it has not started it
     assert lightning_internals.wandb_offline(WandbLogger(save_dir=str(tmp_path), offline=False)) is False
-    module = BoringModel()
-    assert lightning_internals.attached_trainer(module) is None
-    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, max_steps=1)
-    trainer.fit(module)
-    assert lightning_internals.attached_trainer(module) is trainer

@@ -23,11 +23,11 @@ def test_ruff(command):
 
 
 # The layers, lowest first: a package imports only from layers below it; nothing imports the scripts.
-LAYERS = {"common": -1, "models": 0, "datamodules": 1, "inference": 2, "training": 3, "tasks": 4, "deploy": 5, "scripts": 6}
+LAYERS = {"common": -1, "models": 0, "datamodules": 1, "training": 2, "inference": 3, "tasks": 4, "deploy": 5, "scripts": 6}
 
 
 def test_imports_form_a_tree_of_layers():
-    """scripts → deploy → tasks → training → inference → datamodules → models → common, lazy imports included: no
+    """scripts → deploy → tasks → inference → training → datamodules → models → common, lazy imports included: no
     import circle, every error, exit status and atomic write in common/ (which imports no package of the project),
     and argument checks (models/checks.py) importable from every layer."""
     import ast
@@ -43,6 +43,30 @@ def test_imports_form_a_tree_of_layers():
                     if LAYERS.get(top, -1) > rank:
                         upward.append(f"{path.relative_to(ROOT)} imports {module}")
     assert not upward, upward
+
+
+def _imported_packages(path: Path) -> set[str]:
+    """The top-level packages a module imports, lazy and type-checking imports included."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+    return found
+
+
+def test_tasks_import_nothing_from_training(tmp_path):
+    """The task modules stand beside the training layer, not on it: what a run's summary needs of a task comes
+    through the task's `run_summary` hook (training/records.py), so loading a task (to export or evaluate it)
+    pulls in no training code. The walk sees an import inside a function too."""
+    found = [path.name for path in sorted((ROOT / "tasks").glob("*.py")) if "training" in _imported_packages(path)]
+    assert not found, f"tasks/ modules that import training/: {found}"
+    lazy = tmp_path / "lazy.py"
+    lazy.write_text("def f():\n    import training.records as r\n    from training.loggers import log_text\n")
+    assert _imported_packages(lazy) == {"training"}
 
 
 def test_subprocess_time_limits_are_set_in_one_place():

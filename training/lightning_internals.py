@@ -14,8 +14,6 @@ silence.
   `trainer.estimated_stepping_batches` (Lightning issue #20550, open in 2.6).
 - `checkpoint_io_chosen`: whether a CheckpointIO plugin was chosen (`strategy._checkpoint_io`): the public
   `strategy.checkpoint_io` makes a default one when none was.
-- `attached_trainer`: a module's trainer, or None (`module._trainer`): the public `module.trainer` raises when
-  there is none.
 - `wandb_run_started`, `wandb_offline`, `continue_wandb_run_id`: whether a W&B logger has started its run
   (`_experiment`; the public `experiment` starts it), whether it is offline (`_offline`), and which run it will
   start (`_wandb_init`, `_id`): WandbLogger takes a run id only in its constructor, and a resumed run learns it
@@ -62,11 +60,6 @@ def hand_over_loader_states(trainer: L.Trainer) -> None:
 def checkpoint_io_chosen(trainer: L.Trainer) -> bool:
     """Whether the run was given a CheckpointIO plugin on purpose (`--trainer.plugins`)."""
     return trainer.strategy._checkpoint_io is not None
-
-
-def attached_trainer(module: L.LightningModule) -> L.Trainer | None:
-    """The trainer `module` is attached to, or None."""
-    return module._trainer
 
 
 def wandb_run_started(logger: WandbLogger) -> bool:

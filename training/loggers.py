@@ -24,7 +24,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
-from .lightning_internals import attached_trainer, continue_wandb_run_id, wandb_offline, wandb_run_started
+from .lightning_internals import continue_wandb_run_id, wandb_offline, wandb_run_started
 from .signals import program
 
 DEFAULT_PROJECT = "transformer-lightning"
@@ -277,11 +277,10 @@ def sync_command(logger: Logger | None) -> str | None:
     return shlex.join([program(str(wandb)) if wandb.is_file() else "wandb", "sync", *folders])
 
 
-def log_text(module, values: dict[str, str]) -> None:
+def log_text(trainer, values: dict[str, str]) -> None:
     """Strings that belong with a run's results (a SacreBLEU signature): the W&B run's summary, or the
     hyper-parameters of other loggers (CSVLogger's hparams.yaml, TensorBoard's hparams); rank zero only."""
-    trainer = attached_trainer(module)
-    if trainer is None or not trainer.is_global_zero:
+    if not trainer.is_global_zero:
         return
     for logger in trainer.loggers:
         if isinstance(logger, WandbLogger):

@@ -1,8 +1,10 @@
-"""What a run leaves behind: a folder of its own (`run_folder`: `config.yaml`, `summary.json`, the figures and,
-unless `--checkpoint.dirpath` says otherwise, `checkpoints/`), its step times (`StepTimer`), and the end-of-run
-summary (`summarize`: a few translations of the best checkpoint, the checkpoints, the test metrics, size and
-speed, where the logs are), printed and written as `summary.json` (`write_summary`). The checkpoints themselves
-are training/checkpointing.py's; the W&B run's records are training/loggers.py's.
+"""What a run leaves behind: a folder of its own (`run_folder`, common/runs.py: `config.yaml`, `summary.json`, the
+figures and, unless `--checkpoint.dirpath` says otherwise, `checkpoints/`), its step times (`StepTimer`), and the
+end-of-run summary (`summarize`: what the task reports through its `run_summary` hook, such as a few translations
+of the best checkpoint and the test's line, then the checkpoints, the test metrics, size and speed, where the logs
+are), printed and written as `summary.json` (`write_summary`). The training layer imports no task: what it needs
+of one comes through that hook. The checkpoints themselves are training/checkpointing.py's; the W&B run's records
+are training/loggers.py's.
 """
 
 from __future__ import annotations
@@ -10,58 +12,16 @@ from __future__ import annotations
 import json
 import statistics
 import time
-import weakref
-from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
-from inference.translator import Translator
+from common.runs import claim_run_folder as claim_run_folder  # training/cli.py's, with run_folder: named here
+from common.runs import run_folder
 
 from .checkpointing import last_path
-from .loggers import run_dir, sync_command
-
-SAMPLES = 10  # validation sentences translated by the best checkpoint in the summary
-
-
-def run_folder(trainer) -> Path:
-    """The folder of this run's own records: `config.yaml`, `summary.json`, the figures, and (unless
-    `--checkpoint.dirpath` says otherwise) `checkpoints/`. Every run gets a folder of its own, whatever the
-    logger, so a second run in one root directory overwrites nothing of the first:
-
-    - W&B: `<root>/<project>/<run id>` (a resumed run continues its W&B run, and its folder);
-    - CSV, TensorBoard: `<root>/version_<n>` (their `save_dir`, `name` and `version`);
-    - no logger (`--trainer.logger false`): `<root>/version_<n>` too, numbered with theirs (`claim_run_folder`).
-
-    Not `trainer.log_dir`, which for W&B is the `save_dir` that every run of the root directory shares, and
-    for no logger the root directory itself. Ask on rank zero (the W&B run id exists there)."""
-    logger = trainer.loggers[0] if trainer.loggers else None
-    if logger is None:
-        return _UNLOGGED_RUN_FOLDERS.get(trainer, Path(trainer.default_root_dir))
-    save_dir = logger.save_dir if logger.save_dir is not None else trainer.default_root_dir
-    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
-    return Path(save_dir) / str(logger.name) / version
-
-
-# The folder `claim_run_folder` chose for each trainer without a logger (a logger's version says it otherwise).
-_UNLOGGED_RUN_FOLDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def claim_run_folder(trainer) -> None:
-    """Before fitting, a run without a logger takes the next `<root>/version_<n>` (n one past the highest in the
-    root directory, as CSVLogger and TensorBoardLogger number theirs) as its `run_folder`, and its checkpoints
-    go to the `checkpoints/` there rather than to Lightning's `<root>/checkpoints`, which every such run would
-    share. Nothing is created here: a run refused before it trains leaves no folder behind."""
-    if trainer.loggers:
-        return
-    root = Path(trainer.default_root_dir)
-    taken = [int(p.name[len("version_") :]) for p in root.glob("version_*") if p.name[len("version_") :].isdigit()]
-    folder = root / f"version_{max(taken, default=-1) + 1}"
-    _UNLOGGED_RUN_FOLDERS[trainer] = folder
-    for callback in trainer.checkpoint_callbacks:
-        if callback.dirpath is None:
-            callback.dirpath = str(folder / "checkpoints")
+from .loggers import log_text, run_dir, sync_command
 
 
 class StepTimer(Callback):
@@ -112,12 +72,18 @@ def summarize(
     fit_seconds: float | None = None,
     tested: str | None = None,
 ) -> dict:
-    """Print the end-of-run summary (a few translations of the best checkpoint, the checkpoints, the
-    test metrics, size and speed, where the logs are) and return it as plain data (summary.json)."""
-    if best and hasattr(model, "translate") and hasattr(datamodule, "val_pairs"):
-        pairs = datamodule.val_pairs()[:SAMPLES]
-        for (src, ref), hyp in zip(pairs, Translator.from_checkpoint(best).translate([s for s, _ in pairs])):
-            rank_zero_info(f"{src}  →  {hyp}" + ("" if hyp == ref else f"   (reference: {ref})"))
+    """Print the end-of-run summary (what the task's `run_summary(best, datamodule)` hook reports: sample lines and
+    the test's line and signatures; then the checkpoints, the test metrics, size and speed, where the logs are)
+    and return it as plain data (summary.json). The test's signatures also go to the loggers (`log_text`)."""
+    reported = model.run_summary(best, datamodule) if hasattr(model, "run_summary") else {}
+    for line in reported.get("samples", []):
+        rank_zero_info(line)
+    test = reported.get("test", {})
+    if test.get("line"):  # a test scores a checkpoint: named with its weights, not by the trainer's epoch and step
+        rank_zero_info(f"{tested or 'test'}: {test['line']}")
+    signatures = {k: v for k, v in test.items() if k.endswith("_signature")}
+    if signatures:
+        log_text(trainer, signatures)
     callback = trainer.checkpoint_callback
     timer = next((c for c in trainer.callbacks if isinstance(c, StepTimer)), None)
     score = callback.best_model_score if best and callback else None
@@ -128,7 +94,7 @@ def summarize(
         "last_checkpoint": str(last) if (last := last_path(trainer)) and last.is_file() else None,  # this run's own
         "tested": tested,  # which checkpoint, weights and precision the test metrics are of
         "test": {name: value.item() for name, value in sorted(trainer.callback_metrics.items()) if name.startswith("test/")},
-        "test_bleu_signature": getattr(model, "bleu_signatures", {}).get("test"),
+        "test_bleu_signature": test.get("test/bleu_signature"),
         "parameters": sum(p.numel() for p in model.parameters()),  # shared tables counted once
         "steps": trainer.global_step,
         "step_ms": timer.median_ms() if timer else None,

@@ -1,0 +1,49 @@
+"""Where a run's own records go (`run_folder`): its `config.yaml`, `summary.json`, figures and, unless
+`--checkpoint.dirpath` says otherwise, `checkpoints/`. Below every layer: the task modules save their figures
+there and the training layer everything else, without either importing the other. Reads only a trainer's
+public attributes (its loggers, their `save_dir`, `name` and `version`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from pathlib import Path
+
+
+def run_folder(trainer) -> Path:
+    """The folder of this run's own records: `config.yaml`, `summary.json`, the figures, and (unless
+    `--checkpoint.dirpath` says otherwise) `checkpoints/`. Every run gets a folder of its own, whatever the
+    logger, so a second run in one root directory overwrites nothing of the first:
+
+    - W&B: `<root>/<project>/<run id>` (a resumed run continues its W&B run, and its folder);
+    - CSV, TensorBoard: `<root>/version_<n>` (their `save_dir`, `name` and `version`);
+    - no logger (`--trainer.logger false`): `<root>/version_<n>` too, numbered with theirs (`claim_run_folder`).
+
+    Not `trainer.log_dir`, which for W&B is the `save_dir` that every run of the root directory shares, and
+    for no logger the root directory itself. Ask on rank zero (the W&B run id exists there)."""
+    logger = trainer.loggers[0] if trainer.loggers else None
+    if logger is None:
+        return _UNLOGGED_RUN_FOLDERS.get(trainer, Path(trainer.default_root_dir))
+    save_dir = logger.save_dir if logger.save_dir is not None else trainer.default_root_dir
+    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+    return Path(save_dir) / str(logger.name) / version
+
+
+# The folder `claim_run_folder` chose for each trainer without a logger (a logger's version says it otherwise).
+_UNLOGGED_RUN_FOLDERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def claim_run_folder(trainer) -> None:
+    """Before fitting, a run without a logger takes the next `<root>/version_<n>` (n one past the highest in the
+    root directory, as CSVLogger and TensorBoardLogger number theirs) as its `run_folder`, and its checkpoints
+    go to the `checkpoints/` there rather than to Lightning's `<root>/checkpoints`, which every such run would
+    share. Nothing is created here: a run refused before it trains leaves no folder behind."""
+    if trainer.loggers:
+        return
+    root = Path(trainer.default_root_dir)
+    taken = [int(p.name[len("version_") :]) for p in root.glob("version_*") if p.name[len("version_") :].isdigit()]
+    folder = root / f"version_{max(taken, default=-1) + 1}"
+    _UNLOGGED_RUN_FOLDERS[trainer] = folder
+    for callback in trainer.checkpoint_callbacks:
+        if callback.dirpath is None:
+            callback.dirpath = str(folder / "checkpoints")
