@@ -33,7 +33,7 @@ from .checkpoint_io import AtomicCheckpointIO
 from .checkpointing import BestCheckpoint, checkpoint_callbacks
 from .lightning_internals import checkpoint_io_chosen
 from .loggers import AutoWandbLogger, WandbRunId, default_logger_dir
-from .precision import check_accelerator, machine_precision, precision_line
+from .precision import asked_precision, check_accelerator, machine_precision, precision_line
 from .progress import EpochBar, ProgressLog
 from .records import StepTimer, best_checkpoint, claim_run_folder, write_summary
 from .resume import prepare_resume
@@ -149,9 +149,16 @@ class TransformerCLI(LightningCLI):
         config = self.config
         check_run_options(self.parser, config)
         check_accelerator(config.trainer.get("accelerator"))
+        # The precision that runs is the one config.yaml records (and the summary): chosen by the machine when none
+        # is named, and where Lightning would replace the one named (fp16 autocast on a CPU), replaced here.
+        accelerator = config.trainer.get("accelerator")
         if config.trainer.get("precision") is None:
-            config.trainer.precision, reason = machine_precision(config.trainer.get("accelerator"))
+            config.trainer.precision, reason = machine_precision(accelerator)
             rank_zero_info(precision_line(config.trainer.precision, reason))
+        else:
+            config.trainer.precision, replaced = asked_precision(config.trainer.precision, accelerator)
+            if replaced:
+                rank_zero_info(replaced)
         check_pad_to_multiple(self.parser, config)
         root = config.trainer.get("default_root_dir") or "."
         loggers = config.trainer.get("logger")
