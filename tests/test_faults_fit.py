@@ -267,6 +267,29 @@ def test_time_limit_mid_epoch_writes_a_checkpoint_that_resumes_exactly(tmp_path,
     resume_as_printed_and_compare(command.replace(f" {shlex.quote(time_up)} ", " --test false "), root, uninterrupted)
 
 
+def test_the_time_limit_resume_command_carries_only_the_environment_the_user_set(tmp_path):
+    # W&B offline by itself (no key, no WANDB_MODE): Lightning's logger sets WANDB_MODE=dryrun inside the process,
+    # which the printed command must not carry (pasted, it would keep the run offline after a `wandb login`). The
+    # command names what the user set (OMP_NUM_THREADS here), as the line of a signal's stop does, and works pasted.
+    root = tmp_path / "run"
+    env = {k: v for k, v in ENV.items() if k != "WANDB_MODE"}
+    time_up = callback_arg(TimeUpAtStep, step=5)
+    result = fit(root, "--trainer.max_epochs", "1", "--test", "false", time_up, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "W&B logs offline: no W&B API key" in result.stderr + result.stdout  # the case that sets WANDB_MODE
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("time limit reached ")]
+    command = line.split("another 0:10:00 of training): ", 1)[1]
+    words = shlex.split(command)
+    assert [w for w in words if "=" in w.split("/")[0] and not w.startswith("-")] == ["OMP_NUM_THREADS=1"], command
+    assert "WANDB_MODE" not in command, command
+    shell_env = {k: v for k, v in env.items() if k != "OMP_NUM_THREADS"}
+    resumed = run(["bash", "-c", command.replace(f" {shlex.quote(time_up)} ", " ")], env=shell_env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "W&B logs offline: no W&B API key" in resumed.stderr + resumed.stdout  # still by itself, not forced
+    final = torch.load(max(root.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime), weights_only=True)
+    assert final["global_step"] == 16
+
+
 def test_resuming_a_run_that_reached_max_epochs_is_one_line_and_creates_nothing(tmp_path):
     # last.ckpt of the last epoch's end counts that epoch as processed, not yet completed: this resume once
     # trained nothing, exited 0 and left an empty checkpoints-2/ and a second W&B offline folder.
