@@ -11,12 +11,15 @@ import sys
 
 
 def check_run_options(parser, config) -> None:
-    """The options TransformerCLI adds besides LightningCLI's own (`--ema_decay`, `--log_every_n_seconds`)."""
+    """The options TransformerCLI adds besides LightningCLI's own (`--ema_decay`, `--log_every_n_seconds`,
+    `--fit_schedule_to_time`)."""
     decay = config.get("ema_decay")
     if decay is not None and not 0.0 < decay < 1.0:
         parser.error(f"--ema_decay must lie strictly between 0 and 1 (or be null), got {decay}")
     if config.get("log_every_n_seconds", 0) < 0:
         parser.error(f"--log_every_n_seconds must be 0 (off) or more, got {config.log_every_n_seconds}")
+    if config.get("fit_schedule_to_time") and not config.trainer.get("max_time"):
+        parser.error("--fit_schedule_to_time true fits the schedule to --trainer.max_time: give one (DD:HH:MM:SS)")
 
 
 def check_pad_to_multiple(parser, config) -> None:

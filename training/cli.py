@@ -39,6 +39,7 @@ from .records import StepTimer, best_checkpoint, claim_run_folder, write_summary
 from .resume import prepare_resume
 from .signals import Stopped
 from .stopping import StopAtStep, report_time_limit
+from .time_budget import TimeBudget
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "toy_translation.yaml"
@@ -71,6 +72,7 @@ class TransformerCLI(LightningCLI):
                 StepTimer(),
                 StopAtStep(),
                 ProgressLog(),
+                TimeBudget(),
             ],
         )
         # A bar on a terminal; in a file (nohup, SLURM, CI) ProgressLog's lines instead.
@@ -124,6 +126,13 @@ class TransformerCLI(LightningCLI):
             default=30.0,
             help="with standard error not a terminal, a progress line at least this often, besides every "
             "--trainer.log_every_n_steps steps (0: by steps only)",
+        )
+        parser.add_argument(
+            "--fit_schedule_to_time",
+            type=bool,
+            default=False,
+            help="with --trainer.max_time: once the step rate is known, run the learning-rate schedule after its "
+            "warm-up faster, so that it ends where the time limit stops training (training/time_budget.py)",
         )
         # The best checkpoints and, from the same options, last.ckpt (checkpointing.checkpoint_callbacks), for
         # every recipe; metric names keep "/" out of file names.
@@ -190,6 +199,8 @@ class TransformerCLI(LightningCLI):
             trainer.callbacks[at : at + 1] = checkpoint_callbacks(best)
         for progress in [c for c in trainer.callbacks if isinstance(c, ProgressLog)]:
             progress.every_n_seconds = self.config_init["log_every_n_seconds"]
+        for budget in [c for c in trainer.callbacks if isinstance(c, TimeBudget)]:
+            budget.fit_schedule = self.config_init["fit_schedule_to_time"]
         decay = self.config_init.get("ema_decay")
         if decay is not None:
             trainer.callbacks.insert(0, EMA(decay=decay))  # ahead of the ModelCheckpoints, which must run last

@@ -17,6 +17,7 @@ shows it on a terminal:
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -44,6 +45,12 @@ def units_in(batch, pad_id: int = PAD) -> tuple[int, str]:
 def time_limit(trainer: L.Trainer) -> Timer | None:
     """The timer of `--trainer.max_time`, if it was given."""
     return next((c for c in trainer.callbacks if isinstance(c, Timer) and c.time_remaining() is not None), None)
+
+
+def max_time_value(seconds: float) -> str:
+    """`seconds`, rounded up, as `--trainer.max_time` takes a duration: DD:HH:MM:SS."""
+    seconds = math.ceil(seconds)
+    return f"{seconds // 86400:02d}:{seconds // 3600 % 24:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 class ProgressLog(Callback):
