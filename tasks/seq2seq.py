@@ -207,15 +207,15 @@ class Seq2SeqTransformer(L.LightningModule):
         get = getattr(datamodule, f"{stage}_pairs", None)
         return list(get()) if callable(get) else []
 
-    def _translate_shared(self, sources: list[str], beam_size: int, stage: str) -> list[str]:
+    def _translate_shared(self, sources: list[str], beam_size: int) -> list[str]:
         """Translate `sources`, each process its share (every world_size-th sentence) under DDP;
         every process gets all hypotheses back in input order. The test's (a beam search, minutes) shows its
         progress as scripts/evaluate.py does: rank zero's share."""
         world = self.trainer.world_size
         distributed = world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized()
         share = sources[self.trainer.global_rank :: world] if distributed else sources
-        shown = stage == "test" and self.trainer.is_global_zero
-        progress = translation_progress(share, self.translator.batch_size, f"{stage}: translating") if shown else None
+        shown = self.trainer.testing and self.trainer.is_global_zero
+        progress = translation_progress(share, self.translator.batch_size, "test: translating") if shown else None
         with progress or contextlib.nullcontext() as on_batch:
             hyps = self.translate_many(share, beam_size=beam_size, on_batch=on_batch)
         if not distributed:
@@ -230,7 +230,7 @@ class Seq2SeqTransformer(L.LightningModule):
     def _score(self, pairs: list[tuple[str, str]], stage: str, beam_size: int) -> None:
         if not pairs:
             return
-        hyps = self._translate_shared([s for s, _ in pairs], beam_size, stage)
+        hyps = self._translate_shared([s for s, _ in pairs], beam_size)
         scores = corpus_scores(hyps, [r for _, r in pairs])
         for name in ("bleu", "chrf"):
             # Every process holds the same score: no sync needed.

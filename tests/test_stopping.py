@@ -69,12 +69,16 @@ class Clock(Timer):
         return SECONDS_A_STEP * self.trainer.global_step if self.trainer is not None else 0.0
 
 
-class CosineModel(BoringModel):
-    """BoringModel under tasks/schedules.py's warm-up and cosine decay over the run's steps."""
+class ScheduledModel(BoringModel):
+    """BoringModel under one of tasks/schedules.py's schedules (warm-up, then cosine decay over the run's steps)."""
+
+    def __init__(self, schedule: str):
+        super().__init__()
+        self.schedule = schedule
 
     def configure_optimizers(self):
         total = int(self.trainer.estimated_stepping_batches)
-        return adamw_with_warmup(self, PEAK_LR, 0.0, "cosine", WARMUP, total)
+        return adamw_with_warmup(self, PEAK_LR, 0.0, self.schedule, WARMUP, total)
 
 
 class RecordLR(Callback):
@@ -85,7 +89,7 @@ class RecordLR(Callback):
         self.lrs[trainer.global_step] = trainer.optimizers[0].param_groups[0]["lr"]
 
 
-def timed_run(tmp_path, seconds: float, fit_schedule: bool) -> tuple[dict, int]:
+def timed_run(tmp_path, seconds: float, fit_schedule: bool, schedule: str = "cosine") -> tuple[dict, int]:
     """64 steps (2 epochs of 32) under a time limit of `seconds` at SECONDS_A_STEP: the learning rates and last step."""
     record = RecordLR()
     callbacks = [TimeBudget(fit_schedule=fit_schedule), record, StopAtStep(), Clock(seconds)]
@@ -93,14 +97,14 @@ def timed_run(tmp_path, seconds: float, fit_schedule: bool) -> tuple[dict, int]:
         tmp_path, callbacks=callbacks, max_epochs=2, limit_train_batches=32, limit_val_batches=1, num_sanity_val_steps=0
     )
     try:
-        trainer.fit(CosineModel())
+        trainer.fit(ScheduledModel(schedule))
     except Stopped as stop:
         assert stop.why == "time limit"
     return record.lrs, trainer.global_step
 
 
-def plain_lr(step: int, total: int = 64) -> float:
-    return PEAK_LR * warmup_lr_lambda("cosine", WARMUP, total)(step)
+def plain_lr(step: int, total: int = 64, schedule: str = "cosine") -> float:
+    return PEAK_LR * warmup_lr_lambda(schedule, WARMUP, total)(step)
 
 
 def test_a_time_limit_that_stops_the_schedule_says_where_and_what_to_do(tmp_path, capsys):
@@ -136,3 +140,13 @@ def test_fit_schedule_to_time_ends_the_decay_at_the_time_limit(tmp_path, capsys)
     # only when the step the limit allows moves): a run longer than the first epoch refits at its end, bit for bit.
     lrs_long, last = timed_run(tmp_path / "long", 8.0 * 40, fit_schedule=True)
     assert last == 40 and lrs_long[40] == 0.0
+
+
+def test_fit_schedule_to_time_leaves_a_constant_schedule_as_it_is(tmp_path, capsys):
+    lrs, last = timed_run(tmp_path, 240.0, fit_schedule=True, schedule="constant")
+    assert last == 30
+    assert lrs == pytest.approx({s: plain_lr(s, schedule="constant") for s in range(1, 31)}, rel=1e-12)
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "--trainer.max_time" in line]
+    assert line.endswith(
+        "stops training near step 30 of 64; the learning-rate schedule never falls: --fit_schedule_to_time leaves it as it is"
+    ), line

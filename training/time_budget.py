@@ -49,8 +49,8 @@ class TimeBudget(Callback):
         self.start, self.at, self.scale, self.target = (state_dict[k] for k in ("start", "at", "scale", "target"))
 
     def step_seen(self, step: int) -> float:
-        """The step the schedule's multiplier sees at training step `step`."""
-        return step if step <= self.start else self.at + (step - self.start) * self.scale
+        """The step the schedule's multiplier sees at training step `step` (the step itself until a fit)."""
+        return step if self.target is None or step <= self.start else self.at + (step - self.start) * self.scale
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._first, self._measured, self._schedules = None, False, []
@@ -99,14 +99,18 @@ class TimeBudget(Callback):
                 "rate), or pass --fit_schedule_to_time true to end the schedule there",
             )
         elif stop != self.target:
-            self._fit(step, min(stop, total), total)
+            start = max(step, _peak(self._schedules, total))  # from here, or from the peak if still warming up
+            if start >= total:  # a constant schedule
+                self.fit_schedule = False
+                _say(trainer, f"{where}; the learning-rate schedule never falls: --fit_schedule_to_time leaves it as it is")
+                return
+            self._fit(start, min(stop, total), total)
             fitted = f"the learning-rate schedule after step {self.start:,} now ends at step {self.target:,}"
             _say(trainer, f"{where}: {fitted} (--fit_schedule_to_time)")
 
-    def _fit(self, step: int, stop: int, total: int) -> None:
-        """The schedule runs from here (or from its peak, if it is still warming up) to its last step by `stop`: faster
-        than as written, or again slower (down to as written, at `total`) when the machine turned out faster."""
-        start = max(step, _peak(self._schedules, total))
+    def _fit(self, start: int, stop: int, total: int) -> None:
+        """The schedule runs from `start` to its last step by `stop`: faster than as written, or again slower (down
+        to as written, at `total`) when the machine turned out faster than a fit before thought."""
         at = self.step_seen(start)
         self.start, self.at = start, at
         self.scale = (total - at) / max(1, stop - start)
