@@ -6,6 +6,7 @@ file is either nothing until the end or thousands of carriage returns in a sched
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from datetime import timedelta
@@ -91,3 +92,14 @@ class StageBar:
     def __exit__(self, *exc) -> None:
         if self._bar is not None:
             self._bar.close()
+
+
+@contextlib.contextmanager
+def translation_progress(sources: list[str], batch_size: int, description: str = "translating"):
+    """The `on_batch` callback of `translate_many` (scripts/evaluate.py's, and the test at the end of scripts/fit.py):
+    a bar on a terminal; in a file (nohup, SLURM) a line about every tenth of the work (at least a batch, at most 50
+    batches apart), its time left told from the characters translated (translate_many goes shortest first)."""
+    every = max(batch_size, min(len(sources) // 10, 50 * batch_size))
+    characters = sum(len(s) for s in sources) or 1
+    with StageBar(description, len(sources), unit="sentences", every=every) as bar:
+        yield lambda batch: bar.update(len(batch), sum(len(s) for s in batch) / characters)

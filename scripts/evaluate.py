@@ -33,7 +33,7 @@ from common.errors import DataNotFoundError, InputError  # noqa: E402
 from common.exits import exit_on_user_error, writing_to  # noqa: E402
 from common.files import atomic_output  # noqa: E402
 from datamodules.corpus_readers import read_aligned  # noqa: E402
-from datamodules.progress import StageBar  # noqa: E402
+from datamodules.progress import translation_progress  # noqa: E402
 from deploy.engines import (  # noqa: E402
     add_engine_arguments,
     add_search_arguments,
@@ -65,17 +65,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
     return args
-
-
-@contextlib.contextmanager
-def translation_progress(sources: list[str], batch_size: int):
-    """The `on_batch` callback of `translate_many`: a bar on a terminal; in a file (nohup, SLURM) a line
-    about every tenth of the work (at least a batch, at most 50 batches apart), its time left told from
-    the characters translated (translate_many goes shortest first)."""
-    every = max(batch_size, min(len(sources) // 10, 50 * batch_size))
-    characters = sum(len(s) for s in sources) or 1
-    with StageBar("translating", len(sources), unit="sentences", every=every) as bar:
-        yield lambda batch: bar.update(len(batch), sum(len(s) for s in batch) / characters)
 
 
 @exit_on_user_error

@@ -49,7 +49,8 @@ def main(args: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter")  # we pass sys.argv on purpose
     if not any(a == "-c" or a.startswith("--config") for a in args):
         args = ["--config", str(DEFAULT_CONFIG)] + args
-    resume = functools.partial(signals.resume_command, given, script)
+    # The environment as the user set it: the time limit's resume line is made once the W&B logger has changed it.
+    resume = functools.partial(signals.resume_command, given, script, environment=signals.chosen_environment())
     cli = None
     with signals.exit_on_stop(resume(), last_checkpoint):
         try:

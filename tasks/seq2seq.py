@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import get_args
 
@@ -13,6 +14,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from common.errors import CheckpointError, HyperparameterError
 from datamodules.batching import Seq2SeqBatch
+from datamodules.progress import translation_progress
 from datamodules.tokenizers import same_vocabulary, tokenizer_from_dict
 from inference.networks import TRANSLATION, build_network, read_network, read_pretrained
 from inference.options import CHECKPOINT_DEFAULTS, DecodingOptions
@@ -202,17 +204,23 @@ class Seq2SeqTransformer(L.LightningModule):
 
     def _translate_shared(self, sources: list[str], beam_size: int) -> list[str]:
         """Translate `sources`, each process its share (every world_size-th sentence) under DDP;
-        every process gets all hypotheses back in input order."""
+        every process gets all hypotheses back in input order. The test's (a beam search, minutes) shows its
+        progress as scripts/evaluate.py does: rank zero's share."""
         world = self.trainer.world_size
-        if world == 1 or not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-            return self.translate_many(sources, beam_size=beam_size)
-        rank = self.trainer.global_rank
+        distributed = world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized()
+        share = sources[self.trainer.global_rank :: world] if distributed else sources
+        shown = self.trainer.testing and self.trainer.is_global_zero
+        progress = translation_progress(share, self.translator.batch_size, "test: translating") if shown else None
+        with progress or contextlib.nullcontext() as on_batch:
+            hyps = self.translate_many(share, beam_size=beam_size, on_batch=on_batch)
+        if not distributed:
+            return hyps
         gathered: list[list[str] | None] = [None] * world
-        torch.distributed.all_gather_object(gathered, self.translate_many(sources[rank::world], beam_size=beam_size))
-        hyps: list[str] = [""] * len(sources)
-        for r, share in enumerate(gathered):
-            hyps[r::world] = share
-        return hyps
+        torch.distributed.all_gather_object(gathered, hyps)
+        ordered: list[str] = [""] * len(sources)
+        for r, part in enumerate(gathered):
+            ordered[r::world] = part
+        return ordered
 
     def _score(self, pairs: list[tuple[str, str]], stage: str, beam_size: int) -> None:
         if not pairs:

@@ -267,6 +267,79 @@ def test_time_limit_mid_epoch_writes_a_checkpoint_that_resumes_exactly(tmp_path,
     resume_as_printed_and_compare(command.replace(f" {shlex.quote(time_up)} ", " --test false "), root, uninterrupted)
 
 
+def test_the_time_limit_resume_command_carries_only_the_environment_the_user_set(tmp_path):
+    # W&B offline by itself (no key, no WANDB_MODE): Lightning's logger sets WANDB_MODE=dryrun inside the process,
+    # which the printed command must not carry (pasted, it would keep the run offline after a `wandb login`). The
+    # command names what the user set (OMP_NUM_THREADS here), as the line of a signal's stop does, and works pasted.
+    root = tmp_path / "run"
+    env = {k: v for k, v in ENV.items() if k != "WANDB_MODE"}
+    time_up = callback_arg(TimeUpAtStep, step=5)
+    result = fit(root, "--trainer.max_epochs", "1", "--test", "false", time_up, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "W&B logs offline: no W&B API key" in result.stderr + result.stdout  # the case that sets WANDB_MODE
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("time limit reached ")]
+    command = line.split("another 0:10:00 of training): ", 1)[1]
+    words = shlex.split(command)
+    assert [w for w in words if "=" in w.split("/")[0] and not w.startswith("-")] == ["OMP_NUM_THREADS=1"], command
+    assert "WANDB_MODE" not in command, command
+    shell_env = {k: v for k, v in env.items() if k != "OMP_NUM_THREADS"}
+    resumed = run(["bash", "-c", command.replace(f" {shlex.quote(time_up)} ", " ")], env=shell_env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "W&B logs offline: no W&B API key" in resumed.stderr + resumed.stdout  # still by itself, not forced
+    final = torch.load(max(root.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime), weights_only=True)
+    assert final["global_step"] == 16
+
+
+class SecondsAStep(Callback):
+    """Test helper: the clock of --trainer.max_time's `Timer` reads `seconds` a step, whatever the machine's speed."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def setup(self, trainer, pl_module, stage):
+        timer = next(c for c in trainer.callbacks if isinstance(c, Timer))
+        timer.time_elapsed = lambda stage="train": self.seconds * trainer.global_step
+
+
+@pytest.mark.slow
+def test_a_schedule_fitted_to_the_time_resumes_exactly(tmp_path):
+    # A cosine decay over 6 epochs (96 steps) with time for 70 (8 s a step, 560 s): fitted at step 21 to end at step
+    # 70, kept by the validations at steps 32, 48 and 64 (the same rate). Stopped by SIGTERM at step 40 and resumed
+    # with the printed command, the run ends at step 70 with the learning rate at 0 and bit-identical to one never
+    # stopped.
+    common = [*CSV, "--trainer.max_epochs", "6", "--test", "false", "--model.init_args.lr_schedule", "cosine"]
+    common += ["--model.init_args.warmup_steps", "4", "--trainer.max_time", "00:00:09:20", "--fit_schedule_to_time", "true"]
+    common += [callback_arg(SecondsAStep, seconds=8.0)]
+    whole = fit(tmp_path / "whole", *common)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    (fitted,) = [line for line in whole.stderr.splitlines() if "(--fit_schedule_to_time)" in line]
+    assert fitted.endswith("of 96: the learning-rate schedule after step 21 now ends at step 70 (--fit_schedule_to_time)")
+    expected = torch.load(next((tmp_path / "whole").rglob("last.ckpt")), weights_only=True)
+    assert expected["global_step"] == 70 and expected["lr_schedulers"][0]["_last_lr"] == [0.0, 0.0]
+
+    root, marker = tmp_path / "run", tmp_path / "at-step"
+    proc = start(root, *common, callback_arg(WaitForSignalAt, step=40, marker=str(marker)))
+    wait_for(marker, proc)
+    os.kill(proc.pid, signal.SIGTERM)
+    line = one_line(finish(proc), "stopped by SIGTERM at epoch 2 step 40; ")
+    resumed = run(["bash", "-c", line.split("resume with: ", 1)[1]])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = torch.load(max(root.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime), weights_only=True)
+    assert final["global_step"] == 70 and final["lr_schedulers"][0] == expected["lr_schedulers"][0]
+    assert final["callbacks"]["TimeBudget"] == expected["callbacks"]["TimeBudget"]
+    assert not [k for k in expected["state_dict"] if not torch.equal(expected["state_dict"][k], final["state_dict"][k])]
+
+
+def test_fit_schedule_to_time_without_a_time_limit_is_one_line(tmp_path):
+    result = fit(tmp_path, "--fit_schedule_to_time", "true")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .endswith("--fit_schedule_to_time true fits the schedule to --trainer.max_time: give one (DD:HH:MM:SS)")
+    ), result.stderr[-3000:]
+
+
 def test_resuming_a_run_that_reached_max_epochs_is_one_line_and_creates_nothing(tmp_path):
     # last.ckpt of the last epoch's end counts that epoch as processed, not yet completed: this resume once
     # trained nothing, exited 0 and left an empty checkpoints-2/ and a second W&B offline folder.

@@ -3,7 +3,8 @@ a run resumes (resume.py); how it stops early (stopping.py, one stopper at the s
 SIGTERM/SIGINT reach it and end the script); where and when checkpoints are written (checkpointing.py) and how
 they reach the disk (checkpoint_io.py); what a run leaves behind (records.py); the callbacks every recipe gets
 (callbacks.py); Lightning's private state read in one place (lightning_internals.py); the W&B logger that never
-prompts (loggers.py). Errors, exit statuses, atomic writes and checkpoint reading are common/'s; the tasks
+prompts (loggers.py); the precision a run trains in (precision.py); where a time limit stops the schedule, and the
+schedule fitted to it (time_budget.py). Errors, exit statuses, atomic writes and checkpoint reading are common/'s; the tasks
 themselves are in tasks/."""
 
 from .noise import silence

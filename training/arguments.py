@@ -13,8 +13,8 @@ from .variants import misfit
 
 
 def check_run_options(parser, config) -> None:
-    """The options TransformerCLI adds besides LightningCLI's own (`--ema_decay`, `--log_every_n_seconds`, a variant
-    file's `fits`: training/variants.py)."""
+    """The options TransformerCLI adds besides LightningCLI's own (`--ema_decay`, `--log_every_n_seconds`,
+    `--fit_schedule_to_time`, a variant file's `fits`: training/variants.py)."""
     decay = config.get("ema_decay")
     if decay is not None and not 0.0 < decay < 1.0:
         parser.error(f"--ema_decay must lie strictly between 0 and 1 (or be null), got {decay}")
@@ -23,6 +23,8 @@ def check_run_options(parser, config) -> None:
     fits = config.get("fits")
     if fits and (why := misfit(fits, config.model.get("class_path", ""))):
         parser.error(f"a variant (--config) that does not fit this recipe: {why}")
+    if config.get("fit_schedule_to_time") and not config.trainer.get("max_time"):
+        parser.error("--fit_schedule_to_time true fits the schedule to --trainer.max_time: give one (DD:HH:MM:SS)")
 
 
 def check_pad_to_multiple(parser, config) -> None:

@@ -33,12 +33,13 @@ from .checkpoint_io import AtomicCheckpointIO
 from .checkpointing import BestCheckpoint, checkpoint_callbacks
 from .lightning_internals import checkpoint_io_chosen
 from .loggers import AutoWandbLogger, WandbRunId, default_logger_dir
-from .precision import check_accelerator, machine_precision, precision_line
+from .precision import asked_precision, check_accelerator, machine_precision, precision_line
 from .progress import EpochBar, ProgressLog
 from .records import StepTimer, best_checkpoint, claim_run_folder, write_summary
 from .resume import prepare_resume
 from .signals import Stopped
 from .stopping import StopAtStep, report_time_limit
+from .time_budget import TimeBudget
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "toy_translation.yaml"
@@ -71,6 +72,7 @@ class TransformerCLI(LightningCLI):
                 StepTimer(),
                 StopAtStep(),
                 ProgressLog(),
+                TimeBudget(),
             ],
         )
         # A bar on a terminal; in a file (nohup, SLURM, CI) ProgressLog's lines instead.
@@ -132,6 +134,13 @@ class TransformerCLI(LightningCLI):
             help="with standard error not a terminal, a progress line at least this often, besides every "
             "--trainer.log_every_n_steps steps (0: by steps only)",
         )
+        parser.add_argument(
+            "--fit_schedule_to_time",
+            type=bool,
+            default=False,
+            help="with --trainer.max_time: once the step rate is known, run the learning-rate schedule after its "
+            "warm-up faster, so that it ends where the time limit stops training (training/time_budget.py)",
+        )
         # The best checkpoints and, from the same options, last.ckpt (checkpointing.checkpoint_callbacks), for
         # every recipe; metric names keep "/" out of file names.
         parser.add_lightning_class_args(BestCheckpoint, "checkpoint")
@@ -156,9 +165,16 @@ class TransformerCLI(LightningCLI):
         config = self.config
         check_run_options(self.parser, config)
         check_accelerator(config.trainer.get("accelerator"))
+        # The precision that runs is the one config.yaml records (and the summary): chosen by the machine when none
+        # is named, and where Lightning would replace the one named (fp16 autocast on a CPU), replaced here.
+        accelerator = config.trainer.get("accelerator")
         if config.trainer.get("precision") is None:
-            config.trainer.precision, reason = machine_precision(config.trainer.get("accelerator"))
+            config.trainer.precision, reason = machine_precision(accelerator)
             rank_zero_info(precision_line(config.trainer.precision, reason))
+        else:
+            config.trainer.precision, replaced = asked_precision(config.trainer.precision, accelerator)
+            if replaced:
+                rank_zero_info(replaced)
         check_pad_to_multiple(self.parser, config)
         root = config.trainer.get("default_root_dir") or "."
         loggers = config.trainer.get("logger")
@@ -190,6 +206,8 @@ class TransformerCLI(LightningCLI):
             trainer.callbacks[at : at + 1] = checkpoint_callbacks(best)
         for progress in [c for c in trainer.callbacks if isinstance(c, ProgressLog)]:
             progress.every_n_seconds = self.config_init["log_every_n_seconds"]
+        for budget in [c for c in trainer.callbacks if isinstance(c, TimeBudget)]:
+            budget.fit_schedule = self.config_init["fit_schedule_to_time"]
         decay = self.config_init.get("ema_decay")
         if decay is not None:
             trainer.callbacks.insert(0, EMA(decay=decay))  # ahead of the ModelCheckpoints, which must run last

@@ -1,6 +1,9 @@
 """The training precision a recipe gets when it names none: bf16 autocast where the machine runs bf16 natively,
 else fp32, with one line saying which and why. `--trainer.precision` (or a recipe's `trainer.precision`) overrides it.
-A GPU asked for on a machine without one is one line before anything is read (`check_accelerator`).
+fp16 autocast asked for on a CPU (`16`, `16-mixed`), which Lightning has not there and silently replaces with bf16
+autocast, is replaced here as the machine decides, in one line (`asked_precision`), and the run's config.yaml and
+summary say what ran. A GPU asked for on a machine without one is one line before anything is read
+(`check_accelerator`).
 
 Where bf16 is not native, autocast emulates it, and a step is many times slower than in fp32 (docs/results.md,
 "Precision and threads"). Natively, bf16 autocast is faster:
@@ -19,6 +22,9 @@ from common.errors import HyperparameterError
 
 BF16 = "bf16-mixed"
 FP32 = "32-true"
+FP16 = "16-mixed"
+# Lightning's older spellings, taken with a warning that names site-packages: the names they stand for.
+OLD_SPELLINGS = {"16": FP16, "bf16": BF16, "32": FP32, "64": "64-true"}
 # /proc/cpuinfo's flags of a CPU that computes bf16 natively (x86: AVX-512 BF16, AMX; Arm: the BF16 extension).
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 
@@ -57,6 +63,34 @@ def machine_precision(accelerator) -> tuple[str, str]:
     return FP32, (
         f"this {platform.machine() or ''} CPU has no native bf16 (no {', '.join(NATIVE_BF16_FLAGS)} in /proc/cpuinfo), "
         "where bf16 autocast is emulated and many times slower"
+    )
+
+
+def _on_cpu(accelerator) -> bool:
+    name = str(accelerator or "auto").lower()
+    return name == "cpu" or (name == "auto" and not torch.cuda.is_available() and not torch.backends.mps.is_available())
+
+
+def asked_precision(asked, accelerator) -> tuple[str, str | None]:
+    """The precision to train in when `--trainer.precision` is `asked` (in Lightning's older spellings too) with
+    `accelerator`, and the line saying why it is not what was asked (None when it is). On a CPU, Lightning has no
+    fp16 autocast: it trains `16-mixed` in bf16 autocast, which where bf16 is not native is the emulated path
+    many times slower than fp32. Here fp16 autocast on a CPU becomes what the machine computes natively."""
+    name = OLD_SPELLINGS.get(str(asked), str(asked))
+    if name != FP16 or not _on_cpu(accelerator):
+        return name, None
+    precision, reason = machine_precision("cpu")
+    if precision == BF16:
+        why = f"bf16 autocast instead, as {reason}"
+    else:
+        why = (
+            "not bf16 autocast either, which Lightning would run instead: "
+            f"{reason.replace('many times slower', 'about 10× slower a step than fp32')}"
+        )
+    other = f"{FP32} for fp32" if precision == BF16 else f"{BF16} to insist"
+    return precision, (
+        f"--trainer.precision {asked}: a CPU has no fp16 autocast (Lightning's {FP16} is for GPUs); "
+        f"training in {precision}: {why}; --trainer.precision {other}"
     )
 
 

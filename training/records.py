@@ -96,6 +96,7 @@ def summarize(
         "test": {name: value.item() for name, value in sorted(trainer.callback_metrics.items()) if name.startswith("test/")},
         "test_bleu_signature": test.get("test/bleu_signature"),
         "parameters": sum(p.numel() for p in model.parameters()),  # shared tables counted once
+        "precision": str(trainer.precision),  # what ran, whatever --trainer.precision said (training/precision.py)
         "steps": trainer.global_step,
         "step_ms": timer.median_ms() if timer else None,
         "fit_seconds": fit_seconds,
@@ -112,7 +113,7 @@ def summarize(
     if summary["test_bleu_signature"]:
         lines.append(f"  test/bleu signature: {summary['test_bleu_signature']}")
     speed = f", median step {summary['step_ms']:.1f} ms" if summary["step_ms"] else ""
-    lines.append(f"  parameters: {summary['parameters']:,}; {summary['steps']:,} steps{speed}")
+    lines.append(f"  parameters: {summary['parameters']:,}; {summary['steps']:,} steps in {summary['precision']}{speed}")
     if log_dir:
         lines.append(f"  logs: {log_dir}")
     for logger in trainer.loggers:

@@ -156,11 +156,23 @@ def forget() -> None:
 RESUME_ENVIRONMENT = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG", "WANDB_MODE")
 
 
-def resume_command(args: list[str], script: str = "scripts/fit.py", settings: dict[str, str] | None = None) -> str:
+def chosen_environment() -> dict[str, str]:
+    """The settings of `RESUME_ENVIRONMENT` set now. Taken as a run starts, they are the user's: once the run is
+    under way, Lightning's W&B logger has set `WANDB_MODE=dryrun` in this process for an offline run, which a
+    resumed run must not inherit (it would stay offline after the user logs in)."""
+    return {name: os.environ[name] for name in RESUME_ENVIRONMENT if os.environ.get(name)}
+
+
+def resume_command(
+    args: list[str],
+    script: str = "scripts/fit.py",
+    settings: dict[str, str] | None = None,
+    environment: dict[str, str] | None = None,
+) -> str:
     """The command that resumes a run started with `args`: the interpreter that runs this process (the
     README's `.venv/bin/python` rather than whatever `python` means in the user's shell), the environment
-    settings of `RESUME_ENVIRONMENT` that are set, the same arguments but for `settings` ({flag: value}, in
-    place of any value given), then `--ckpt_path last`."""
+    settings `environment` (`chosen_environment()` as the run started; now when None), the same arguments but
+    for `settings` ({flag: value}, in place of any value given), then `--ckpt_path last`."""
     settings = {**(settings or {}), "--ckpt_path": "last"}
     kept, skip = [], False
     for arg in args:
@@ -170,7 +182,8 @@ def resume_command(args: list[str], script: str = "scripts/fit.py", settings: di
             skip = True
         elif arg.split("=", 1)[0] not in settings:
             kept.append(arg)
-    env = [f"{name}={shlex.quote(os.environ[name])}" for name in RESUME_ENVIRONMENT if os.environ.get(name)]
+    environment = chosen_environment() if environment is None else environment
+    env = [f"{name}={shlex.quote(value)}" for name, value in environment.items()]
     given = [word for flag, value in settings.items() for word in (flag, value)]
     return " ".join([*env, shlex.join([program(sys.executable or "python"), script, *kept, *given])])
 

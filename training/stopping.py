@@ -27,7 +27,7 @@ from lightning.pytorch.callbacks import Callback
 from . import signals
 from .checkpointing import write_last
 from .lightning_internals import validation_or_epoch_end_follows
-from .progress import time_limit
+from .progress import max_time_value, time_limit
 from .resume import last_checkpoint
 
 
@@ -89,9 +89,7 @@ def report_time_limit(trainer: L.Trainer, resume: Callable[[dict[str, str]], str
     last = last_checkpoint(trainer) or "none written"
     elapsed = timedelta(seconds=int(timer.time_elapsed("train")))
     limit = timedelta(seconds=round(timer.time_elapsed("train") + timer.time_remaining()))  # the duration given
-    seconds = int((elapsed + limit).total_seconds())
-    larger = f"{seconds // 86400:02d}:{seconds // 3600 % 24:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"  # DD:HH:MM:SS
-    command = resume({"--trainer.max_time": larger})
+    command = resume({"--trainer.max_time": max_time_value((elapsed + limit).total_seconds())})
     print(
         f"time limit reached (--trainer.max_time; {elapsed} of training, counting the runs this one resumes) at "
         f"step {trainer.global_step}; last checkpoint: {last}; resume with a larger --trainer.max_time (another "
