@@ -19,6 +19,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
+from common.environment import require_environment  # noqa: E402
+
+require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+
 from training import signals  # noqa: E402  (the standard library only: installed before torch loads)
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The checks of scripts/fit.py's arguments that jsonargparse's types cannot make: values in range, a setting given
-where it has no effect, and the spelling of the network's settings from before they moved under `net`. Each is one
-usage line (`parser.error`) and exit 2."""
+where it has no effect, an abbreviated option, and the spelling of the network's settings from before they moved
+under `net`. Each is one usage line (`parser.error`) and exit 2."""
 
 from __future__ import annotations
 
@@ -8,6 +8,46 @@ import dataclasses
 import inspect
 import re
 import sys
+from pathlib import Path
+
+import yaml
+from lightning.pytorch.cli import LightningArgumentParser
+
+
+class RecipeParser(LightningArgumentParser):
+    """The parser of scripts/fit.py and scripts/prepare.py. It refuses an abbreviated option instead of completing
+    it: a typo (`--trainer.max_epoch 5`, `--seed 1`) must not guess which option it meant; jsonargparse makes the
+    parsers of a class's own arguments (`--model.init_args.net.*`) of their parent's class, so those refuse them
+    too. A recipe that is not valid YAML is named with its line and column (jsonargparse reads the text and names
+    it "<unicode string>"). A usage error is the error line and a tip to run --help, not 150 lines of usage."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
+
+    def print_usage(self, file=None) -> None:
+        pass
+
+    def parse_path(self, path, *args, **kwargs):
+        if problem := yaml_problem(path):
+            self.error(problem)
+        return super().parse_path(path, *args, **kwargs)
+
+
+def yaml_problem(path) -> str | None:
+    """Where and why the file at `path` is not valid YAML; None when it is, or cannot be read (said elsewhere)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    try:
+        yaml.safe_load(text)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        return f"{path}{where}: not valid YAML: {err.problem or err.context}"
+    except yaml.YAMLError as err:
+        return f"{path}: not valid YAML: {err}"
+    return None
 
 
 def check_run_options(parser, config) -> None:

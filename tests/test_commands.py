@@ -1,0 +1,85 @@
+"""Commands as a user types them: a script started by another Python than the project's says which to use, an
+abbreviated option is refused rather than guessed, a recipe that is not YAML is named with its line, and the
+commands the README and the recipes' header comments give name the venv's interpreter."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+import yaml
+
+from common.environment import INSTALL
+from tests.helpers import FIT, ROOT, assert_one_line_error, env_hiding, run
+
+SCRIPTS = sorted(p.stem for p in (ROOT / "scripts").glob("*.py"))
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_script_run_by_another_python_names_the_venv_in_one_line(name):
+    # The system's python has neither torch nor lightning: here they are hidden from this one.
+    result = run([sys.executable, f"scripts/{name}.py", "--help"], env=env_hiding("torch", "lightning"))
+    assert result.returncode == 2 and not result.stdout
+    assert_one_line_error(result, "torch", "lightning", f"run .venv/bin/python scripts/{name}.py --help (", INSTALL)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_an_abbreviated_option_is_refused_not_guessed(name):
+    # `--hel` would be taken for --help (every script has it) where abbreviations are completed.
+    result = run([sys.executable, f"scripts/{name}.py", "--hel"])
+    assert result.returncode == 2 and "usage:" not in result.stdout, result.stdout[-2000:]
+    assert "error:" in result.stderr and "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "args, refused",
+    [
+        (["--trainer.max_epoch", "5"], "--trainer.max_epoch 5"),
+        (["--seed", "1"], "--seed 1"),
+        (["--model.init_args.net.d_mode", "32"], "--net.d_mode=32"),  # a class's own parser refuses them too
+    ],
+)
+def test_fit_refuses_an_abbreviated_option(args, refused):
+    result = run([*FIT, *args, "--print_config"])
+    assert result.returncode == 2, result.stdout[-2000:]
+    assert refused in result.stderr and "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("name", ["fit", "prepare"])
+def test_a_recipe_that_is_not_yaml_is_named_with_its_line(tmp_path, name):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("trainer:\n  max_epochs: 3\n   devices: 1\n")
+    result = run([sys.executable, f"scripts/{name}.py", "--config", str(recipe)])
+    assert result.returncode == 2
+    line = assert_one_line_error(result, f"{recipe}, line 3, column 11: not valid YAML")
+    assert "<unicode string>" not in result.stderr, line
+
+
+# ---------------------------------------------------------------------------------------------- commands in the docs
+
+
+def header_commands(text: str) -> list[str]:
+    """The commands a recipe's header comment gives: its indented comment lines."""
+    return [line[1:].strip() for line in text.splitlines() if line.startswith("#   ")]
+
+
+@pytest.mark.parametrize("recipe", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_a_recipes_header_runs_its_commands_with_the_venvs_python(recipe):
+    text = recipe.read_text()
+    commands = header_commands(text)
+    assert commands, f"{recipe.name} gives no command"
+    for command in commands:
+        words = command.split("#")[0].split()
+        program = next(w for w in words if "=" not in w)  # after OMP_NUM_THREADS=1 and the like
+        assert program == ".venv/bin/python", command
+    # The files it names as the code behind it exist.
+    for path in re.findall(r"\b((?:tasks|training|datamodules|models|scripts|configs)/[\w/]+\.(?:py|yaml))\b", text):
+        assert (ROOT / path).is_file(), f"{recipe.name} names {path}, which does not exist"
+    yaml.safe_load(text)
+
+
+def test_the_readme_runs_every_script_with_the_venvs_python():
+    readme = (ROOT / "README.md").read_text()
+    bare = [line for line in readme.splitlines() if re.search(r"(?<![/\w])python3? (scripts|benchmarks)/", line)]
+    assert not bare, bare
