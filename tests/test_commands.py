@@ -83,3 +83,25 @@ def test_the_readme_runs_every_script_with_the_venvs_python():
     readme = (ROOT / "README.md").read_text()
     bare = [line for line in readme.splitlines() if re.search(r"(?<![/\w])python3? (scripts|benchmarks)/", line)]
     assert not bare, bare
+
+
+@pytest.mark.parametrize("inside", [["checkpoints/epoch003-step90.ckpt", "checkpoints/last.ckpt"], []])
+def test_a_folder_given_as_the_checkpoint_is_named_as_a_folder(tmp_path, inside):
+    for name in inside:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    result = run([sys.executable, "scripts/translate.py", "--ckpt", str(tmp_path), "Ein Hund rennt."])
+    line = assert_one_line_error(result, f"{tmp_path} is a folder, not a checkpoint file")
+    assert line.endswith(f"e.g. {tmp_path / 'checkpoints' / 'last.ckpt'}" if inside else "it holds no .ckpt file"), line
+
+
+def test_the_readme_states_the_precision_each_corpus_recipe_names():
+    readme = (ROOT / "README.md").read_text()
+    paragraph = readme[readme.index("**Recipes**") :].split("\n\n")[0]
+    for name, recipe in (("Multi30k", "multi30k"), ("Tatoeba", "cmn_eng")):
+        named = yaml.safe_load((ROOT / "configs" / f"{recipe}.yaml").read_text())["trainer"].get("precision")
+        sentence = next(s for s in re.split(r"(?<=[;.])\s", paragraph) if s.startswith(name) and "precision" in s)
+        if named is None:  # chosen from the machine (training/precision.py): the README must not name one
+            assert "names no precision" in sentence and "`precision:" not in sentence, sentence
+        else:
+            assert f"`precision: {named}`" in sentence, sentence
