@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from common.environment import INSTALL
-from tests.helpers import FIT, ROOT, assert_one_line_error, env_hiding, run
+from tests.helpers import ENV, FIT, ROOT, assert_one_line_error, env_hiding, run
 
 SCRIPTS = sorted(p.stem for p in (ROOT / "scripts").glob("*.py"))
 
@@ -105,3 +105,15 @@ def test_the_readme_states_the_precision_each_corpus_recipe_names():
             assert "names no precision" in sentence and "`precision:" not in sentence, sentence
         else:
             assert f"`precision: {named}`" in sentence, sentence
+
+
+# ---------------------------------------------------------------------------------------------- waits and noise
+
+
+def test_a_hugging_face_dataset_offline_is_one_line_at_once(tmp_path):
+    # Nothing answers at the hub's address (a closed port: offline as far as the hub is concerned), nothing cached.
+    env = {**ENV, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf-home")}
+    recipe = ["--config", "configs/wmt14_en_de.yaml", "--data.data_dir", str(tmp_path / "wmt14")]
+    result = run([sys.executable, "scripts/prepare.py", *recipe], env=env)
+    assert_one_line_error(result, "'wmt14'", "http://127.0.0.1:9 does not answer", "not in Hugging Face's cache")
+    assert "Retry" not in result.stderr and "thrown while requesting" not in result.stderr, result.stderr[-3000:]
