@@ -1,12 +1,18 @@
-"""Whether a script runs in the project's environment. Started by another Python (the system's `python`, a
-venv without the install), a script would end at its first import in a ModuleNotFoundError traceback;
-`require_environment()`, called by every script before it imports anything installed, makes that one line
-naming the command that works: the venv's own interpreter, `.venv/bin/python`, and the install command. The
-standard library only: it runs where nothing else is installed."""
+"""The machine and interpreter a script runs on, as they concern a user.
+
+- `require_environment()`: started by another Python (the system's `python`, a venv without the install), a
+  script would end at its first import in a ModuleNotFoundError traceback; called by every script before it
+  imports anything installed, this makes that one line naming the command that works: the venv's own
+  interpreter, `.venv/bin/python`, and the install command.
+- `quiet_cpu_compile()`: torch's "No CUDA runtime is found, using CUDA_HOME=..." is not said when a compile on
+  the CPU, as asked, loads torch's C++ extension tools on a machine with a CUDA toolkit but no GPU.
+
+The standard library only: it runs where nothing else is installed."""
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shlex
 import sys
@@ -47,3 +53,13 @@ def require_environment() -> None:
         how = f"once the project's environment is installed, from the repository's root: {INSTALL}"
     print(f"error: this Python ({sys.executable}) has no {' or '.join(missing)}: run {command} ({how})", file=sys.stderr)
     raise SystemExit(2)
+
+
+def _not_the_cuda_home_note(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("No CUDA runtime is found")
+
+
+def quiet_cpu_compile() -> None:
+    """Drop torch's note (torch/utils/cpp_extension.py, logged as inductor imports it) that the machine has a
+    CUDA toolkit and no GPU: a compile on the CPU needs none, and nothing else from that logger is dropped."""
+    logging.getLogger("torch.utils.cpp_extension").addFilter(_not_the_cuda_home_note)  # once: the same filter

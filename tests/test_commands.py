@@ -117,3 +117,12 @@ def test_a_hugging_face_dataset_offline_is_one_line_at_once(tmp_path):
     result = run([sys.executable, "scripts/prepare.py", *recipe], env=env)
     assert_one_line_error(result, "'wmt14'", "http://127.0.0.1:9 does not answer", "not in Hugging Face's cache")
     assert "Retry" not in result.stderr and "thrown while requesting" not in result.stderr, result.stderr[-3000:]
+
+
+def test_a_compiled_decoder_on_a_cpu_says_nothing_of_cuda(ckpts, tmp_path):
+    # A CUDA toolkit and no GPU: torch notes "No CUDA runtime is found" as the compile loads its C++ tools.
+    env = {**ENV, "CUDA_HOME": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""}
+    args = ["--ckpt", str(ckpts["good"]), "--static-cache", "compile", "我 是 学 生"]
+    result = run([sys.executable, "scripts/translate.py", *args], env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(result.stdout.splitlines()) == 1 and "CUDA" not in result.stderr, result.stderr[-3000:]
