@@ -1,9 +1,9 @@
 """Prepare a recipe's corpus ahead of training (on a login node, say): train its tokenizers and write the
 token ids of every split to the memory-mapped cache that every later run and process reads.
 
-    python scripts/prepare.py --config configs/wmt14_en_de.yaml
-    python scripts/prepare.py --config configs/multi30k.yaml --data.data_dir ../shared/data/multi30k
-    python scripts/prepare.py --config configs/multi30k.yaml --data.cache_dir /scratch/cache
+    .venv/bin/python scripts/prepare.py --config configs/wmt14_en_de.yaml
+    .venv/bin/python scripts/prepare.py --config configs/multi30k.yaml --data.data_dir ../shared/data/multi30k
+    .venv/bin/python scripts/prepare.py --config configs/multi30k.yaml --data.cache_dir /scratch/cache
 
 It reads the same recipe files and `--data.*` options as scripts/fit.py (the rest of a recipe is ignored), so
 a run started afterwards with the same data settings finds the cache and starts at once. Running it when the
