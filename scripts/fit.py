@@ -1,10 +1,10 @@
 """Train a recipe, then test its best checkpoint and print a summary.
 
-    .venv/bin/python scripts/fit.py                                                                   # the toy translator (configs/toy_translation.yaml)
-    .venv/bin/python scripts/fit.py --config configs/mnist.yaml                                       # MNIST in data/mnist, downloaded when online
-    .venv/bin/python scripts/fit.py --config configs/mnist.yaml --data.data_dir ../shared/data/mnist  # an offline copy
-    .venv/bin/python scripts/fit.py --print_config                                                    # the full resolved config
-    .venv/bin/python scripts/fit.py --config RECIPE --ckpt_path last                                  # resume the last checkpoint of that run
+    .venv/bin/python scripts/fit.py                                  # the toy translator (configs/toy_translation.yaml)
+    .venv/bin/python scripts/fit.py --config configs/mnist.yaml      # MNIST in data/mnist, downloaded when online
+    .venv/bin/python scripts/fit.py --config configs/mnist.yaml --data.data_dir ../shared/data/mnist   # an offline copy
+    .venv/bin/python scripts/fit.py --print_config                   # the full resolved config
+    .venv/bin/python scripts/fit.py --config RECIPE --ckpt_path last  # resume the last checkpoint of that run
 
 Any `--trainer.*`, `--model.*`, `--data.*` and `--checkpoint.*` option works as in LightningCLI.
 """
