@@ -7,11 +7,14 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+import shlex
 import sys
 from pathlib import Path
 
 import yaml
 from lightning.pytorch.cli import LightningArgumentParser
+
+from .signals import program
 
 
 class RecipeParser(LightningArgumentParser):
@@ -27,10 +30,29 @@ class RecipeParser(LightningArgumentParser):
     def print_usage(self, file=None) -> None:
         pass
 
+    def error(self, message, ex=None):
+        # The parser that exits (the top one) says an unknown option of a class in one line; the parsers inside
+        # raise, their messages composed into the top one's.
+        command = shlex.join([program(sys.executable), sys.argv[0]])  # as the run was started: pasted, it works
+        if self.exit_on_error and (line := unknown_class_option(str(message), command)):
+            message = line
+        return super().error(message, ex)
+
     def parse_path(self, path, *args, **kwargs):
         if problem := yaml_problem(path):
             self.error(problem)
         return super().parse_path(path, *args, **kwargs)
+
+
+def unknown_class_option(message: str, command: str) -> str | None:
+    """One line for jsonargparse's ten about an option the class given does not take (`--model.init_args.net.d_mode`:
+    a typo, or an abbreviation, which is not completed); None for other errors."""
+    unknown = r"(?:Option '([\w.]+)' is not accepted|unrecognized arguments: --([\w.]+))"
+    found = re.search(r"Parser key \"(\w+)\":.*?class_path '([\w.]+)':\s+" + unknown, message, flags=re.S)
+    if not found:
+        return None
+    key, class_path, option = found[1], found[2], found[3] or found[4]
+    return f"--{key}.init_args.{option}: {class_path} has no such option (`{command} --{key}.help {class_path}` lists them)"
 
 
 def yaml_problem(path) -> str | None:
