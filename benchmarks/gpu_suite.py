@@ -1,10 +1,11 @@
 """The project's GPU measurements in two parts that each fit five minutes on one H100, first step to last table
-(a cluster's debug slot), run from a checkout on the machine's own PyTorch without installing the project:
+(a cluster's debug slot), run from a checkout's root with the project's venv, or on a machine's own PyTorch without
+installing the project (its `python3` in place of `.venv/bin/python`; docs/guide.md, "The GPU suite"):
 
-    PYTHONPATH=. python benchmarks/gpu_suite.py --out runs/gpu_suite                  # both parts, within 10 minutes
-    PYTHONPATH=. python benchmarks/gpu_suite.py --out runs/gpu_suite --part speed     # within 5 minutes
-    PYTHONPATH=. python benchmarks/gpu_suite.py --out runs/gpu_suite --part quality   # within 5 minutes
-    PYTHONPATH=. python benchmarks/gpu_suite.py --out /tmp/suite --device cpu --tiny  # every step at toy size (CI)
+    PYTHONPATH=. .venv/bin/python benchmarks/gpu_suite.py --out runs/gpu_suite                 # both parts, 10 minutes
+    PYTHONPATH=. .venv/bin/python benchmarks/gpu_suite.py --out runs/gpu_suite --part speed    # within 5 minutes
+    PYTHONPATH=. .venv/bin/python benchmarks/gpu_suite.py --out runs/gpu_suite --part quality  # within 5 minutes
+    PYTHONPATH=. .venv/bin/python benchmarks/gpu_suite.py --out /tmp/suite --device cpu --tiny  # toy size (CI)
 
 The speed part:
   1. test_cuda: tests/test_cuda.py, the core's invariants on the device; a failing test stops the part;
@@ -16,7 +17,9 @@ The speed part:
 The quality part:
   4. multi30k_gpu: configs/multi30k_gpu.yaml trained for what the part's budget leaves (its max_time set to the
      step's limit less FIT_RESERVE_S for start-up and the test), then tested: test BLEU and wall time.
-     With --tiny: toy_translation, a few steps of the toy recipe with the same fast paths (no score).
+     With --tiny: multi30k_gpu_tiny, the same recipe with every setting its own (compiled with dynamic shapes,
+     fused AdamW, EMA, BLEU validation, the beam test) but the sizes in TINY_SIZES, on a slice of Multi30k
+     (TINY_PAIRS): the path a GPU run takes, rehearsed on the CPU in CI (no score).
 
 Each step is a subprocess with its own time limit; one whose limit exceeds what is left of its part's budget is
 skipped with a line saying so. A missing requirement (torch older than MIN_TORCH, a package the project imports,
@@ -34,6 +37,7 @@ import importlib
 import importlib.metadata
 import json
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -57,6 +61,19 @@ CLI_NEEDS = {
 }
 PART_NEEDS = {"speed": {"pytest": "pytest", **CLI_NEEDS}, "quality": CLI_NEEDS}
 PIP_NAMES = {"yaml": "pyyaml", "PIL": "pillow", "google": "protobuf"}  # import names that are not the package's
+GPU_RECIPE = ROOT / "configs" / "multi30k_gpu.yaml"
+# What --tiny changes of the GPU recipe: the network's and vocabularies' sizes, a few steps, pairs of each split.
+TINY_SIZES = {
+    "model.init_args.net.d_model": 32,
+    "model.init_args.net.nhead": 2,
+    "model.init_args.net.num_encoder_layers": 1,
+    "model.init_args.net.num_decoder_layers": 1,
+    "model.init_args.net.dim_feedforward": 64,
+    "data.init_args.src_vocab_size": 300,
+    "data.init_args.tgt_vocab_size": 300,
+    "trainer.max_steps": 10,  # two epochs of the slice: BLEU validation (every 2nd epoch) picks the checkpoint tested
+}
+TINY_PAIRS = {"train": 400, "val": 16, "test": 16}
 VERSIONS = ["lightning", "torchmetrics", "jsonargparse", "transformers", "x-transformers", "ctranslate2", "sacrebleu"]
 
 
@@ -96,19 +113,39 @@ def steps(args, part: str) -> list[dict]:
 
 
 def fit_step(args) -> dict:
-    limit, fit = 290, [PY, str(ROOT / "scripts" / "fit.py")]
-    if args.tiny:  # the toy recipe with the recipe's fast paths, a few steps, on the device asked
-        name = "toy_translation"
-        fit += ["--config", str(ROOT / "configs" / "toy_translation.yaml"), "--trainer.max_steps", "6",
-                "--data.init_args.pad_to_multiple", "8", "--model.init_args.fused_adamw", "true"]  # fmt: skip
+    """configs/multi30k_gpu.yaml as shipped, on the device asked: for what the part's budget leaves on Multi30k, or
+    with --tiny for a few steps of a toy-sized network on a slice of it, every other setting the recipe's own
+    (compiled with dynamic shapes, fused AdamW, EMA, precision from the machine, BLEU validation, the beam test)."""
+    limit, name = 290, "multi30k_gpu"
+    fit = [PY, str(ROOT / "scripts" / "fit.py"), "--config", str(GPU_RECIPE)]
+    if args.tiny:
+        name, data_dir = "multi30k_gpu_tiny", multi30k_slice(Path(args.data_dir), Path(args.out) / "multi30k_slice")
+        fit += [f"--{key}={value}" for key, value in TINY_SIZES.items()]
     else:
-        name, train_s = "multi30k_gpu", limit - FIT_RESERVE_S
-        fit += ["--config", str(ROOT / "configs" / "multi30k_gpu.yaml"), "--data.init_args.data_dir", args.data_dir,
-                "--trainer.max_time", f"00:00:{train_s // 60:02d}:{train_s % 60:02d}"]  # fmt: skip
-    fit += ["--trainer.accelerator", "gpu" if args.device == "cuda" else "cpu", "--trainer.logger", "CSVLogger",
-            "--trainer.enable_progress_bar", "false",
+        train_s, data_dir = limit - FIT_RESERVE_S, args.data_dir
+        fit += ["--trainer.max_time", f"00:00:{train_s // 60:02d}:{train_s % 60:02d}"]
+    fit += ["--data.init_args.data_dir", str(data_dir), "--trainer.accelerator", "gpu" if args.device == "cuda" else "cpu",
+            "--trainer.logger", "CSVLogger", "--trainer.enable_progress_bar", "false",
             "--trainer.default_root_dir", str(Path(args.out) / f"{name}_run")]  # fmt: skip
     return dict(name=name, cmd=fit, limit=limit, json=False, fit=True)
+
+
+def multi30k_slice(data_dir: Path, out: Path) -> Path:
+    """The first TINY_PAIRS pairs of each of the GPU recipe's splits in `data_dir`, as plain files in `out`."""
+    import gzip
+
+    import yaml
+
+    data = yaml.safe_load(GPU_RECIPE.read_text())["data"]["init_args"]
+    out.mkdir(parents=True, exist_ok=True)
+    for split, pairs in TINY_PAIRS.items():
+        prefix = data[f"{split}_prefix"]
+        for lang in (data["src_lang"], data["tgt_lang"]):
+            packed, plain = data_dir / f"{prefix}.{lang}.gz", data_dir / f"{prefix}.{lang}"
+            with gzip.open(packed, "rt", encoding="utf-8") if packed.exists() else open(plain, encoding="utf-8") as f:
+                lines = [line for _, line in zip(range(pairs), f)]
+            (out / f"{prefix}.{lang}").write_text("".join(lines), encoding="utf-8")
+    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -139,7 +176,7 @@ def requirement_error(args) -> str | None:
         for module, pip_name in PART_NEEDS[part].items():
             if not installed(module):
                 return f"error: the {part} part needs {pip_name}, which is not installed ({_install_hint(pip_name)})"
-    if "quality" in args.parts and not args.tiny and not Path(args.data_dir).is_dir():
+    if "quality" in args.parts and not Path(args.data_dir).is_dir():
         return f"error: --data-dir {args.data_dir}: no such folder (the quality part trains on Multi30k there)"
     return None
 
@@ -293,7 +330,10 @@ def suite_markdown(args, env: dict, records: list[dict], total: float, out: Path
              f"Measured {env['date_utc']} at {commit}, {total:.0f} s in all.", "", hardware_line(env), ""]  # fmt: skip
     if env["missing_peers"]:
         lines += [f"Not installed, so left out of the peers' tables: {', '.join(env['missing_peers'])}.", ""]
-    lines += ["```bash", "PYTHONPATH=. python " + " ".join(["benchmarks/gpu_suite.py", *sys.argv[1:]]), "```", ""]
+    from training.signals import program
+
+    command = shlex.join([program(PY), "benchmarks/gpu_suite.py", *sys.argv[1:]])  # as run, from the checkout's root
+    lines += ["```bash", f"PYTHONPATH=. {command}", "```", ""]
     lines += ["| part | step | status | seconds |", "| --- | --- | --- | --- |"]
     for r in records:
         lines.append(f"| {r['part']} | {r['name']} | {status_text(r)} | {r['seconds']} |")
@@ -316,8 +356,11 @@ def fit_line(fit: dict) -> str:
     minutes = f"{fit['wall_seconds'] / 60:.1f} min wall time"
     if fit["status"] != "ok":
         return f"{fit['name']}: not scored (the step {status_text(fit)}; see {fit['name']}.log), {minutes}."
-    if fit["name"] == "toy_translation":
-        return f"The toy recipe, {fit.get('steps')} steps with the GPU recipe's fast paths, {minutes}; nothing scored (--tiny)."
+    if fit["name"] == "multi30k_gpu_tiny":
+        return (
+            f"The GPU recipe at toy size, {fit.get('steps')} steps on a slice of Multi30k with every setting of its own "
+            f"but the sizes, {minutes}; nothing scored (--tiny)."
+        )
     if fit.get("test_bleu") is None:
         return f"Multi30k: trained, but no test BLEU in its summary (see {fit['name']}.log), {minutes}."
     return (

@@ -64,6 +64,10 @@ def read_checkpoint(path: str | Path, verify: bool = True) -> dict:
     `CheckpointError` when it is missing, unreadable, truncated, corrupt, damaged (a record failing its
     CRC-32 check, `verify_checkpoint`; `verify=False` skips that) or not a Lightning checkpoint."""
     path = Path(path)
+    if path.is_dir():  # a run's folder, say: name a checkpoint in it (the last one when it has one)
+        found = sorted([*path.glob("*.ckpt"), *path.glob("*/*.ckpt")], key=lambda p: (p.name == "last.ckpt", str(p)))
+        hint = f"pass a checkpoint file, e.g. {found[-1]}" if found else "it holds no .ckpt file"
+        raise CheckpointError(f"{path} is a folder, not a checkpoint file: {hint}")
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path} (no such checkpoint file)")
     try:

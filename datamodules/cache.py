@@ -43,14 +43,19 @@ def file_fingerprint(path: Path, probe: int = 1 << 16) -> dict:
     return {"name": path.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ends": h.hexdigest()[:16]}
 
 
-def default_root(data_dir: Path) -> Path:
-    """`<data_dir>/.cache` when the data folder is writable (or not there yet); otherwise a folder under
-    `$XDG_CACHE_HOME` (~/.cache), as for a read-only copy of a corpus shared between users. A folder whose
-    mode bits say read-only counts as such for root too, who could write it anyway."""
-    if not data_dir.exists() or (os.access(data_dir, os.W_OK) and data_dir.stat().st_mode & 0o222):
-        return data_dir / ".cache"
+def default_root(data_dir: Path) -> tuple[Path, str | None]:
+    """Where the prepared data of `data_dir` goes when no cache folder is given, and the line that says so when it
+    is not the usual place: `<data_dir>/.cache` where that can be written (or the data folder is not there yet);
+    otherwise, as for a read-only copy of a corpus shared between users, a folder of this user's under
+    `$XDG_CACHE_HOME` (~/.cache). A folder whose mode bits say read-only counts as such for root too, who could
+    write it anyway."""
+    beside = data_dir / ".cache"
+    folder = beside if beside.is_dir() else data_dir
+    if not data_dir.exists() or (os.access(folder, os.W_OK) and folder.stat().st_mode & 0o222):
+        return beside, None
     home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return home / "transformer-lightning" / f"{data_dir.name}-{digest(str(data_dir.resolve()))[:8]}"
+    root = home / "transformer-lightning" / f"{data_dir.name}-{digest(str(data_dir.resolve()))[:8]}"
+    return root, f"{folder} is not writable: the prepared data goes to {root} (--data.cache_dir to choose another)"
 
 
 def read_complete(folder: Path, expected_files: Callable[[dict], Iterable[tuple[str, int]]] | None = None) -> dict | None:

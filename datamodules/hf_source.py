@@ -10,10 +10,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 from common.errors import CorpusFormatError, DataNotFoundError
+from common.network import answers
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".arrow": "arrow"}
 BATCH = 10_000  # examples read from Arrow at a time
@@ -36,10 +38,15 @@ def load_splits(data_dir: Path, dataset: str | None, config: str | None, split_n
         raise DataNotFoundError("format=hf reads Hugging Face datasets: pip install datasets") from None
     datasets.disable_progress_bars()
     if dataset:
+        offline = hub_offline_reason()
         try:
-            return {split: datasets.load_dataset(dataset, config, split=name) for split, name in split_names.items()}
+            with _offline(datasets) if offline else contextlib.nullcontext():
+                return {split: datasets.load_dataset(dataset, config, split=name) for split, name in split_names.items()}
         except (FileNotFoundError, ConnectionError, ValueError) as err:
-            raise DataNotFoundError(f"Hugging Face dataset {dataset!r} ({config}): {str(err).splitlines()[0]}") from None
+            why = str(err).splitlines()[0]
+            if offline:
+                why = f"{offline}, and it is not in Hugging Face's cache (read it once online, or give local files)"
+            raise DataNotFoundError(f"Hugging Face dataset {dataset!r} ({config}): {why}") from None
     if (data_dir / "dataset_dict.json").exists():
         saved = datasets.load_from_disk(str(data_dir))
         missing = [name for name in split_names.values() if name not in saved]
@@ -63,6 +70,31 @@ def load_splits(data_dir: Path, dataset: str | None, config: str | None, split_n
                 f"{path}: not readable as {LOCAL_FORMATS[path.suffix]} ({str(err).splitlines()[0]})"
             ) from None
     return out
+
+
+def hub_offline_reason() -> str | None:
+    """Why the Hugging Face hub is not to be asked (HF_HUB_OFFLINE is set, or it does not answer within ~2 s), or
+    None. Unasked, `datasets` reads a dataset downloaded before from its cache at once; asked while offline, it
+    would retry five times over half a minute first."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    return None if answers(constants.ENDPOINT) else f"{constants.ENDPOINT} does not answer (offline?)"
+
+
+@contextlib.contextmanager
+def _offline(datasets):
+    """Hugging Face's offline mode for the block, as HF_HUB_OFFLINE=1 at start-up would set it (both libraries
+    read the variable once, when imported)."""
+    from huggingface_hub import constants
+
+    before = constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE = before
 
 
 def iter_pairs(ds, src_lang: str, tgt_lang: str, where: str) -> Iterator[tuple[str, str]]:

@@ -39,7 +39,9 @@ class PreparedCorpus:
         self.settings = dict(settings)
         self.source = source or corpus_source(self.settings)
         cache_dir = self.settings["cache_dir"]
-        self.cache_root = Path(cache_dir) if cache_dir else default_root(self.source.data_dir)
+        self.cache_root, elsewhere = (Path(cache_dir), None) if cache_dir else default_root(self.source.data_dir)
+        if elsewhere:
+            rank_zero_info(elsewhere)
         self._source_key: dict | None = None
         self._tokenizers: tuple[Tokenizer, Tokenizer] | None = None
         self._ids: tuple[Path, dict] | None = None  # the ids' folder and its meta.json

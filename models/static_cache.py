@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from common.environment import quiet_cpu_compile
+
 from .cache import StaticCache
 from .decoding import beam_search, greedy_decode
 
@@ -97,6 +99,7 @@ class StaticDecoder:
         self._step = net.decode
         if mode == "compile":
             compile_mode = "reduce-overhead" if device.type == "cuda" else None
+            quiet_cpu_compile()
             self._step = torch.compile(net.decode, mode=compile_mode, backend=backend, fullgraph=True)
 
     # -------------------------------------------------------------------------------- searches

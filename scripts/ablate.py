@@ -37,6 +37,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
+from common.environment import require_environment  # noqa: E402
+
+require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+
 from common.errors import InputError, OutputError  # noqa: E402
 from common.exits import exit_on_user_error, write_fault, writing_to  # noqa: E402
 from common.files import atomic_output, atomic_write_text  # noqa: E402
@@ -50,7 +54,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--recipe", required=True, help="a recipe in configs/, e.g. configs/mnist_subset.yaml")
     parser.add_argument(
         "--variants",

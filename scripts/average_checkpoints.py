@@ -21,6 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
+from common.environment import require_environment  # noqa: E402
+
+require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+
 import torch  # noqa: E402
 
 from common.checkpoints import add_weights_argument, read_checkpoint  # noqa: E402
@@ -32,7 +36,7 @@ from training.averaging import average_checkpoints, last_checkpoints  # noqa: E4
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("inputs", nargs="+", help="checkpoint files, or one directory of them with --last N")
     parser.add_argument("--last", type=int, help="with a directory: average its N checkpoints of highest step")
     parser.add_argument("--out", required=True, help="the checkpoint to write")

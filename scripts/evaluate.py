@@ -28,6 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
+from common.environment import require_environment  # noqa: E402
+
+require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+
 from common.checkpoints import add_weights_argument, read_checkpoint, weights_label  # noqa: E402
 from common.errors import DataNotFoundError, InputError  # noqa: E402
 from common.exits import exit_on_user_error, writing_to  # noqa: E402
@@ -45,7 +49,7 @@ from deploy.engines import (  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     add_engine_arguments(parser)
     parser.add_argument("--src", required=True, help="source sentences, one a line (plain or .gz)")
     parser.add_argument("--ref", required=True, help="reference translations, line-aligned with --src")

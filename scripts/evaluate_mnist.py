@@ -18,10 +18,14 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
+
+from common.environment import require_environment  # noqa: E402
+
+require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+
+import torch  # noqa: E402
 
 from common.checkpoints import add_weights_argument, load_checkpoint, load_training_weights, read_checkpoint, weights_label  # noqa: E402
 from common.exits import exit_on_user_error  # noqa: E402
@@ -44,7 +48,7 @@ def accuracy(model, loader, description: str, precision: str = "32") -> float:
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--ckpt", required=True, help="a MnistSequenceClassifier checkpoint (.ckpt)")
     parser.add_argument("--data-dir", default="data/mnist", help="torchvision's layout: <dir>/MNIST/raw (default: data/mnist)")
     parser.add_argument("--val-size", type=int, default=500, help="training images held out for validation (default: 500)")

@@ -31,6 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
+from common.environment import require_environment  # noqa: E402
+
+require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+
 from common.checkpoints import add_weights_argument, load_checkpoint, load_training_weights, read_checkpoint  # noqa: E402
 from common.exits import exit_on_user_error  # noqa: E402
 from deploy.ctranslate2 import QUANTIZATIONS, export_ctranslate2  # noqa: E402
@@ -38,7 +42,7 @@ from deploy.huggingface import checkpoint_meta, export_huggingface, push_to_hub 
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--ckpt", required=True, help="a Seq2SeqTransformer checkpoint (.ckpt)")
     parser.add_argument(
         "--to", required=True, choices=["ctranslate2", "hf"], help="the engine to export for (hf: a Hugging Face folder)"

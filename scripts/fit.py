@@ -1,10 +1,10 @@
 """Train a recipe, then test its best checkpoint and print a summary.
 
-    python scripts/fit.py                                   # the toy translator (configs/toy_translation.yaml)
-    python scripts/fit.py --config configs/mnist.yaml      # MNIST in data/mnist, downloaded when online
-    python scripts/fit.py --config configs/mnist.yaml --data.data_dir ../shared/data/mnist   # an offline copy
-    python scripts/fit.py --print_config                    # the full resolved config
-    python scripts/fit.py --config RECIPE --ckpt_path last   # resume the last checkpoint of that run
+    .venv/bin/python scripts/fit.py                                  # the toy translator (configs/toy_translation.yaml)
+    .venv/bin/python scripts/fit.py --config configs/mnist.yaml      # MNIST in data/mnist, downloaded when online
+    .venv/bin/python scripts/fit.py --config configs/mnist.yaml --data.data_dir ../shared/data/mnist   # an offline copy
+    .venv/bin/python scripts/fit.py --print_config                   # the full resolved config
+    .venv/bin/python scripts/fit.py --config RECIPE --ckpt_path last  # resume the last checkpoint of that run
 
 Any `--trainer.*`, `--model.*`, `--data.*` and `--checkpoint.*` option works as in LightningCLI.
 """
@@ -18,6 +18,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
+
+from common.environment import require_environment  # noqa: E402
+
+require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
 
 from training import signals  # noqa: E402  (the standard library only: installed before torch loads)
 

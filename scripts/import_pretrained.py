@@ -23,13 +23,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
+from common.environment import require_environment  # noqa: E402
+
+require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+
 from common.errors import CheckpointError  # noqa: E402
 from common.exits import exit_on_user_error  # noqa: E402
 from common.files import atomic_torch_save  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("model", help="a Marian model's folder, or its Hugging Face hub name (downloaded when online)")
     parser.add_argument("--out", required=True, help="the checkpoint to write (.ckpt)")
     parser.add_argument("--length-penalty", type=float, default=1.0, help="beam search's default alpha (default: 1.0)")

@@ -1,9 +1,9 @@
 """Prepare a recipe's corpus ahead of training (on a login node, say): train its tokenizers and write the
 token ids of every split to the memory-mapped cache that every later run and process reads.
 
-    python scripts/prepare.py --config configs/wmt14_en_de.yaml
-    python scripts/prepare.py --config configs/multi30k.yaml --data.data_dir ../shared/data/multi30k
-    python scripts/prepare.py --config configs/multi30k.yaml --data.cache_dir /scratch/cache
+    .venv/bin/python scripts/prepare.py --config configs/wmt14_en_de.yaml
+    .venv/bin/python scripts/prepare.py --config configs/multi30k.yaml --data.data_dir ../shared/data/multi30k
+    .venv/bin/python scripts/prepare.py --config configs/multi30k.yaml --data.cache_dir /scratch/cache
 
 It reads the same recipe files and `--data.*` options as scripts/fit.py (the rest of a recipe is ignored), so
 a run started afterwards with the same data settings finds the cache and starts at once. Running it when the
@@ -20,12 +20,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
+from common.environment import require_environment  # noqa: E402
+
+require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+
 import lightning as L  # noqa: E402
-from jsonargparse import ActionConfigFile, ArgumentParser  # noqa: E402
+from jsonargparse import ActionConfigFile  # noqa: E402
 
 from common.exits import exit_on_user_error  # noqa: E402
 from datamodules.corpus import ParallelCorpusDataModule, check_corpus_settings  # noqa: E402
 from datamodules.preparation import PreparedCorpus  # noqa: E402
+from training.arguments import RecipeParser  # noqa: E402
 
 # The parts of a recipe that preparing the data does not use; accepted so that a whole recipe file parses.
 OTHER_RECIPE_KEYS = ("seed_everything", "ema_decay", "trainer", "checkpoint", "model", "optimizer", "lr_scheduler", "ckpt_path")
@@ -33,7 +38,7 @@ OTHER_RECIPE_KEYS = ("seed_everything", "ema_decay", "trainer", "checkpoint", "m
 
 @exit_on_user_error
 def main(args: list[str] | None = None) -> None:
-    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = RecipeParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", action=ActionConfigFile, help="a recipe (configs/*.yaml)")
     parser.add_subclass_arguments(L.LightningDataModule, "data", required=True)
     for key in OTHER_RECIPE_KEYS:

@@ -46,6 +46,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
 
+from common.environment import require_environment  # noqa: E402
+
+require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+
 from common.errors import DataNotFoundError, InputError  # noqa: E402
 from common.exits import exit_on_user_error, writing_to  # noqa: E402
 from datamodules.corpus_readers import LineDecodeError, decode_lines, iter_lines  # noqa: E402
@@ -63,7 +67,7 @@ OPTIONS = ("nbest", "alignment_layer", "static_cache")  # this script's decoding
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     add_engine_arguments(parser)
     parser.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default: 32)")
     add_search_arguments(parser, *OPTIONS)

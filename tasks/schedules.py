@@ -67,6 +67,10 @@ def adamw_with_warmup(
         optimizer = torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), fused=True if fused else None)
     except (RuntimeError, ValueError) as err:
         raise HyperparameterError(f"fused_adamw=True: torch has no fused AdamW here ({err}); leave it off") from None
+    # The fused kernel can take a grad scaler's scale into its step, and says so; Lightning then refuses gradient
+    # clipping under any mixed precision, bf16 (no scaler) included. Unscaled by the scaler first, as any optimizer
+    # is, the kernel's update is the same, and clipping (every recipe's gradient_clip_val) works.
+    optimizer._step_supports_amp_scaling = False
     # A plain function: LambdaLR stores None for it, so the checkpoint stays tensors-and-plain-data.
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_lr_lambda(schedule, warmup_steps, total_steps))
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -293,17 +293,24 @@ def test_ddp_processes_share_one_preparation(tmp_path) -> None:
     assert len(folders(data / ".cache", "ids")) == 1 and len(folders(data / ".cache", "tokenizers")) == 1
 
 
-def test_read_only_data_folder_puts_the_cache_under_xdg_cache_home(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("read_only", ["the data folder", "its .cache"])
+def test_a_read_only_cache_folder_puts_the_cache_under_xdg_cache_home_and_says_so(tmp_path, monkeypatch, caplog, read_only):
     data = aligned_corpus(tmp_path / "d")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home-cache"))
-    data.chmod(0o555)
+    # The mode bits are what says read-only (root could write anyway: datamodules/cache.default_root reads them).
+    folder = data if read_only == "the data folder" else data / ".cache"
+    folder.mkdir(exist_ok=True)
+    folder.chmod(0o555)
     try:
-        dm = module(data)
-        dm.setup("fit")
+        with caplog.at_level("INFO"):
+            module(data).setup("fit")
     finally:
-        data.chmod(0o755)
-    assert not (data / ".cache").exists()
-    assert folders(next((tmp_path / "home-cache" / "transformer-lightning").iterdir()), "ids")
+        folder.chmod(0o755)
+    assert not folders(data / ".cache", "ids") and not folders(data / ".cache", "tokenizers")
+    (root,) = (tmp_path / "home-cache" / "transformer-lightning").iterdir()
+    assert folders(root, "ids") and folders(root, "tokenizers")
+    said = [message for message in caplog.messages if "not writable" in message]
+    assert said == [f"{folder} is not writable: the prepared data goes to {root} (--data.cache_dir to choose another)"]
 
 
 def test_unwritable_cache_dir_is_one_line_naming_it(tmp_path) -> None:

@@ -149,3 +149,18 @@ def test_bf16_autocast_is_close_to_fp32():
     for name, g in full[1].items():
         err = (half[1][name].float() - g).norm() / g.norm().clamp(min=1e-12)
         assert err < 1e-1, (name, err.item())
+
+
+@pytest.mark.filterwarnings("ignore:.*self.log.*")
+def test_fused_adamw_clips_gradients_under_bf16_autocast_as_the_plain_one():
+    # The GPU recipe's combination (configs/multi30k_gpu.yaml): gradient clipping, fused AdamW, bf16-mixed.
+    from tests.helpers import quiet_trainer
+
+    trained = []
+    for fused in (False, True):
+        model = make_model(fused_adamw=fused)
+        trainer = quiet_trainer(precision="bf16-mixed", gradient_clip_val=0.05, max_steps=3, limit_val_batches=0)
+        trainer.fit(model, train_dataloaders=ToyTranslationDataModule().train_dataloader())
+        trained.append(model)
+    for (name, a), b in zip(trained[0].named_parameters(), trained[1].parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")

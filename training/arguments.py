@@ -1,13 +1,75 @@
 """The checks of scripts/fit.py's arguments that jsonargparse's types cannot make: values in range, a setting given
-where it has no effect, and the spelling of the network's settings from before they moved under `net`. Each is one
-usage line (`parser.error`) and exit 2."""
+where it has no effect, an abbreviated option, and the spelling of the network's settings from before they moved
+under `net`. Each is one usage line (`parser.error`) and exit 2."""
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
 import re
+import shlex
 import sys
+from pathlib import Path
+
+import yaml
+from lightning.pytorch.cli import LightningArgumentParser
+
+from .signals import program
+
+
+class RecipeParser(LightningArgumentParser):
+    """The parser of scripts/fit.py and scripts/prepare.py. It refuses an abbreviated option instead of completing
+    it: a typo (`--trainer.max_epoch 5`, `--seed 1`) must not guess which option it meant; jsonargparse makes the
+    parsers of a class's own arguments (`--model.init_args.net.*`) of their parent's class, so those refuse them
+    too. A recipe that is not valid YAML is named with its line and column (jsonargparse reads the text and names
+    it "<unicode string>"). A usage error is the error line and a tip to run --help, not 150 lines of usage."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
+
+    def print_usage(self, file=None) -> None:
+        pass
+
+    def error(self, message, ex=None):
+        # The parser that exits (the top one) says an unknown option of a class in one line; the parsers inside
+        # raise, their messages composed into the top one's.
+        command = shlex.join([program(sys.executable), sys.argv[0]])  # as the run was started: pasted, it works
+        if self.exit_on_error and (line := unknown_class_option(str(message), command)):
+            message = line
+        return super().error(message, ex)
+
+    def parse_path(self, path, *args, **kwargs):
+        if problem := yaml_problem(path):
+            self.error(problem)
+        return super().parse_path(path, *args, **kwargs)
+
+
+def unknown_class_option(message: str, command: str) -> str | None:
+    """One line for jsonargparse's ten about an option the class given does not take (`--model.init_args.net.d_mode`:
+    a typo, or an abbreviation, which is not completed); None for other errors."""
+    unknown = r"(?:Option '([\w.]+)' is not accepted|unrecognized arguments: --([\w.]+))"
+    found = re.search(r"Parser key \"(\w+)\":.*?class_path '([\w.]+)':\s+" + unknown, message, flags=re.S)
+    if not found:
+        return None
+    key, class_path, option = found[1], found[2], found[3] or found[4]
+    return f"--{key}.init_args.{option}: {class_path} has no such option (`{command} --{key}.help {class_path}` lists them)"
+
+
+def yaml_problem(path) -> str | None:
+    """Where and why the file at `path` is not valid YAML; None when it is, or cannot be read (said elsewhere)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    try:
+        yaml.safe_load(text)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        return f"{path}{where}: not valid YAML: {err.problem or err.context}"
+    except yaml.YAMLError as err:
+        return f"{path}: not valid YAML: {err}"
+    return None
 
 from .variants import misfit
 

@@ -19,7 +19,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from common.errors import HyperparameterError
 from datamodules.progress import is_terminal
 
-from .arguments import check_pad_to_multiple, check_run_options, moved_setting
+from .arguments import RecipeParser, check_pad_to_multiple, check_run_options, moved_setting
 from .callbacks import (
     EMA,
     FiniteLossCheck,
@@ -58,6 +58,7 @@ class TransformerCLI(LightningCLI):
     loss, a stop with a checkpoint on SIGTERM or SIGINT, and checkpoints written atomically."""
 
     def __init__(self, args=None, **kwargs):
+        kwargs.setdefault("parser_class", RecipeParser)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("save_config_callback", LogConfigCallback)
         trainer_defaults = kwargs.setdefault("trainer_defaults", {})
@@ -90,8 +91,6 @@ class TransformerCLI(LightningCLI):
 
     def init_parser(self, **kwargs):
         parser = super().init_parser(**kwargs)
-        # A usage error is the error line and a tip to run --help, not 150 lines of usage first.
-        parser.print_usage = lambda file=None: None
         error = parser.error
 
         def error_or_moved_setting(message, *args, **kwargs):

@@ -14,9 +14,6 @@ import os
 import shlex
 import struct
 import sys
-import threading
-import urllib.error
-import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -24,11 +21,12 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
+from common.network import answers
+
 from .lightning_internals import continue_wandb_run_id, wandb_offline, wandb_run_started
 from .signals import program
 
 DEFAULT_PROJECT = "transformer-lightning"
-CONNECT_TIMEOUT_S = 2.0
 
 
 def _api_key() -> str | None:
@@ -42,28 +40,6 @@ def _api_key() -> str | None:
     return auth[2] if auth and auth[2] else None
 
 
-def _reachable(url: str, timeout: float = CONNECT_TIMEOUT_S) -> bool:
-    """Whether the W&B server answers an HTTP(S) request within `timeout` s (any HTTP status counts:
-    a TCP connect alone proves nothing behind a proxy or sandbox that accepts every connection).
-    Name resolution has no timeout of its own, so the check runs in a daemon thread that is
-    abandoned when it takes too long."""
-    ok = []
-
-    def probe() -> None:
-        try:
-            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
-            ok.append(True)
-        except urllib.error.HTTPError:
-            ok.append(True)  # the server answered
-        except Exception:  # URLError, timeouts, TLS errors, ...
-            pass
-
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    thread.join(timeout + 0.5)
-    return bool(ok)
-
-
 def offline_reason() -> str | None:
     """Why this run must log offline, or None when W&B is usable online."""
     mode = os.environ.get("WANDB_MODE", "").strip().lower()
@@ -74,7 +50,7 @@ def offline_reason() -> str | None:
     if not _api_key():
         return "no W&B API key (set WANDB_API_KEY or run `wandb login` once)"
     url = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
-    if not _reachable(url):
+    if not answers(url):
         return f"{url} is unreachable"
     return None
 

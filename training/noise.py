@@ -10,6 +10,11 @@
   (training/stopping.report_time_limit) says it, with where it stopped and the command that resumes it.
 - Lightning's "Precision bf16-mixed is not supported by the model summary ... Using 32 bits instead": under a
   mixed precision the weights are float32, and 32 bits is the true size.
+- Lightning's "It is recommended to use `self.log('val/bleu', ..., sync_dist=True)` ..." under DDP, for val/ and
+  test/ bleu and chrf: every process holds the same corpus score, of the hypotheses gathered from all of them
+  (tasks/seq2seq.Seq2SeqTransformer._score), so there is nothing to accumulate.
+- torch's "No CUDA runtime is found, using CUDA_HOME=..." when a compile on the CPU loads its C++ extension tools
+  on a machine with a CUDA toolkit and no GPU (common/environment.quiet_cpu_compile).
 - torch's `isinstance(treespec, LeafSpec)` FutureWarning, raised by Lightning's own `utilities/_pytree.py`
   (torch 2.14 deprecated the class that Lightning 2.6 still builds); nothing in this project calls it.
 
@@ -22,6 +27,8 @@ from __future__ import annotations
 
 import logging
 import warnings
+
+from common.environment import quiet_cpu_compile
 
 _NOISE = ("litlogger", "Skipping setting a default `ModelSummary` callback", "Time limit reached. Elapsed time is")
 
@@ -42,5 +49,7 @@ def silence() -> None:
         if _TIP_FILTER not in logger.filters:
             logger.addFilter(_TIP_FILTER)
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+    quiet_cpu_compile()
     warnings.filterwarnings("ignore", message=r"The dirpath has changed from .* won't be reloaded")
+    warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\('(val|test)/(bleu|chrf)', \.\.\., sync_dist")
     warnings.filterwarnings("ignore", message=r"Precision \S+-mixed is not supported by the model summary")
