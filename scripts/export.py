@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` 
 from common.checkpoints import add_weights_argument, load_checkpoint, load_training_weights, read_checkpoint  # noqa: E402
 from common.exits import exit_on_user_error  # noqa: E402
 from deploy.ctranslate2 import QUANTIZATIONS, export_ctranslate2  # noqa: E402
-from deploy.huggingface import checkpoint_meta, export_huggingface, push_to_hub  # noqa: E402
+from deploy.huggingface import export_huggingface, push_to_hub  # noqa: E402
+from deploy.model_card import checkpoint_meta  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
