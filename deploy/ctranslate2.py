@@ -1,35 +1,29 @@
-"""Export a trained `Seq2SeqTransformer` to CTranslate2, and translate with the exported model.
-
-CTranslate2 (https://opennmt.net/CTranslate2) is the C++ inference engine translation models are
-deployed with: fused kernels, int8 weights, no Python per step. `export_ctranslate2` writes our
-weights into its `TransformerSpec`, and our tokenizers beside them (`tokenizers.json`), so that
+"""Export a trained `Seq2SeqTransformer` to CTranslate2 (https://opennmt.net/CTranslate2), the C++ inference engine
+translation models are deployed with: fused kernels, int8 weights, no Python per step. `export_ctranslate2` writes
+our weights into its `TransformerSpec`, and our tokenizers beside them (`tokenizers.json`), so that
 `CTranslate2Translator(out_dir).translate([...])` reads and writes text exactly as the checkpoint does.
 
 Three details make a naive conversion translate differently, and are handled here:
-  - Like `torch.nn.Transformer`, both of our stacks end with a final norm, post-norm included.
-    CTranslate2 builds that norm whenever the weights hold one (`encoder/layer_norm`), but its spec
-    declares it for pre-norm models only, so it is added to the post-norm spec by hand;
-  - our sinusoidal table interleaves sin/cos (PE[p, 2i], PE[p, 2i+1]) where CTranslate2's own
-    concatenates them, so the table is exported as weights (`position_encodings.encodings`), as a
-    learned table is;
-  - sources end with `<eos>` (datamodules.batching.frame_source) and targets start with `<bos>`:
-    the vocabulary keeps our special tokens, which the spec's config names.
+  - both of our stacks end with a final norm, post-norm included (as `torch.nn.Transformer`). CTranslate2 builds
+    it whenever the weights hold one (`encoder/layer_norm`), but its spec declares it for pre-norm models only,
+    so it is added to the post-norm spec by hand;
+  - our sinusoids interleave sin/cos (PE[p, 2i], PE[p, 2i+1]) where CTranslate2's concatenate them: the table
+    is exported as weights (`position_encodings.encodings`), as a learned table is;
+  - sources end with `<eos>` and targets start with `<bos>`: the vocabulary keeps our special tokens.
+An imported Marian model (inference/marian.py) exports with its own vocabulary and special tokens, no final
+norms, its output bias and its unscaled embeddings where it has them; its decoder starts from `<pad>`.
 
 Every export checks itself (deploy/verify.py): `ALLOWED` names, for each field of the network's settings, the
 values CTranslate2 computes as we do (rotary positions in our rotate-half layout, query/key norms, relative
-position biases, no absolute positions and `bias=False` are refused, as is a setting with no entry);
-`build_spec` uses each weight of the checkpoint exactly once; and the converted model, run by CTranslate2 in
-float32 before it is moved into place, must give our teacher-forced log-probs and greedy outputs on a few
-random probes. Each failure is one `ExportError` line, and nothing is written.
-An imported Marian model (inference/marian.py) exports with its own vocabulary and special tokens, no final
-norms, its output bias and its unscaled embeddings where it has them; its decoder starts from `<pad>`.
-CTranslate2 is told never to generate `<pad>` or `<bos>` (`suppress_sequences`), as our searches never do, and
-to end as early as ours may (`min_decoding_length`: ours, 0 by default, where CTranslate2's own default is 1).
-Beam search: both apply GNMT's length penalty, but CTranslate2 stops a sentence once its top beam
-ends (OpenNMT's rule), where ours stops once no live hypothesis can still beat the best finished one
-under the penalty (models.decoding). With alpha = 0 the two rules agree and so do the outputs; with
-alpha > 0 CTranslate2 sometimes settles for an earlier, shorter hypothesis (6 of 64 Multi30k test
-sentences differ with alpha = 1; docs/results.md has the BLEU of both).
+position biases and no absolute positions are refused, as is a setting with no entry); `build_spec` uses each
+weight of the checkpoint exactly once; and the converted model, run by CTranslate2 in float32 before it is
+moved into place, must give our teacher-forced log-probs and greedy outputs on a few random probes. Each
+failure is one `ExportError` line, and nothing is written.
+
+Decoding: CTranslate2 is told never to generate `<pad>` or `<bos>` (`suppress_sequences`), as our searches never
+do, and to end as early as ours may (`min_decoding_length` 0, where its default is 1). Its beam search stops a
+sentence once its top beam ends (OpenNMT's rule), ours once no live hypothesis can beat the best finished one
+under the length penalty: with alpha = 0 the outputs agree, with alpha > 0 some differ (docs/results.md).
 """
 
 from __future__ import annotations
@@ -238,14 +232,12 @@ def export_ctranslate2(model, out_dir: str | Path, quantization: str | None = No
     our tokenizers and its decoding defaults.
 
     Refused in one `ExportError` line, with nothing written: a setting outside `ALLOWED`, a weight the spec does
-    not use exactly once (`build_spec`), and an exported model that does not compute what ours computes on the
-    probes of deploy/verify.py (run in float32 before the weights are quantized, as quantizing changes them).
-    An existing `out_dir` is replaced only with `force`, and only if it is empty or an earlier
-    export (it holds CTranslate2's model.bin): never a directory of something else. Missing parent
-    folders are created, as `mkdir -p` would. The export is
-    written into a temporary sibling folder and renamed onto `out_dir` once complete and checked
-    (`common.files.atomic_output`): a full disk or an unwritable place leaves no half-written
-    folder, and an earlier export in its place, and is an `OutputError` naming `out_dir`."""
+    not use exactly once (`build_spec`), an export whose float32 conversion does not compute what ours computes
+    on the probes (`verify_export`; quantized weights are written after it, as they change the log-probs).
+    An existing `out_dir` is replaced only with `force`, and only if it is empty or an earlier export (it holds
+    model.bin). Missing parent folders are created, as `mkdir -p` would. The export is written into a temporary
+    sibling folder and renamed onto `out_dir` once complete and checked (`common.files.atomic_output`): a full
+    disk or an unwritable place leaves nothing half-written, and is an `OutputError` naming `out_dir`."""
     out_dir = Path(out_dir)
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ExportError(f"quantization must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}")

@@ -31,7 +31,7 @@ def model_card(
 ) -> str:
     """README.md: what the model is, how to load it, its recipe and data, its test BLEU (from the run's summary.json
     beside `ckpt`), its checkpoint (`meta`: `checkpoint_meta`) and the commands that made it."""
-    hp, c = model.hparams, model.net.config
+    hp, c, opts = model.hparams, model.net.config, model.translator.options
     record = _run_record(ckpt)
     summary = record.get("summary") or {}
     meta = meta or {}
@@ -99,6 +99,12 @@ def model_card(
         f"`generation_config.json` sets beam {hp.get('eval_beam_size')} and `length_penalty` {hp.get('length_penalty')}. "
         "The training code's beam search divides scores by GNMT's ((5 + n) / 6) ** alpha where `generate` divides by "
         "n ** length_penalty: with 0 (or greedy search) the two give the same outputs.",
+        "",
+        f"Length: the training code stops an output at {opts.max_len_a} × S + {opts.max_len_b} tokens (S: the longest "
+        f"source in the batch in tokens, its end token included), `generate` at `max_length` {c.max_len} (the "
+        "model's positions); pass "
+        f"`max_new_tokens=min(int({opts.max_len_a} * input_ids.shape[1] + {opts.max_len_b}), {c.max_len - 1})` to stop "
+        "where it does (the config records `max_len_a` and `max_len_b`).",
         "",
         "## How it was made",
         "",

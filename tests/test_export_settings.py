@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pytest
 import torch
@@ -22,7 +23,7 @@ from datamodules.toy import ToyTranslationDataModule
 from datamodules.vocab import Vocab
 from models.config import Seq2SeqConfig, Seq2SeqSettings
 from tasks import Seq2SeqTransformer
-from tests.helpers import save_checkpoint, script
+from tests.helpers import ROOT, save_checkpoint, script
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="pip install -e '.[deploy]'")
 transformers = pytest.importorskip("transformers", reason="pip install -e '.[deploy]'")
@@ -247,3 +248,30 @@ def test_generation_config_carries_our_length_limit(tmp_path):
     assert ours_limit.shape[1] - 1 == int(a * S + b)
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     assert tokenizer.batch_decode(ours_limit, skip_special_tokens=True) == mine
+
+
+def refused_settings(check_exportable) -> set[str]:
+    """The settings of CASES an exporter's allow-list refuses."""
+    refused = set()
+    for name, value in CASES:
+        try:
+            check_exportable(Seq2SeqConfig(**{**BASE, name: value}, src_vocab_size=60, tgt_vocab_size=60))
+        except ExportError:
+            refused.add(name)
+    return refused
+
+
+def test_the_docs_list_each_exporters_refusals():
+    """Every sentence of the README and the guide saying what an export refuses names exactly the settings its
+    allow-list refuses."""
+    refusals = {
+        "CTranslate2": refused_settings(ct2_export.check_exportable),
+        "Hugging Face": refused_settings(marian_shape.check_exportable),
+    }
+    fields = set(Seq2SeqConfig.field_names())
+    for doc in ("README.md", "docs/guide.md"):
+        text = " ".join((ROOT / doc).read_text(encoding="utf-8").split())
+        sentences = re.findall(r"The (CTranslate2|Hugging Face) export refuses(.*?)\.(?:\s|$)", text)
+        assert {engine for engine, _ in sentences} == set(refusals), doc
+        for engine, sentence in sentences:
+            assert set(re.findall(r"`(\w+)`", sentence)) & fields == refusals[engine], (doc, engine, sentence)
