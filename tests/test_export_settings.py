@@ -31,7 +31,7 @@ from deploy import ctranslate2 as ct2_export  # noqa: E402
 from deploy import marian_shape  # noqa: E402
 from deploy.ctranslate2 import export_ctranslate2, vocabulary  # noqa: E402
 from deploy.huggingface import HubExportError, export_huggingface  # noqa: E402
-from deploy.verify import ExportError  # noqa: E402
+from deploy.verify import ExportError, check_greedy, probes  # noqa: E402
 
 WORDS = Vocab([f"w{i}" for i in range(60)], "word").to_dict()
 SRC = ["w1 w2 w3 w4 w5", "w7 w8", "w9 w10 w11 w12 w13 w14 w15 w16", "w30"]
@@ -275,3 +275,24 @@ def test_the_docs_list_each_exporters_refusals():
         assert {engine for engine, _ in sentences} == set(refusals), doc
         for engine, sentence in sentences:
             assert set(re.findall(r"`(\w+)`", sentence)) & fields == refusals[engine], (doc, engine, sentence)
+
+
+def test_greedy_outputs_part_only_at_a_tie():
+    """The probes' greedy check, with our own network as the oracle: an output that takes a token ours finds
+    less likely is refused; where two tokens tie exactly (the same output weights and bias), either is ours."""
+    model = random_model(generator_bias=True)
+    probe = probes(model)
+    first = probe.greedy[0][0]
+    other = next(t for t in range(4, 60) if t != first)
+    wrong = [list(row) for row in probe.greedy]
+    wrong[0][0] = other
+    with pytest.raises(ExportError, match="parts from ours at token 1"):
+        check_greedy("test", model, probe, wrong)
+    with torch.no_grad():  # `other` scores exactly as `first` does at every step
+        model.net.generator.weight[other] = model.net.generator.weight[first]
+        model.net.generator.bias[other] = model.net.generator.bias[first]
+    probe = probes(model)
+    tied = [list(row) for row in probe.greedy]
+    tied[0][0] = other if probe.greedy[0][0] == first else first
+    check_greedy("test", model, probe, tied)  # accepted
+    check_greedy("test", model, probe, probe.greedy)
