@@ -140,10 +140,10 @@ def _pad(rows: list[list[int]], pad: int) -> torch.Tensor:
 
 
 def _float32_eval(net):
-    """`net` in eval mode and float32 (a copy when it is not both), as the exports are."""
-    if not net.training and all(p.dtype == torch.float32 for p in net.parameters()):
+    """`net` in eval mode, float32 and on the CPU (a copy when it is not all three), as the exports are."""
+    if not net.training and all(p.dtype == torch.float32 and p.device.type == "cpu" for p in net.parameters()):
         return net
-    return copy.deepcopy(net).float().eval()
+    return copy.deepcopy(net).to("cpu", torch.float32).eval()
 
 
 @torch.no_grad()
@@ -168,8 +168,10 @@ def probes(model) -> Probes:
 
 def check_scores(engine: str, ours: list[torch.Tensor], theirs: list, what: str = "teacher-forced log-probs") -> None:
     """Refuse in one line when any of `theirs` (per-token log-probs of each probe) is off ours by > `TOLERANCE`."""
-    worst = max(float((torch.as_tensor(b, dtype=torch.float32) - a).abs().max()) for a, b in zip(ours, theirs))
-    if any(len(a) != len(b) for a, b in zip(ours, theirs)) or not worst <= TOLERANCE:
+    theirs = [torch.as_tensor(b, dtype=torch.float32) for b in theirs]
+    same_shapes = all(a.shape == b.shape for a, b in zip(ours, theirs))
+    worst = max(float((b - a).abs().max()) for a, b in zip(ours, theirs)) if same_shapes else float("inf")
+    if not worst <= TOLERANCE:  # NaN included
         raise ExportError(
             f"cannot export to {engine}: the exported model's {what} differ from ours by {worst:.3g} "
             f"(more than {TOLERANCE:g}) on a probe: a setting or weight it does not compute as we do; nothing was written"
