@@ -150,11 +150,14 @@ def _float32_eval(net):
 def probes(model) -> Probes:
     """Three random sentences of the model's vocabularies (no special token but `<unk>`) and ours on them."""
     src_tok, tgt_tok, net = model.src_tokenizer, model.tgt_tokenizer, _float32_eval(model.net)
-    specials = {tgt_tok.pad_id, tgt_tok.bos_id, tgt_tok.eos_id}
     g = torch.Generator().manual_seed(0)
     longest = net.max_len - 2  # a source with its <eos>, a target with <bos> (input) or <eos> (output), in max_len
-    sources = [[*ids, src_tok.eos_id] for ids in _random_ids([min(n, longest) for n in (5, 2, 9)], len(src_tok), specials, g)]
-    targets = _random_ids([min(n, longest) for n in (4, 7, 1)], len(tgt_tok), specials, g)
+
+    def sentences(tok, lengths):
+        return _random_ids([min(n, longest) for n in lengths], len(tok), {tok.pad_id, tok.bos_id, tok.eos_id}, g)
+
+    sources = [[*ids, src_tok.eos_id] for ids in sentences(src_tok, (5, 2, 9))]
+    targets = sentences(tgt_tok, (4, 7, 1))
     src = _pad(sources, net.pad_id)  # (B, S)
     tgt = _pad([[tgt_tok.bos_id, *t, tgt_tok.eos_id] for t in targets], net.pad_id)  # (B, T + 2)
     log_probs = net(src, tgt[:, :-1]).log_softmax(-1)  # (B, T + 1, V)
