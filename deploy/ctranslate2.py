@@ -1,32 +1,29 @@
-"""Export a trained `Seq2SeqTransformer` to CTranslate2, and translate with the exported model.
-
-CTranslate2 (https://opennmt.net/CTranslate2) is the C++ inference engine translation models are
-deployed with: fused kernels, int8 weights, no Python per step. `export_ctranslate2` writes our
-weights into its `TransformerSpec`, and our tokenizers beside them (`tokenizers.json`), so that
+"""Export a trained `Seq2SeqTransformer` to CTranslate2 (https://opennmt.net/CTranslate2), the C++ inference engine
+translation models are deployed with: fused kernels, int8 weights, no Python per step. `export_ctranslate2` writes
+our weights into its `TransformerSpec`, and our tokenizers beside them (`tokenizers.json`), so that
 `CTranslate2Translator(out_dir).translate([...])` reads and writes text exactly as the checkpoint does.
 
 Three details make a naive conversion translate differently, and are handled here:
-  - Like `torch.nn.Transformer`, both of our stacks end with a final norm, post-norm included.
-    CTranslate2 builds that norm whenever the weights hold one (`encoder/layer_norm`), but its spec
-    declares it for pre-norm models only, so it is added to the post-norm spec by hand;
-  - our sinusoidal table interleaves sin/cos (PE[p, 2i], PE[p, 2i+1]) where CTranslate2's own
-    concatenates them, so the table is exported as weights (`position_encodings.encodings`), as a
-    learned table is;
-  - sources end with `<eos>` (datamodules.batching.frame_source) and targets start with `<bos>`:
-    the vocabulary keeps our special tokens, which the spec's config names.
-
-Options CTranslate2 cannot represent the way we compute them (rotary positions in our rotate-half
-layout inside an encoder–decoder, query/key norms with our gain, relative position biases, no absolute
-positions) are refused by `check_exportable`.
+  - both of our stacks end with a final norm, post-norm included (as `torch.nn.Transformer`). CTranslate2 builds
+    it whenever the weights hold one (`encoder/layer_norm`), but its spec declares it for pre-norm models only,
+    so it is added to the post-norm spec by hand;
+  - our sinusoids interleave sin/cos (PE[p, 2i], PE[p, 2i+1]) where CTranslate2's concatenate them: the table
+    is exported as weights (`position_encodings.encodings`), as a learned table is;
+  - sources end with `<eos>` and targets start with `<bos>`: the vocabulary keeps our special tokens.
 An imported Marian model (inference/marian.py) exports with its own vocabulary and special tokens, no final
 norms, its output bias and its unscaled embeddings where it has them; its decoder starts from `<pad>`.
-CTranslate2 is told never to generate `<pad>` or `<bos>` (`suppress_sequences`), as our searches never do, and
-to end as early as ours may (`min_decoding_length`: ours, 0 by default, where CTranslate2's own default is 1).
-Beam search: both apply GNMT's length penalty, but CTranslate2 stops a sentence once its top beam
-ends (OpenNMT's rule), where ours stops once no live hypothesis can still beat the best finished one
-under the penalty (models.decoding). With alpha = 0 the two rules agree and so do the outputs; with
-alpha > 0 CTranslate2 sometimes settles for an earlier, shorter hypothesis (6 of 64 Multi30k test
-sentences differ with alpha = 1; docs/results.md has the BLEU of both).
+
+Every export checks itself (deploy/verify.py): `ALLOWED` names, for each field of the network's settings, the
+values CTranslate2 computes as we do (rotary positions in our rotate-half layout, query/key norms, relative
+position biases and no absolute positions are refused, as is a setting with no entry); `build_spec` uses each
+weight of the checkpoint exactly once; and the converted model, run by CTranslate2 in float32 before it is
+moved into place, must give our teacher-forced log-probs and greedy outputs on a few random probes. Each
+failure is one `ExportError` line, and nothing is written.
+
+Decoding: CTranslate2 is told never to generate `<pad>` or `<bos>` (`suppress_sequences`), as our searches never
+do, and to end as early as ours may (`min_decoding_length` 0, where its default is 1). Its beam search stops a
+sentence once its top beam ends (OpenNMT's rule), ours once no live hypothesis can beat the best finished one
+under the length penalty: with alpha = 0 the outputs agree, with alpha > 0 some differ (docs/results.md).
 """
 
 from __future__ import annotations
@@ -48,13 +45,10 @@ from models.config import Seq2SeqConfig
 from models.decoding import Hypothesis, length_penalty_factor
 from models.positional import SinusoidalPositionalEncoding
 
+from .verify import ANY, COMMON, ExportError, Weights, check_greedy, check_scores, check_settings, only, probes
+
 TOKENIZERS_FILE = "tokenizers.json"  # our tokenizers and decoding defaults, beside CTranslate2's model.bin
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
-
-
-class ExportError(InputError):
-    """A checkpoint CTranslate2 cannot represent, an output directory that must not be replaced, or
-    no `ctranslate2` package: the scripts print it as one line (common.exits.exit_on_user_error)."""
 
 
 def _ctranslate2():
@@ -65,23 +59,33 @@ def _ctranslate2():
     return ctranslate2
 
 
+ENGINE = "CTranslate2"
+_ACTIVATIONS = ("relu", "gelu", "silu", "swiglu", "geglu")
+# What CTranslate2's TransformerSpec computes as we do, for every field of the network's settings
+# (models/config.py: Seq2SeqConfig); a field missing here is refused until someone decides (tests/test_export_settings.py).
+ALLOWED = {
+    **COMMON,
+    "activation": only(*_ACTIVATIONS, why=f"CTranslate2's feed-forwards are {', '.join(_ACTIVATIONS)}"),
+    "layer_norm_eps": ANY,
+    "norm_first": ANY,
+    "bias": ANY,  # without biases: CTranslate2's LayerNorm gets a zero one
+    "norm": only("layernorm", "rmsnorm", why="CTranslate2's norms are LayerNorm and RMSNorm"),
+    "qk_norm": only(False, why="CTranslate2's attention has no query/key norms"),
+    "num_kv_heads": ANY,
+    "positional": only(
+        "sinusoidal",
+        "sinusoidal_halves",
+        "learned",
+        why="CTranslate2's encoder–decoder adds a position table to the embeddings: rotary positions in our "
+        "rotate-half layout and no positions at all have no equivalent",
+    ),
+    "relative_bias": only(None, why="CTranslate2's encoder–decoder has no relative position biases"),
+}
+
+
 def check_exportable(config: Seq2SeqConfig) -> None:
-    """Raise `ExportError` naming the first setting of a network (`model.net.config`) that CTranslate2 cannot
-    run as we do."""
-    if config.positional == "rotary":
-        raise ExportError("rotary positions (positional=rotary) cannot be exported to CTranslate2's encoder–decoder")
-    if config.positional == "none":
-        raise ExportError("a model without absolute positions (positional=none) cannot be exported to CTranslate2")
-    if config.relative_bias is not None:
-        raise ExportError(
-            f"relative position biases (relative_bias={config.relative_bias}) cannot be exported to CTranslate2's encoder–decoder"
-        )
-    if config.qk_norm:
-        raise ExportError("query/key norms (qk_norm=True) cannot be exported to CTranslate2")
-    if config.activation not in ("relu", "gelu", "silu", "swiglu", "geglu"):
-        raise ExportError(f"activation {config.activation!r} has no CTranslate2 equivalent")
-    if not config.bias:
-        raise ExportError("a model without biases (bias=False) is not exported to CTranslate2: its conversion is untried")
+    """Raise `ExportError` naming the first setting of a network (`model.net.config`) outside `ALLOWED`."""
+    check_settings(config, ALLOWED, ENGINE)
 
 
 def vocabulary(tokenizer) -> list[str]:
@@ -142,9 +146,9 @@ def build_spec(model):
     spec = transformer_spec.TransformerSpec(encoder, decoder)
 
     # Copies: CTranslate2 quantizes the spec's arrays in place, which must not touch the model's weights.
-    state = {k: v.detach().to("cpu", torch.float32, copy=True) for k, v in net.state_dict().items()}
-    _set_embeddings(encoder, state, "src_embed", net.src_pos, config.scale_embeddings)
-    _set_embeddings(decoder, state, "tgt_embed", net.tgt_pos, config.scale_embeddings)
+    state = Weights({k: v.detach().to("cpu", torch.float32, copy=True) for k, v in net.state_dict().items()}, ENGINE)
+    _set_embeddings(encoder, state, "src", net.src_pos, config.scale_embeddings)
+    _set_embeddings(decoder, state, "tgt", net.tgt_pos, config.scale_embeddings)
     if final_norm:
         _set_norm(encoder.layer_norm, state, "core.encoder_norm")
         _set_norm(decoder.layer_norm, state, "core.decoder_norm")
@@ -165,6 +169,7 @@ def build_spec(model):
     decoder.projection.weight = state["generator.weight"]
     if "generator.bias" in state:  # Marian's final_logits_bias
         decoder.projection.bias = state["generator.bias"]
+    state.check_used_once()
 
     tgt, names = model.tgt_tokenizer, vocabulary(model.tgt_tokenizer)
     spec.config.bos_token, spec.config.eos_token, spec.config.unk_token = (names[i] for i in (tgt.bos_id, tgt.eos_id, tgt.unk_id))
@@ -175,21 +180,22 @@ def build_spec(model):
     return spec
 
 
-def _set_embeddings(stack, state, name, positions, scale: bool) -> None:
+def _set_embeddings(stack, state, side: str, positions, scale: bool) -> None:
     table = stack.embeddings[0] if isinstance(stack.embeddings, list) else stack.embeddings  # the encoder's is a list
-    table.weight = state[f"{name}.weight"]
+    table.weight = state[f"{side}_embed.weight"]
     stack.scale_embeddings = scale  # ours multiply by sqrt(d_model) before adding positions, as CTranslate2 does
-    if isinstance(positions, SinusoidalPositionalEncoding):
-        table = positions.pe  # (max_len, D), in our layout
-    else:  # learned
-        table = positions.embedding.weight
-    stack.position_encodings.encodings = table.detach().to("cpu", torch.float32, copy=True)
+    if isinstance(positions, SinusoidalPositionalEncoding):  # no weight: a table derived from the shape
+        stack.position_encodings.encodings = positions.pe.detach().to("cpu", torch.float32, copy=True)  # (max_len, D)
+    else:  # learned (ALLOWED has no other)
+        stack.position_encodings.encodings = state[f"{side}_pos.embedding.weight"]
 
 
 def _set_norm(spec, state, prefix) -> None:
     spec.gamma = state[f"{prefix}.weight"]
     if f"{prefix}.bias" in state:
         spec.beta = state[f"{prefix}.bias"]
+    elif hasattr(spec, "beta"):  # our LayerNorm without a bias (bias=False); CTranslate2's always has one
+        spec.beta = torch.zeros_like(spec.gamma)
 
 
 def _set_linear(spec, state, prefix) -> None:
@@ -225,12 +231,13 @@ def export_ctranslate2(model, out_dir: str | Path, quantization: str | None = No
     """Write `model` (a `Seq2SeqTransformer` or an `inference.Translator`) as a CTranslate2 model directory, with
     our tokenizers and its decoding defaults.
 
-    An existing `out_dir` is replaced only with `force`, and only if it is empty or an earlier
-    export (it holds CTranslate2's model.bin): never a directory of something else. Missing parent
-    folders are created, as `mkdir -p` would. The export is
-    written into a temporary sibling folder and renamed onto `out_dir` once complete
-    (`common.files.atomic_output`): a full disk or an unwritable place leaves no half-written
-    folder, and an earlier export in its place, and is an `OutputError` naming `out_dir`."""
+    Refused in one `ExportError` line, with nothing written: a setting outside `ALLOWED`, a weight the spec does
+    not use exactly once (`build_spec`), an export whose float32 conversion does not compute what ours computes
+    on the probes (`verify_export`; quantized weights are written after it, as they change the log-probs).
+    An existing `out_dir` is replaced only with `force`, and only if it is empty or an earlier export (it holds
+    model.bin). Missing parent folders are created, as `mkdir -p` would. The export is written into a temporary
+    sibling folder and renamed onto `out_dir` once complete and checked (`common.files.atomic_output`): a full
+    disk or an unwritable place leaves nothing half-written, and is an `OutputError` naming `out_dir`."""
     out_dir = Path(out_dir)
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ExportError(f"quantization must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}")
@@ -253,9 +260,41 @@ def export_ctranslate2(model, out_dir: str | Path, quantization: str | None = No
         "quantization": quantization or "float32",
     }
     with atomic_output(out_dir, folder=True) as tmp:
-        converter.convert(str(tmp), quantization=quantization, force=True)  # force: tmp is ours, made empty
+        converter.convert(str(tmp), force=True)  # float32; force: tmp is ours, made empty
+        verify_export(model, tmp)
+        if quantization not in (None, "float32"):
+            converter.convert(str(tmp), quantization=quantization, force=True)
         (tmp / TOKENIZERS_FILE).write_text(json.dumps(meta))
     return out_dir
+
+
+def verify_export(model, folder: Path) -> None:
+    """Refuse (`ExportError`) a float32 export in `folder` whose log-probs or greedy outputs of the probes are not
+    ours (deploy/verify.py), run as `CTranslate2Translator` runs it: our special tokens, `<pad>` and `<bos>`
+    never generated, no minimum length."""
+    ct2 = _ctranslate2()
+    probe = probes(model)
+    src_vocab, tgt_vocab = vocabulary(model.src_tokenizer), vocabulary(model.tgt_tokenizer)
+    tgt = model.tgt_tokenizer
+    threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+    try:
+        translator = ct2.Translator(str(folder), device="cpu", compute_type="float32", intra_threads=threads)
+    except RuntimeError as err:
+        raise ExportError(f"cannot export to {ENGINE}: it cannot load the converted model ({err})") from None
+    sources = [[src_vocab[i] for i in ids] for ids in probe.sources]
+    scored = translator.score_batch(sources, [[tgt_vocab[i] for i in ids] for ids in probe.targets], max_input_length=0)
+    check_scores(ENGINE, probe.scores, [r.log_probs for r in scored])
+    results = translator.translate_batch(
+        sources,
+        beam_size=1,
+        max_decoding_length=probe.limit,
+        min_decoding_length=0,
+        suppress_sequences=[[tgt_vocab[i]] for i in dict.fromkeys((tgt.pad_id, tgt.bos_id))],
+        return_end_token=True,
+        max_input_length=0,
+    )
+    index = {token: i for i, token in enumerate(tgt_vocab)}
+    check_greedy(ENGINE, model, probe, [[index[t] for t in r.hypotheses[0]] for r in results])
 
 
 class CTranslate2Translator:

@@ -64,7 +64,11 @@ def fraction(value: Any) -> str | None:
 
 
 def one_of(options: Collection[str]) -> Check:
-    return lambda v: None if v in options else f"must be one of {', '.join(map(repr, options))}"
+    def check(v):
+        return None if v in options else f"must be one of {', '.join(map(repr, options))}"
+
+    check.options = tuple(options)  # what a test generated from the settings tries (tests/test_export_settings.py)
+    return check
 
 
 def boolean(value: Any) -> str | None:

@@ -168,10 +168,11 @@ def state_dict_to_marian(ours: dict) -> dict:
     """The inverse of `state_dict_from_marian`: a Marian-shaped `Seq2SeqNet.state_dict()` (post-norm, no final
     norms, an output bias; see deploy/huggingface.py) under `MarianMTModel`'s names, its fused matrices split.
     Every embedding name is filled (`shared`, each side's table, `lm_head`): `MarianMTModel.load_state_dict`
-    takes the ones its config ties."""
+    takes the ones its config ties. Each of `ours` is read once (deploy.verify.Weights counts the reads)."""
+    src = ours["src_embed.weight"]
     out = {
-        "model.shared.weight": ours["src_embed.weight"],
-        "model.encoder.embed_tokens.weight": ours["src_embed.weight"],
+        "model.shared.weight": src,
+        "model.encoder.embed_tokens.weight": src,
         "model.decoder.embed_tokens.weight": ours["tgt_embed.weight"],
         "lm_head.weight": ours["generator.weight"],
         "final_logits_bias": ours["generator.bias"].reshape(1, -1),

@@ -13,6 +13,11 @@ averaged weights unless `--weights training`. OUT_DIR's parent folders are creat
 an existing OUT_DIR is replaced only with --force, and only if it is an earlier export. A bad checkpoint,
 an option CTranslate2 cannot represent, or no `ctranslate2` package: one line on stderr, exit status 2.
 
+Every export checks itself before OUT_DIR is written (deploy/verify.py): each network setting must be one its
+engine's allow-list has a rule for and allows, each weight is used exactly once, and the exported model, run on a
+few probe sentences, must give our teacher-forced log-probs (within 1e-3) and greedy outputs. Any failure is one
+line naming the setting, the weight or the difference, exit status 2, and nothing written.
+
 `--to hf` writes a Hugging Face model folder instead: a `MarianMTModel` (config.json, model.safetensors), its
 tokenizer, generation_config.json and a model card (README.md), which `transformers` loads with no code of
 ours (deploy/huggingface.py says how the network is rewritten, and which options Marian cannot express, each
@@ -38,7 +43,8 @@ require_environment()  # another Python than the project's: one line naming .ven
 from common.checkpoints import add_weights_argument, load_checkpoint, load_training_weights, read_checkpoint  # noqa: E402
 from common.exits import exit_on_user_error  # noqa: E402
 from deploy.ctranslate2 import QUANTIZATIONS, export_ctranslate2  # noqa: E402
-from deploy.huggingface import checkpoint_meta, export_huggingface, push_to_hub  # noqa: E402
+from deploy.huggingface import export_huggingface, push_to_hub  # noqa: E402
+from deploy.model_card import checkpoint_meta  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -62,6 +62,8 @@ def our_log_probs(model, sources, targets) -> torch.Tensor:
         {"activation": "swiglu"},
         {"activation": "geglu"},
         {"norm": "rmsnorm"},
+        {"bias": False},
+        {"bias": False, "norm": "rmsnorm"},
         {"num_kv_heads": 2},
         {"num_kv_heads": 1},
         {"positional": "learned"},
@@ -158,7 +160,6 @@ def test_options_ctranslate2_cannot_represent_are_refused(tmp_path):
         ({"relative_bias": "t5"}, "relative_bias=t5"),
         ({"positional": "none", "relative_bias": "alibi"}, "positional=none"),
         ({"relative_bias": "alibi"}, "relative_bias=alibi"),
-        ({"bias": False}, "bias=False"),
     ):
         with pytest.raises(ExportError, match=name):
             export_ctranslate2(sharpened_model(**options), tmp_path / name)
