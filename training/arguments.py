@@ -15,6 +15,7 @@ import yaml
 from lightning.pytorch.cli import LightningArgumentParser
 
 from .signals import program
+from .variants import misfit
 
 
 class RecipeParser(LightningArgumentParser):
@@ -70,8 +71,6 @@ def yaml_problem(path) -> str | None:
     except yaml.YAMLError as err:
         return f"{path}: not valid YAML: {err}"
     return None
-
-from .variants import misfit
 
 
 def check_run_options(parser, config) -> None:
