@@ -27,9 +27,13 @@ from common.errors import CheckpointError, InputError
 from datamodules.batching import frame_source, map_in_length_batches, pad_sequences
 from datamodules.tokenizers import tokenizer_from_dict
 from models import Seq2SeqNet
+from models.beam import beam_search, beam_search_nbest
 from models.config import Seq2SeqConfig, Seq2SeqSettings, nested_hparams
-from models.decoding import Constraints, Hypothesis, align, beam_search, beam_search_nbest, greedy_decode, sample, score_targets
+from models.constraints import Constraints
+from models.decoding import Hypothesis, greedy_decode
 from models.marian import state_dict_from_marian
+from models.sampling import sample
+from models.scoring import align, score_targets
 from models.static_cache import StaticDecoder
 
 from .marian import marian_folder, read_marian

@@ -38,8 +38,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .beam import beam_search
 from .cache import StaticCache
-from .decoding import beam_search, greedy_decode
+from .decoding import greedy_decode
 
 if TYPE_CHECKING:
     from .seq2seq import Seq2SeqNet

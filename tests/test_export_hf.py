@@ -29,8 +29,8 @@ from datamodules.tokenizers import train_tokenizer
 from datamodules.toy import TOY_PAIRS
 from datamodules.vocab import Vocab
 from deploy.huggingface import HubExportError, export_huggingface, marian_shaped, push_to_hub
+from models.beam import beam_search
 from models.config import Seq2SeqSettings
-from models.decoding import beam_search
 from models.seq2seq import Seq2SeqNet
 from tasks import Seq2SeqTransformer
 from tests.helpers import (

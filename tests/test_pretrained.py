@@ -19,7 +19,8 @@ import torch
 
 from common.checkpoints import load_checkpoint, read_checkpoint
 from datamodules.batching import frame_source
-from models.decoding import beam_search, greedy_decode
+from models.beam import beam_search
+from models.decoding import greedy_decode
 from tasks import Seq2SeqTransformer
 from tests.helpers import (
     ENV,

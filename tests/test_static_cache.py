@@ -11,7 +11,8 @@ from functools import partial
 import pytest
 import torch
 
-from models.decoding import beam_search, greedy_decode
+from models.beam import beam_search
+from models.decoding import greedy_decode
 from models.static_cache import StaticDecoder
 from tests.helpers import BOS, EOS, PAD, load_script, sources, tiny_net
 
