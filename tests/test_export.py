@@ -22,7 +22,8 @@ from tests.helpers import SHARED_DATA, TOY_MODEL, parse, quiet_trainer, run_scri
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="pip install -e '.[deploy]'")
 from common.errors import InputError  # noqa: E402
-from deploy.ctranslate2 import TOKENIZERS_FILE, CTranslate2Translator, ExportError, export_ctranslate2, vocabulary  # noqa: E402
+from deploy.ctranslate2 import TOKENIZERS_FILE, ExportError, export_ctranslate2, vocabulary  # noqa: E402
+from deploy.ctranslate2_translator import CTranslate2Translator  # noqa: E402
 
 WORDS = Vocab([f"w{i}" for i in range(60)], "word").to_dict()
 SRC = ["w1 w2 w3 w4 w5", "w7 w8", "w9 w10 w11 w12 w13 w14 w15 w16", "w30"]

@@ -231,7 +231,8 @@ def test_a_translator_reads_a_marian_folder_as_the_task_imports_it(marian_dir) -
 
 def test_imported_model_exported_to_ctranslate2_decodes_greedy_identically(tmp_path, marian_dir) -> None:
     pytest.importorskip("ctranslate2")
-    from deploy.ctranslate2 import CTranslate2Translator, export_ctranslate2
+    from deploy.ctranslate2 import export_ctranslate2
+    from deploy.ctranslate2_translator import CTranslate2Translator
 
     model = Seq2SeqTransformer.from_pretrained(str(marian_dir))
     out = export_ctranslate2(model, tmp_path / "ct2")
