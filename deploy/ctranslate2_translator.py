@@ -20,11 +20,18 @@ take the same `DecodingOptions` as our engine, and give what it gives (tests/tes
     our search forces it on the same hypotheses.
   - Every score is ours: CTranslate2's teacher-forced log-prob of each token (`score_batch`, which scores
     `<eos>` last), divided by our length penalty. A hypothesis's score is therefore what `score` gives its text.
-  - Greedy search, n-best lists, minimum length, no-repeat n-grams and a banned `<unk>` map to CTranslate2's own
-    arguments. Sampling draws from the same distribution with CTranslate2's generator (seeded, reproducible, not
-    torch's draws). Forced prefixes run with greedy search only: CTranslate2's beam scores a prefix and the
-    first step after it by its own rules. Alignments and our static/uncached decoders are this project's engine's.
-    What cannot be given exactly is an `InputError` line, never an approximation.
+  - CTranslate2 bans a token by setting its logit to -inf before the softmax: the log-probs its beam ranks by
+    are renormalised over the tokens left, where ours (and fairseq's, and `generate`'s) are the model's own with
+    the banned ones at -inf. Greedy search and sampling do not feel it (the same argmax, the same sampled
+    distribution); beam search does, so the tools that ban (minimum length bans `<eos>`, no-repeat n-grams,
+    a banned `<unk>`) run with greedy search and sampling only. `<pad>` and `<bos>` are banned always: each beam
+    step of CTranslate2 adds -log(1 - p(<pad>) - p(<bos>)) to a hypothesis's score, about 1e-4 on a trained model,
+    which reorders only candidates that close (benchmarks/ctranslate2_parity.py counts them on a real model).
+  - Greedy search, n-best lists and the tools map to CTranslate2's own arguments. Sampling draws from the same
+    distribution with CTranslate2's generator (seeded, reproducible, not torch's draws). Forced prefixes run with
+    greedy search only: CTranslate2's beam scores a prefix and the first step after it by its own rules.
+    Alignments and our static/uncached decoders are this project's engine's. What cannot be given exactly is an
+    `InputError` line, never an approximation.
 """
 
 from __future__ import annotations
@@ -114,6 +121,13 @@ class CTranslate2Translator:
         beam = 1 if options.sampling else options.beam_size
         if beam > 1 and prefixes is not None and any(p.strip() for p in prefixes):
             raise InputError("CTranslate2's beam search scores a forced prefix its own way: use --beam-size 1 or --engine torch")
+        banning = [flag for flag, on in (("--min-len", options.min_len), ("--no-repeat-ngram-size", options.no_repeat_ngram_size),
+                                         ("--ban-unk", options.ban_unk)) if on]  # fmt: skip
+        if beam > 1 and banning:
+            raise InputError(
+                f"CTranslate2's beam search renormalises what {', '.join(banning)} bans and so ranks other hypotheses: "
+                "use --beam-size 1 or --engine torch"
+            )
         steps = self.max_output_len(sources, options) - 1
         # A patience no count of finished hypotheses reaches (at most `beam` a step) and alpha > 0: CTranslate2
         # keeps every finished hypothesis and runs to the limit. The ranking is ours (`translate`).
