@@ -13,14 +13,12 @@ import pytest
 
 from datamodules.toy import TOY_PAIRS
 from inference.options import DecodingOptions
-from tests.helpers import parse, run_script, save_checkpoint
+from tests.helpers import biased_model, parse, run_script, save_checkpoint, sharpened_model
 
 pytest.importorskip("ctranslate2", reason="pip install -e '.[deploy]'")
 from common.errors import InputError  # noqa: E402
 from deploy.ctranslate2 import export_ctranslate2  # noqa: E402
 from deploy.ctranslate2_translator import CTranslate2Translator  # noqa: E402
-from tests.test_export import biased_model, sharpened_model  # noqa: E402
-from tests.test_export import trained_toy as trained_toy  # noqa: E402 (a fixture)
 
 TOY_SOURCES = [s for s, _ in TOY_PAIRS]
 

@@ -29,6 +29,7 @@ from tests.helpers import (
     ROOT,
     SHARED_DATA,
     fit,
+    forced_eos,
     make_marian,
     multi30k_lines,
     script,
@@ -57,7 +58,7 @@ def _generate(hf, batch, pad: int, **settings) -> torch.Tensor:
         early_stopping=False,
         **settings,
     )
-    return hf.generate(**batch, generation_config=config)
+    return hf.generate(**batch, generation_config=config, logits_processor=forced_eos(0, 40))  # </s> as ours
 
 
 def _same_rows(ours: torch.Tensor, theirs: torch.Tensor, pad: int) -> None:
@@ -66,10 +67,11 @@ def _same_rows(ours: torch.Tensor, theirs: torch.Tensor, pad: int) -> None:
     assert torch.equal(grow(ours), grow(theirs)), (ours, theirs)
 
 
-# Two regimes, by the bias on </s>: "to-the-limit" (0) = no hypothesis ends within the limit (both searches
-# return the best one at the limit, after 40 steps); "ends" (MARIAN_CONFIGS' bias) = every output ends with </s>.
-# In between the two differ by design: at the limit generate ranks the unfinished hypotheses with the
-# finished ones, ours returns the best finished one (models/decoding.py). Each test checks its regime holds.
+# Two regimes, by the bias on </s>: "to-the-limit" (0) = no hypothesis ends before the limit (both searches
+# force </s> as the 40th token, with its log-prob: `forced_eos`); "ends" (MARIAN_CONFIGS' bias) = every output
+# ends with </s> before it. In between the two differ by design: the step before the limit, ours keeps only the
+# unfinished hypotheses among the K best (models/beam.py), generate the K best unfinished. Each test checks its
+# regime holds.
 REGIMES = ("to-the-limit", "ends")
 
 
@@ -115,7 +117,7 @@ def test_logits_and_decoding_match_marian(tmp_path, spm_models, name, regime) ->
             beam_size=beams,
             length_penalty=0.0,
         )
-        ended = beam.eq(ours.eos_id).any(dim=1)
+        ended = torch.tensor([row.index(ours.eos_id, 1) < 40 for row in beam.tolist()])  # before the limit
         assert ended.all() if regime == "ends" else not ended.any(), f"not the {regime} regime: {ended.tolist()}"
         _same_rows(beam, _generate(hf, batch, pad, num_beams=beams, length_penalty=0.0), pad)
     # translate() decodes with the same search and gives the tokenizer's text of it.
