@@ -153,15 +153,18 @@ class CTranslate2Translator:
             mapped["target_prefix"] = [None if ids is None else [self.tgt_vocab[i] for i in ids] for ids in encoded]
         return mapped
 
-    def _search(self, sources: list[list[str]], options: DecodingOptions, prefixes=None) -> list[list[list[int]]]:
-        """Each source's outputs as ids, each ending in `<eos>`: all that the beam search finished, or the greedy
-        output, or the samples."""
+    def _search(self, sources: list[list[str]], options: DecodingOptions, prefixes=None) -> list[list[tuple[list[int], float]]]:
+        """Each source's outputs as (ids ending in `<eos>`, CTranslate2's sum of their log-probs before the
+        appended `<eos>`): all that the beam search finished, or the greedy output, or the samples."""
         mapped = self.translate_batch_options(sources, options, prefixes)
         if mapped["max_decoding_length"] < 1:  # a limit of one token: `<eos>`, forced
-            return [[[self.eos_id]] for _ in sources]
-        results = self.translator.translate_batch(sources, **mapped)
-        outputs = [[[self.tgt_index[tok] for tok in hyp] for hyp in r.hypotheses] for r in results]
-        return [[ids if ids[-1:] == [self.eos_id] else [*ids, self.eos_id] for ids in row] for row in outputs]
+            return [[([self.eos_id], 0.0)] for _ in sources]
+        results = self.translator.translate_batch(sources, **mapped, return_scores=True)  # sum / length (alpha 1)
+        found = []
+        for r in results:
+            row = [([self.tgt_index[tok] for tok in hyp], score * len(hyp)) for hyp, score in zip(r.hypotheses, r.scores)]
+            found.append([(ids if ids[-1:] == [self.eos_id] else [*ids, self.eos_id], total) for ids, total in row])
+        return found
 
     def _reseed(self, seed: int | None) -> None:
         """CTranslate2's generators live in the translator's worker threads and take the seed when those start: a
@@ -203,15 +206,28 @@ class CTranslate2Translator:
         return [row[0].text for row in hyps] if nbest is None else hyps
 
     def _hypotheses(self, sources: list[list[str]], opts: DecodingOptions, prefixes=None) -> list[list[Hypothesis]]:
-        """The `opts.nbest` best outputs of each source, ranked by our score (`opts.ranking_alpha`)."""
-        outputs = self._search(sources, opts, prefixes)
-        flat = [(b, ids) for b, row in enumerate(outputs) for ids in row]
-        scored = self._score_ids([sources[b] for b, _ in flat], [ids for _, ids in flat], opts.ranking_alpha)
+        """The `opts.nbest` best outputs of each source, ranked by our score (`opts.ranking_alpha`), as few scored as
+        that takes: CTranslate2's sums bound ours from above (its log-probs are renormalised over fewer tokens, an
+        appended `<eos>` has yet to be counted), so outputs are scored best bound first, until the N-th best score
+        beats every bound left."""
+        alpha, n = opts.ranking_alpha, opts.nbest
+        bound = lambda found: found[1] / length_penalty_factor(len(found[0]), alpha)  # noqa: E731
+        todo = [sorted(row, key=lambda found: -bound(found)) for row in self._search(sources, opts, prefixes)]
         hyps: list[list[Hypothesis]] = [[] for _ in sources]
-        for (b, _), h in zip(flat, scored):
-            hyps[b].append(h)
+        while True:
+            chunk = []
+            for b, row in enumerate(todo):
+                kept = sorted((h.score for h in hyps[b]), reverse=True)
+                if row and len(kept) >= n and kept[n - 1] > bound(row[0]) + 1e-4:  # 1e-4: above the floats' error
+                    row.clear()
+                chunk += [(b, ids) for ids, _ in row[:n]]
+                del row[:n]
+            if not chunk:
+                break
+            for (b, _), h in zip(chunk, self._score_ids([sources[b] for b, _ in chunk], [ids for _, ids in chunk], alpha)):
+                hyps[b].append(h)
         # Stable: equal scores keep CTranslate2's order, as our search keeps the earlier of two.
-        return [sorted(row, key=lambda h: -h.score)[: opts.nbest] for row in hyps]
+        return [sorted(row, key=lambda h: -h.score)[:n] for row in hyps]
 
     # ---------------------------------------------------------------------------------- scoring
 
