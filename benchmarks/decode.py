@@ -33,7 +33,8 @@ from _common import (
 )
 
 from models import Seq2SeqNet
-from models.decoding import beam_search, greedy_decode
+from models.beam import beam_search
+from models.decoding import greedy_decode
 
 TINY = dict(d_model=32, nhead=4, layers=1, ff=64, batch=2, src_len=6, vocab=40, lengths=[4, 8], repeats=2, beam_lengths=[4])
 

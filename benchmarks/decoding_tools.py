@@ -31,7 +31,7 @@ from _common import (
 )
 from decode import build
 
-from models.decoding import beam_search, beam_search_nbest
+from models.beam import beam_search, beam_search_nbest
 
 TINY = dict(d_model=32, nhead=4, layers=1, ff=64, batch=2, src_len=6, vocab=40, length=4, repeats=2)
 BOS, EOS_NEVER = 1, -1

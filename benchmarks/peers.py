@@ -57,7 +57,8 @@ from _common import (
 from torch import nn
 
 from datamodules.vocab import Vocab
-from models.decoding import beam_search, greedy_decode
+from models.beam import beam_search
+from models.decoding import greedy_decode
 from models.positional import SinusoidalPositionalEncoding
 
 SIZES = {

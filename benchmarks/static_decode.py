@@ -35,7 +35,8 @@ from _common import (
 )
 
 from models import Seq2SeqNet
-from models.decoding import beam_search, greedy_decode
+from models.beam import beam_search
+from models.decoding import greedy_decode
 from models.static_cache import StaticDecoder
 
 TINY = dict(d_model=32, nhead=4, layers=1, ff=64, vocab=40, batch=2, src_len=6, out_len=6, repeats=2, backend="aot_eager")

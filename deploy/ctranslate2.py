@@ -1,7 +1,8 @@
 """Export a trained `Seq2SeqTransformer` to CTranslate2 (https://opennmt.net/CTranslate2), the C++ inference engine
 translation models are deployed with: fused kernels, int8 weights, no Python per step. `export_ctranslate2` writes
 our weights into its `TransformerSpec`, and our tokenizers beside them (`tokenizers.json`), so that
-`CTranslate2Translator(out_dir).translate([...])` reads and writes text exactly as the checkpoint does.
+`deploy.ctranslate2_translator.CTranslate2Translator(out_dir).translate([...])` reads and writes text exactly as the
+checkpoint does.
 
 Three details make a naive conversion translate differently, and are handled here:
   - both of our stacks end with a final norm, post-norm included (as `torch.nn.Transformer`). CTranslate2 builds
@@ -18,12 +19,8 @@ values CTranslate2 computes as we do (rotary positions in our rotate-half layout
 position biases and no absolute positions are refused, as is a setting with no entry); `build_spec` uses each
 weight of the checkpoint exactly once; and the converted model, run by CTranslate2 in float32 before it is
 moved into place, must give our teacher-forced log-probs and greedy outputs on a few random probes. Each
-failure is one `ExportError` line, and nothing is written.
-
-Decoding: CTranslate2 is told never to generate `<pad>` or `<bos>` (`suppress_sequences`), as our searches never
-do, and to end as early as ours may (`min_decoding_length` 0, where its default is 1). Its beam search stops a
-sentence once its top beam ends (OpenNMT's rule), ours once no live hypothesis can beat the best finished one
-under the length penalty: with alpha = 0 the outputs agree, with alpha > 0 some differ (docs/results.md).
+failure is one `ExportError` line, and nothing is written. How the translator runs CTranslate2's searches so that
+they give ours is in deploy/ctranslate2_translator.py.
 """
 
 from __future__ import annotations
@@ -35,14 +32,11 @@ from pathlib import Path
 
 import torch
 
-from common.errors import InputError
 from common.files import atomic_output
-from datamodules.batching import frame_source, map_in_length_batches
-from datamodules.tokenizers import SubwordTokenizer, tokenizer_from_dict
+from datamodules.tokenizers import SubwordTokenizer
 from datamodules.vocab import PAD, SPECIAL_TOKENS
-from inference.options import CHECKPOINT_DEFAULTS, DecodingOptions
+from inference.options import CHECKPOINT_DEFAULTS
 from models.config import Seq2SeqConfig
-from models.decoding import Hypothesis, length_penalty_factor
 from models.positional import SinusoidalPositionalEncoding
 
 from .verify import ANY, COMMON, ExportError, Weights, check_greedy, check_scores, check_settings, only, probes
@@ -295,143 +289,3 @@ def verify_export(model, folder: Path) -> None:
     )
     index = {token: i for i, token in enumerate(tgt_vocab)}
     check_greedy(ENGINE, model, probe, [[index[t] for t in r.hypotheses[0]] for r in results])
-
-
-class CTranslate2Translator:
-    """Translate text with an exported model: our tokenizers around a `ctranslate2.Translator`.
-
-    `compute_type` is CTranslate2's ("default" runs the weights as exported, "int8", "float32", ...). Its default
-    `options` are the exported model's decoding defaults (length penalty, max_len_a × source + max_len_b), as
-    `inference.Translator`'s are a checkpoint's."""
-
-    def __init__(self, model_dir: str | Path, device: str = "cpu", compute_type: str = "default", threads: int = 0):
-        ctranslate2 = _ctranslate2()
-        model_dir = Path(model_dir)
-        meta_path = model_dir / TOKENIZERS_FILE
-        if not (model_dir / "model.bin").is_file() or not meta_path.is_file():
-            raise ExportError(f"{model_dir} is not a model written by scripts/export.py (no model.bin or {TOKENIZERS_FILE})")
-        try:
-            self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
-            self.meta["tokenizers"]["src"], self.meta["tokenizers"]["tgt"]  # noqa: B018 (present, or KeyError)
-        except (ValueError, KeyError, TypeError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            raise ExportError(f"{meta_path} is damaged ({type(err).__name__}: {err}); export the model again") from None
-        # Exports before the decoding options had their defaults at the top level.
-        self.options = DecodingOptions.from_mapping(self.meta.get("decoding", self.meta))
-        self.src_tokenizer = tokenizer_from_dict(self.meta["tokenizers"]["src"])
-        self.tgt_tokenizer = tokenizer_from_dict(self.meta["tokenizers"]["tgt"])
-        self.src_vocab = vocabulary(self.src_tokenizer)
-        tgt_vocab = vocabulary(self.tgt_tokenizer)
-        self.tgt_index = {tok: i for i, tok in enumerate(tgt_vocab)}
-        specials = (self.tgt_tokenizer.pad_id, self.tgt_tokenizer.bos_id)  # one id in Marian's vocabulary
-        self.banned = [[tgt_vocab[i]] for i in dict.fromkeys(specials)]  # never generated (models.decoding.no_specials)
-        threads = threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
-        self._options = dict(device=device, compute_type=compute_type, inter_threads=1, intra_threads=threads)
-        self._model_dir, self._seed = model_dir, None
-        try:
-            self.translator = ctranslate2.Translator(str(model_dir), **self._options)
-        except RuntimeError as err:  # a truncated or damaged model.bin ("... has an invalid payload size"), a bad device
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ExportError(f"{model_dir}: CTranslate2 cannot load it on {device} ({first})") from None
-
-    def source_tokens(self, sentence: str) -> list[str]:
-        if not isinstance(sentence, str) or not sentence.strip():
-            raise InputError("an empty sentence: there is nothing to translate")
-        framed = frame_source(self.src_tokenizer.encode(sentence), self.meta["max_len"], self.src_tokenizer.eos_id)
-        return [self.src_vocab[i] for i in framed]
-
-    def translate_ids(self, sources: list[list[str]], **options) -> list[list[int]]:
-        """Token lists (each ending in `<eos>`) → the best output's ids, `<eos>` included when generated."""
-        results = self._translate_batch(sources, self.options.replace(**options))
-        return [[self.tgt_index[tok] for tok in r.hypotheses[0]] for r in results]
-
-    def _translate_batch(self, sources: list[list[str]], options: DecodingOptions, prefixes: list[str] | None = None):
-        return self.translator.translate_batch(sources, **self.translate_batch_options(sources, options, prefixes))
-
-    def translate_batch_options(self, sources: list[list[str]], options: DecodingOptions, prefixes=None) -> dict:
-        """Our decoding options as CTranslate2's `translate_batch` arguments, the one place they are mapped; an
-        `InputError` for what CTranslate2 lacks."""
-        if options.alignment_layer is not None:
-            raise InputError("CTranslate2 has no alignments (--print-alignment): use --engine torch")
-        if options.static_cache is not None or not options.use_cache:
-            raise InputError("CTranslate2 decodes with its own cache: static_cache and use_cache are this project's engine's")
-        max_len = options.max_len
-        if max_len is None:
-            max_len = int(options.max_len_a * max(len(s) for s in sources) + options.max_len_b)
-        mapped = dict(
-            beam_size=1 if options.sampling else options.beam_size,
-            num_hypotheses=options.nbest,
-            length_penalty=options.ranking_alpha,
-            max_decoding_length=min(max_len, self.meta["max_len"] - 1),
-            # Our minimum (0 unless asked): CTranslate2's default, 1, would never let an output end at once.
-            min_decoding_length=options.min_len,  # tokens before the end token, as ours
-            no_repeat_ngram_size=options.no_repeat_ngram_size,
-            disable_unk=options.ban_unk,
-            suppress_sequences=self.banned,
-            return_end_token=True,
-            max_input_length=0,
-        )
-        if options.sampling:
-            self._reseed(options.seed)
-            mapped.update(sampling_topk=options.top_k, sampling_topp=options.top_p, sampling_temperature=options.temperature)
-        if prefixes is not None:
-            vocab = vocabulary(self.tgt_tokenizer)
-            mapped["target_prefix"] = [[vocab[i] for i in self.tgt_tokenizer.encode(p)] if p.strip() else None for p in prefixes]
-        return mapped
-
-    def _reseed(self, seed: int | None) -> None:
-        """CTranslate2's generators live in the translator's worker threads and take the seed when those start: a
-        new seed needs a new translator. The same seed goes on drawing."""
-        if seed is not None and seed != self._seed:
-            _ctranslate2().set_random_seed(seed)
-            self.translator = _ctranslate2().Translator(str(self._model_dir), **self._options)
-            self._seed = seed
-
-    def translate_many(self, sentences: list[str], batch_size: int = 64, on_batch=None, **kwargs) -> list[str]:
-        """`translate` over many sentences in batches of similar length (as `inference.Translator.translate_many`)."""
-        translate = lambda batch: self.translate(batch, **kwargs)
-        return map_in_length_batches(translate, sentences, batch_size, on_batch)
-
-    def translate(self, sentences: list[str], nbest: int | None = None, prefixes: list[str] | None = None, **options):
-        """As `inference.Translator.translate`: the best output's text, or with `nbest` each sentence's `nbest`
-        `Hypothesis`es, best first, their scores ours (`score` of their tokens: CTranslate2's teacher-forced
-        log-probs, our length penalty). The options go through `translate_batch_options`."""
-        if isinstance(sentences, str):
-            sentences = [sentences]
-        opts = self.options.for_call(nbest, prefixes, sentences, **options)
-        if not sentences:
-            return []
-        sources = [self.source_tokens(s) for s in sentences]
-        results = self._translate_batch(sources, opts, prefixes)
-        if nbest is None and opts.plain and prefixes is None:
-            return [self.tgt_tokenizer.decode([self.tgt_index[tok] for tok in r.hypotheses[0]]) for r in results]
-        outputs = [[[self.tgt_index[tok] for tok in hyp] for hyp in r.hypotheses] for r in results]
-        flat = [(b, ids) for b, row in enumerate(outputs) for ids in row]
-        scored = self._score_ids([sources[b] for b, _ in flat], [ids for _, ids in flat], opts.ranking_alpha)
-        hyps: list[list[Hypothesis]] = [[] for _ in sentences]
-        for (b, _), h in zip(flat, scored):
-            hyps[b].append(h)
-        hyps = [sorted(row, key=lambda h: -h.score) for row in hyps]
-        return [row[0].text for row in hyps] if nbest is None else hyps
-
-    def _score_ids(self, sources: list[list[str]], outputs: list[list[int]], alpha: float) -> list[Hypothesis]:
-        """Our `Hypothesis` of each output (`<eos>` last where it finished): CTranslate2's teacher-forced
-        log-prob of each of its tokens and the score sum / lp(len) with `alpha`, as our search's."""
-        vocab = vocabulary(self.tgt_tokenizer)
-        eos = self.tgt_index[SPECIAL_TOKENS[2]]
-        targets = [[vocab[i] for i in ids if i != eos] for ids in outputs]
-        results = self.translator.score_batch(sources, targets, max_input_length=0)  # <eos> is always scored last
-        hyps = []
-        for ids, target, r in zip(outputs, targets, results):
-            tokens = [self.tgt_index[t] for t in target] + [eos] * (eos in ids)
-            log_probs = list(r.log_probs)[: len(tokens)]  # an unfinished output's <eos> is not part of it
-            score = sum(log_probs) / length_penalty_factor(len(tokens), alpha)
-            hyps.append(Hypothesis(tokens, log_probs, score, text=self.tgt_tokenizer.decode(tokens)))
-        return hyps
-
-    def score(self, sentences: list[str], references: list[str], length_penalty: float = 0.0) -> list[Hypothesis]:
-        """As `inference.Translator.score`, by CTranslate2's `score_batch`."""
-        if len(references) != len(sentences):
-            raise InputError(f"{len(references)} references for {len(sentences)} sentences: give one per sentence")
-        sources = [self.source_tokens(s) for s in sentences]
-        eos = self.tgt_index[SPECIAL_TOKENS[2]]
-        return self._score_ids(sources, [[*self.tgt_tokenizer.encode(r), eos] for r in references], length_penalty)

@@ -65,10 +65,10 @@ def decoding_options(args, defaults: DecodingOptions | None = None, *extra: str)
 
 def load_translator(args):
     """What `add_engine_arguments` picked: an `inference.Translator` of the first checkpoint (its training
-    weights when `args.weights == "training"`) or a `deploy.ctranslate2.CTranslate2Translator`. With several
+    weights when `args.weights == "training"`) or a `deploy.ctranslate2_translator.CTranslate2Translator`. With several
     checkpoints, `load_ensemble` gives the others."""
     if args.engine == "ctranslate2":
-        from .ctranslate2 import CTranslate2Translator  # imported only when asked for: CTranslate2 is optional
+        from .ctranslate2_translator import CTranslate2Translator  # imported only when asked for: CTranslate2 is optional
 
         return CTranslate2Translator(args.model, device=args.device, compute_type=args.compute_type)
     return _load(args, args.ckpt[0])

@@ -24,7 +24,11 @@ import torch
 from common.errors import InputError
 from datamodules.batching import frame_source, map_in_length_batches, pad_sequences
 from models import Seq2SeqNet
-from models.decoding import Constraints, Hypothesis, align, beam_search, beam_search_nbest, greedy_decode, sample, score_targets
+from models.beam import beam_search, beam_search_nbest
+from models.constraints import Constraints
+from models.decoding import Hypothesis, greedy_decode
+from models.sampling import sample
+from models.scoring import align, score_targets
 from models.static_cache import StaticDecoder
 
 from .calls import check_same_vocabularies, evaluating, pieces

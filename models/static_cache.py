@@ -40,8 +40,9 @@ import torch
 
 from common.environment import quiet_cpu_compile
 
+from .beam import beam_search
 from .cache import StaticCache
-from .decoding import beam_search, greedy_decode
+from .decoding import greedy_decode
 
 if TYPE_CHECKING:
     from .seq2seq import Seq2SeqNet

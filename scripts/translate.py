@@ -6,9 +6,8 @@
     python scripts/translate.py --ckpt CKPT --device cuda --static-cache compile < sentences.txt   # captured decoding
 
 With `--engine ctranslate2` the model is a directory written by scripts/export.py, run by
-CTranslate2 (`--compute-type int8` runs float32 weights in int8). Greedy outputs are ours; its beam
-search stops a sentence earlier than ours when the length penalty is on, so some beam outputs differ
-unless `--length-penalty 0` (deploy/ctranslate2.py).
+CTranslate2 (`--compute-type int8` runs float32 weights in int8), which gives our outputs, n-best lists
+and scores (deploy/ctranslate2_translator.py says how, and the one difference left).
 
 With sentences as arguments, prints one translation per argument (an empty argument is an error).
 With none, reads standard input line by line and prints one line per input line, in order, in

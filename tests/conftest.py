@@ -59,3 +59,11 @@ def ckpts(tmp_path_factory) -> dict[str, Path]:
     )
     out["mnist"] = root / "mnist.ckpt"
     return out
+
+
+@pytest.fixture(scope="module")
+def trained_toy():
+    """The toy model that translates its three pairs (tests.helpers.trained_toy_model), once per module."""
+    from tests.helpers import trained_toy_model
+
+    return trained_toy_model()

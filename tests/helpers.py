@@ -23,6 +23,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
+from datamodules.vocab import Vocab
 from models import Seq2SeqConfig, Seq2SeqNet, Transformer, TransformerConfig
 from models.config import Seq2SeqSettings
 from models.relative import T5RelativeBias
@@ -581,3 +582,64 @@ def make_marian(folder: Path, spm_models, name: str, seed: int = 0, eos_bias: fl
         separate_vocabs=separate,
     )
     return model, tokenizer
+
+
+def forced_eos(eos: int, limit: int):
+    """A `generate` logits processor that ends an output at `limit` new tokens as ours does (models/decoding.py):
+    `<eos>` the only token left, with its own log-prob (OPUS-MT's `forced_eos_token_id` sets it to 0 instead)."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class ForcedEos(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            if input_ids.shape[-1] < limit:  # the decoder start token and fewer than limit - 1 new tokens
+                return scores
+            forced = torch.full_like(scores, float("-inf"))
+            forced[:, eos] = scores[:, eos]
+            return forced
+
+    return LogitsProcessorList([ForcedEos()])
+
+
+# ---------------------------------------------------------------------------------------------- exported models
+
+# A word vocabulary for random models whose outputs are read as text (w0 ... w59).
+WORDS = Vocab([f"w{i}" for i in range(60)], "word").to_dict()
+
+
+def sharpened_model(decoding: dict | None = None, **options):
+    """A small random model whose weights are scaled up, so that its next-token distributions are far
+    from uniform and a wrongly mapped weight shows in the log-probabilities. `options`: network settings;
+    `decoding`: the module's decoding defaults."""
+    from tasks import Seq2SeqTransformer
+
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(
+        tokenizers={"src": WORDS, "tgt": WORDS},
+        net=Seq2SeqSettings(d_model=32, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64, max_len=64, **options),
+        **(decoding or {}),
+    ).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3) if p.dim() >= 2 else p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def biased_model(**token_biases: float):
+    """`sharpened_model` with an output bias (exported as CTranslate2's) that favours the named target tokens."""
+    model = sharpened_model(generator_bias=True)
+    with torch.no_grad():
+        for name, value in token_biases.items():
+            model.net.generator.bias[getattr(model, f"{name}_id")] = value
+    return model
+
+
+def trained_toy_model():
+    """The toy recipe's model trained until it translates its three pairs (greedy and beam), in eval mode."""
+    from datamodules import ToyTranslationDataModule
+    from tasks import Seq2SeqTransformer
+
+    L.seed_everything(0)
+    dm = ToyTranslationDataModule(batch_size=3, repeats=16)
+    model = Seq2SeqTransformer(tokenizers=dm.tokenizers, bleu_every_n_epochs=0, **TOY_MODEL)
+    quiet_trainer(max_epochs=14, gradient_clip_val=1.0).fit(model, datamodule=dm)
+    return model.eval()

@@ -15,7 +15,8 @@ import pytest
 import torch
 from torch import nn
 
-from models.decoding import beam_search, greedy_decode, length_penalty_factor
+from models.beam import beam_search, beam_search_nbest
+from models.decoding import greedy_decode, length_penalty_factor
 from tests.helpers import BOS, EOS, PAD, SPECIALS, exhaustive_width, search_net, search_sources, strip
 
 
@@ -23,11 +24,8 @@ def check_well_formed(out: torch.Tensor, max_len: int) -> None:
     assert out.dtype == torch.long and out.size(1) <= max_len + 1
     assert out[:, 0].eq(BOS).all()
     for row in out.tolist():
-        if EOS in row[1:]:
-            end = row.index(EOS, 1)
-            assert all(x == PAD for x in row[end + 1 :])
-        else:
-            assert len(row) == max_len + 1  # unfinished only when it ran out of steps
+        end = row.index(EOS, 1)  # every output ends, at the limit (its max_len-th token) at the latest
+        assert all(x == PAD for x in row[end + 1 :])
 
 
 # ----------------------------------------------------------------------- real nets: equivalences
@@ -42,10 +40,29 @@ def test_beam_size_one_is_greedy(seed, use_cache):
     assert torch.equal(beam, greedy)
 
 
-def test_greedy_comparison_covers_finished_and_unfinished_rows():
-    """The seeds above exercise both outcomes: rows that emit <eos> and rows that run to max_len."""
-    finished = torch.cat([greedy_decode(search_net(s), search_sources(seed=s), BOS, EOS, 12).eq(EOS).any(1) for s in range(4)])
-    assert finished.any() and not finished.all()
+def test_greedy_comparison_covers_ended_rows_and_rows_at_the_limit():
+    """The seeds above exercise both outcomes: rows that end by themselves and rows whose <eos> the limit forces,
+    as their 12th token."""
+    outs = [greedy_decode(search_net(s), search_sources(seed=s), BOS, EOS, 12) for s in range(4)]
+    ends = [row.index(EOS, 1) for out in outs for row in out.tolist()]
+    assert 12 in ends and min(ends) < 12
+
+
+def test_the_limit_forces_eos_with_its_log_prob():
+    """An output that reaches max_len ends with <eos> as its max_len-th token, in greedy and beam search (n-best
+    included) alike; its search score is the teacher-forced log-prob of its tokens, <eos> included."""
+    net, src = search_net(0, eos_bias=-5.0), search_sources(seed=0)
+    greedy = greedy_decode(net, src, BOS, EOS, 6)
+    assert greedy.size(1) == 7 and greedy[:, 6].eq(EOS).all()  # none ends sooner: eos_bias
+    for beam_size, nbest in ((1, 1), (3, 3)):
+        hyps = beam_search_nbest(net, src, BOS, EOS, 6, beam_size=beam_size, nbest=nbest, length_penalty=1.0)
+        for b, row in enumerate(hyps):
+            assert len(row) == nbest and all(h.tokens[-1] == EOS and len(h.tokens) <= 6 for h in row)
+            assert any(len(h.tokens) == 6 for h in row)  # at the limit
+            for h in row:
+                oracle_logp = sequence_logprob(net, src[b : b + 1], [BOS, *h.tokens])
+                assert h.log_prob == pytest.approx(oracle_logp, abs=1e-9)
+                assert h.score == pytest.approx(oracle_logp / length_penalty_factor(len(h.tokens), 1.0), abs=1e-9)
 
 
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0])
@@ -291,11 +308,7 @@ def test_max_len_one_and_zero(beam_size):
     net, src = search_net(1), search_sources(seed=1)
     out = beam_search(net, src, BOS, EOS, 1, beam_size=beam_size, length_penalty=0.0)
     assert out.shape == (src.size(0), 2) and out[:, 0].eq(BOS).all()
-    memory, src_pad = net.encode(src)
-    first = net.decode(torch.full((src.size(0), 1), BOS), memory, src_pad)[:, -1]  # (B, V)
-    eos_in_top_k = first.topk(beam_size, dim=-1).indices.eq(EOS).any(-1)
-    # A finished hypothesis is preferred to an unfinished one; otherwise the likeliest token.
-    assert torch.equal(out[:, 1], torch.where(eos_in_top_k, EOS, first.argmax(-1)))
+    assert out[:, 1].eq(EOS).all()  # the limit: <eos> is the only token left
     zero = beam_search(net, src, BOS, EOS, 0, beam_size=beam_size)
     assert torch.equal(zero, torch.full((src.size(0), 1), BOS))
 

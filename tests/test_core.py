@@ -99,13 +99,14 @@ def test_cache_reorder_selects_rows():
 
 def greedy_one_by_one(net: Seq2SeqNet, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int) -> list[list[int]]:
     """Oracle: each sentence alone, its padding cut off, the whole prefix through the teacher-forced
-    `forward` every step, argmax until `<eos>`: no batching, no padding mask, no cache."""
+    `forward` every step, argmax until `<eos>`, forced as the `max_len`-th token: no batching, no padding mask,
+    no cache."""
     rows = []
     for ids in src:
         ids = ids[ids.ne(net.pad_id)][None]  # (1, S_i)
         out = [bos_id]
         while len(out) <= max_len and out[-1] != eos_id:
-            out.append(int(net(ids, torch.tensor([out]))[0, -1].argmax()))
+            out.append(int(net(ids, torch.tensor([out]))[0, -1].argmax()) if len(out) < max_len else eos_id)
         rows.append(out)
     return rows
 

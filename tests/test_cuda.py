@@ -12,8 +12,9 @@ from torch.utils.data import DataLoader
 from datamodules.toy import TOY_PAIRS
 from models import Transformer
 from models.attention import MultiHeadAttention
+from models.beam import beam_search
 from models.config import MnistNetSettings
-from models.decoding import beam_search, greedy_decode
+from models.decoding import greedy_decode
 from models.masks import padding_mask
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
 from tests.helpers import (

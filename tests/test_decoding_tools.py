@@ -12,16 +12,11 @@ import math
 import pytest
 import torch
 
-from models.decoding import (
-    Constraints,
-    align,
-    beam_search,
-    beam_search_nbest,
-    greedy_decode,
-    length_penalty_factor,
-    sample,
-    score_targets,
-)
+from models.beam import beam_search, beam_search_nbest
+from models.constraints import Constraints
+from models.decoding import greedy_decode, length_penalty_factor
+from models.sampling import sample
+from models.scoring import align, score_targets
 from tests.helpers import BOS, EOS, PAD, SPECIALS, exhaustive_width, search_net, search_sources, strip
 
 
@@ -164,7 +159,7 @@ def test_sampled_first_tokens_follow_the_softmax(kwargs):
     expected = torch.where(keep, logits, float("-inf")).softmax(-1)
     assert int(keep.sum()) > 1 and (expected > 0.02).sum() >= 2  # a distribution the test can get wrong
     g = torch.Generator().manual_seed(1234)
-    (hyps,) = sample(net, src, BOS, EOS, 1, num_samples=n, generator=g, **kwargs)
+    (hyps,) = sample(net, src, BOS, EOS, 2, num_samples=n, generator=g, **kwargs)  # the 2nd: the limit's <eos>
     counts = torch.bincount(torch.tensor([h.tokens[0] for h in hyps]), minlength=vocab).double()
     freq = counts / n
     se = (expected * (1 - expected) / n).sqrt()

@@ -29,8 +29,8 @@ from datamodules.tokenizers import train_tokenizer
 from datamodules.toy import TOY_PAIRS
 from datamodules.vocab import Vocab
 from deploy.huggingface import HubExportError, export_huggingface, marian_shaped, push_to_hub
+from models.beam import beam_search
 from models.config import Seq2SeqSettings
-from models.decoding import beam_search
 from models.seq2seq import Seq2SeqNet
 from tasks import Seq2SeqTransformer
 from tests.helpers import (
@@ -43,6 +43,7 @@ from tests.helpers import (
     SHARED_DATA,
     TOY_MODEL,
     can_mount,
+    forced_eos,
     load_script,
     make_marian,
     multi30k_lines,
@@ -103,18 +104,22 @@ def assert_same_logits(model, hf, tokenizer, sources, atol) -> None:
 
 
 def assert_same_search(model, hf, tokenizer, sources, limit: int = 30, ends: bool = True) -> None:
-    """Greedy and beam 4 (alpha 0): `generate`'s ids are ours, token for token. Either every output ends with
-    `<eos>` or none does (`ends`): where some hypotheses end and the best runs to the limit, `generate` ranks
-    them together and ours returns the best that ended (models/decoding.py), by design."""
+    """Greedy and beam 4 (alpha 0): `generate`'s ids are ours, token for token, `generate` told to force `<eos>`
+    at the limit as ours does. Either every output ends before the limit or none does (`ends`): where some
+    hypotheses end and others run to the limit, ours keeps, at the step before the limit, only the unfinished
+    ones among the K best (CTranslate2's rule; models/beam.py), `generate` the K best unfinished, by design."""
     batch = tokenizer(sources, return_tensors="pt", padding=True)
     src = model.translator.encode_sources(sources)
     for beams in (1, 4):
         ours = beam_search(
             model.net, src, bos_id=model.bos_id, eos_id=model.eos_id, max_len=limit, beam_size=beams, length_penalty=0.0
         )
-        ended = ours.eq(model.eos_id).any(dim=1)
+        ended = torch.tensor([row.index(model.eos_id, 1) < limit for row in ours.tolist()])  # before the limit
         assert ended.all() if ends else not ended.any(), f"not the regime asked for: {ended.tolist()}"
-        theirs = hf.generate(**batch, num_beams=beams, length_penalty=0.0, max_new_tokens=limit, do_sample=False)
+        theirs = hf.generate(
+            **batch, num_beams=beams, length_penalty=0.0, max_new_tokens=limit, do_sample=False,
+            logits_processor=forced_eos(model.eos_id, limit),
+        )  # fmt: skip
         same_rows(ours, theirs, model.eos_id)
 
 

@@ -19,7 +19,8 @@ import torch
 
 from common.checkpoints import load_checkpoint, read_checkpoint
 from datamodules.batching import frame_source
-from models.decoding import beam_search, greedy_decode
+from models.beam import beam_search
+from models.decoding import greedy_decode
 from tasks import Seq2SeqTransformer
 from tests.helpers import (
     ENV,
@@ -28,6 +29,7 @@ from tests.helpers import (
     ROOT,
     SHARED_DATA,
     fit,
+    forced_eos,
     make_marian,
     multi30k_lines,
     script,
@@ -56,7 +58,7 @@ def _generate(hf, batch, pad: int, **settings) -> torch.Tensor:
         early_stopping=False,
         **settings,
     )
-    return hf.generate(**batch, generation_config=config)
+    return hf.generate(**batch, generation_config=config, logits_processor=forced_eos(0, 40))  # </s> as ours
 
 
 def _same_rows(ours: torch.Tensor, theirs: torch.Tensor, pad: int) -> None:
@@ -65,10 +67,11 @@ def _same_rows(ours: torch.Tensor, theirs: torch.Tensor, pad: int) -> None:
     assert torch.equal(grow(ours), grow(theirs)), (ours, theirs)
 
 
-# Two regimes, by the bias on </s>: "to-the-limit" (0) = no hypothesis ends within the limit (both searches
-# return the best one at the limit, after 40 steps); "ends" (MARIAN_CONFIGS' bias) = every output ends with </s>.
-# In between the two differ by design: at the limit generate ranks the unfinished hypotheses with the
-# finished ones, ours returns the best finished one (models/decoding.py). Each test checks its regime holds.
+# Two regimes, by the bias on </s>: "to-the-limit" (0) = no hypothesis ends before the limit (both searches
+# force </s> as the 40th token, with its log-prob: `forced_eos`); "ends" (MARIAN_CONFIGS' bias) = every output
+# ends with </s> before it. In between the two differ by design: the step before the limit, ours keeps only the
+# unfinished hypotheses among the K best (models/beam.py), generate the K best unfinished. Each test checks its
+# regime holds.
 REGIMES = ("to-the-limit", "ends")
 
 
@@ -114,7 +117,7 @@ def test_logits_and_decoding_match_marian(tmp_path, spm_models, name, regime) ->
             beam_size=beams,
             length_penalty=0.0,
         )
-        ended = beam.eq(ours.eos_id).any(dim=1)
+        ended = torch.tensor([row.index(ours.eos_id, 1) < 40 for row in beam.tolist()])  # before the limit
         assert ended.all() if regime == "ends" else not ended.any(), f"not the {regime} regime: {ended.tolist()}"
         _same_rows(beam, _generate(hf, batch, pad, num_beams=beams, length_penalty=0.0), pad)
     # translate() decodes with the same search and gives the tokenizer's text of it.
@@ -230,7 +233,8 @@ def test_a_translator_reads_a_marian_folder_as_the_task_imports_it(marian_dir) -
 
 def test_imported_model_exported_to_ctranslate2_decodes_greedy_identically(tmp_path, marian_dir) -> None:
     pytest.importorskip("ctranslate2")
-    from deploy.ctranslate2 import CTranslate2Translator, export_ctranslate2
+    from deploy.ctranslate2 import export_ctranslate2
+    from deploy.ctranslate2_translator import CTranslate2Translator
 
     model = Seq2SeqTransformer.from_pretrained(str(marian_dir))
     out = export_ctranslate2(model, tmp_path / "ct2")

@@ -17,7 +17,8 @@ from datamodules import ToyTranslationDataModule
 from datamodules.toy import TOY_PAIRS
 from models import MnistNet, MnistNetConfig, MnistNetSettings, Seq2SeqSettings
 from models.attention import MultiHeadAttention
-from models.decoding import beam_search, greedy_decode
+from models.beam import beam_search
+from models.decoding import greedy_decode
 from models.layers import FeedForward
 from models.positional import RotaryEmbedding, apply_rotary
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer

@@ -1,0 +1,254 @@
+"""`CTranslate2Translator`: translate with a model written by deploy/ctranslate2.py, as `inference.Translator` does.
+
+    translator = CTranslate2Translator("exported/multi30k")
+    translator.translate(["Ein Hund rennt."], beam_size=4, nbest=2)     # each sentence's 2 best Hypothesis
+
+Our tokenizers read and write the text around a `ctranslate2.Translator`; `translate`, `translate_many` and `score`
+take the same `DecodingOptions` as our engine, and give what it gives (tests/test_ctranslate2_translator.py):
+
+  - Beam search: CTranslate2 ranks finished hypotheses by score / length ** alpha and, with alpha > 0, ends a
+    sentence once `beam_size × patience` hypotheses have finished, wherever they ranked; ours ranks by GNMT's
+    penalty and ends once no live hypothesis can beat the N-th best finished one (models/beam.py). With the
+    default patience of 1 a beam of 4 stops after four early, unlikely `<eos>` candidates, before the good
+    translation ends. So CTranslate2 is asked to keep every hypothesis it finishes and to run to the length
+    limit (a patience that no count of finished hypotheses reaches). Its beams advance exactly as ours (the K
+    best candidates, `<eos>` among them finished; the K best others live; penalties play no part until the
+    end), so what it finishes is everything our search would finish without stopping early; our proof that
+    stopping early changes nothing makes our N best of that set, by our penalty, our search's N best.
+  - The length limit: both end an output that reaches it with `<eos>` (models/decoding.py). CTranslate2 is run
+    one token short of the limit; each hypothesis of its last step that did not end gets `<eos>` appended, as
+    our search forces it on the same hypotheses.
+  - Every score is ours: CTranslate2's teacher-forced log-prob of each token (`score_batch`, which scores
+    `<eos>` last), divided by our length penalty. A hypothesis's score is therefore what `score` gives its text.
+  - CTranslate2 bans a token by setting its logit to -inf before the softmax: the log-probs its beam ranks by
+    are renormalised over the tokens left, where ours (and fairseq's, and `generate`'s) are the model's own with
+    the banned ones at -inf. Greedy search and sampling do not feel it (the same argmax, the same sampled
+    distribution); beam search does, so the tools that ban (minimum length bans `<eos>`, no-repeat n-grams,
+    a banned `<unk>`) run with greedy search and sampling only. `<pad>` and `<bos>` are banned always: each beam
+    step of CTranslate2 adds -log(1 - p(<pad>) - p(<bos>)) to a hypothesis's score, about 1e-4 on a trained model,
+    which reorders only candidates that close (benchmarks/ctranslate2_parity.py counts them on a real model).
+  - Greedy search, n-best lists and the tools map to CTranslate2's own arguments. Sampling draws from the same
+    distribution with CTranslate2's generator (seeded, reproducible, not torch's draws). Forced prefixes run with
+    greedy search only: CTranslate2's beam scores a prefix and the first step after it by its own rules.
+    Alignments and our static/uncached decoders are this project's engine's. What cannot be given exactly is an
+    `InputError` line, never an approximation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from common.errors import InputError
+from datamodules.batching import frame_source, map_in_length_batches
+from datamodules.tokenizers import tokenizer_from_dict
+from inference.options import DecodingOptions
+from models.decoding import Hypothesis, length_penalty_factor
+
+from .ctranslate2 import TOKENIZERS_FILE, ExportError, _ctranslate2, vocabulary
+
+
+def chosen(options: DecodingOptions | None, defaults: DecodingOptions, nbest, prefixes, sentences, given: dict):
+    """A call's options: `options` as they are when given (no option keywords beside them), else `defaults` with
+    the keywords (`DecodingOptions.for_call`)."""
+    if options is None:
+        return defaults.for_call(nbest, prefixes, sentences, **given)
+    if any(v is not None for v in given.values()):
+        raise InputError(f"give decoding options either as options=... or as keywords, not both ({', '.join(given)})")
+    return options.for_call(None, prefixes, sentences)
+
+
+class CTranslate2Translator:
+    """Translate text with an exported model (see the module's docstring).
+
+    `compute_type` is CTranslate2's ("default" runs the weights as exported, "int8", "float32", ...). Its default
+    `options` are the exported model's decoding defaults (length penalty, max_len_a × source + max_len_b), as
+    `inference.Translator`'s are a checkpoint's."""
+
+    def __init__(self, model_dir: str | Path, device: str = "cpu", compute_type: str = "default", threads: int = 0):
+        ctranslate2 = _ctranslate2()
+        model_dir = Path(model_dir)
+        meta_path = model_dir / TOKENIZERS_FILE
+        if not (model_dir / "model.bin").is_file() or not meta_path.is_file():
+            raise ExportError(f"{model_dir} is not a model written by scripts/export.py (no model.bin or {TOKENIZERS_FILE})")
+        try:
+            self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            self.meta["tokenizers"]["src"], self.meta["tokenizers"]["tgt"]  # noqa: B018 (present, or KeyError)
+        except (ValueError, KeyError, TypeError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise ExportError(f"{meta_path} is damaged ({type(err).__name__}: {err}); export the model again") from None
+        # Exports before the decoding options had their defaults at the top level.
+        self.options = DecodingOptions.from_mapping(self.meta.get("decoding", self.meta))
+        self.src_tokenizer = tokenizer_from_dict(self.meta["tokenizers"]["src"])
+        self.tgt_tokenizer = tokenizer_from_dict(self.meta["tokenizers"]["tgt"])
+        self.src_vocab, self.tgt_vocab = vocabulary(self.src_tokenizer), vocabulary(self.tgt_tokenizer)
+        self.tgt_index = {tok: i for i, tok in enumerate(self.tgt_vocab)}
+        self.eos_id = self.tgt_tokenizer.eos_id
+        specials = (self.tgt_tokenizer.pad_id, self.tgt_tokenizer.bos_id)  # one id in Marian's vocabulary
+        self.banned = [[self.tgt_vocab[i]] for i in dict.fromkeys(specials)]  # never generated (models.decoding.no_specials)
+        threads = threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+        self._options = dict(device=device, compute_type=compute_type, inter_threads=1, intra_threads=threads)
+        self._model_dir, self._seed = model_dir, None
+        try:
+            self.translator = ctranslate2.Translator(str(model_dir), **self._options)
+        except RuntimeError as err:  # a truncated or damaged model.bin ("... has an invalid payload size"), a bad device
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ExportError(f"{model_dir}: CTranslate2 cannot load it on {device} ({first})") from None
+
+    def source_tokens(self, sentence: str) -> list[str]:
+        if not isinstance(sentence, str) or not sentence.strip():
+            raise InputError("an empty sentence: there is nothing to translate")
+        framed = frame_source(self.src_tokenizer.encode(sentence), self.meta["max_len"], self.src_tokenizer.eos_id)
+        return [self.src_vocab[i] for i in framed]
+
+    # ---------------------------------------------------------------------------------- the search
+
+    def max_output_len(self, sources: list[list[str]], options: DecodingOptions) -> int:
+        """Output tokens at most, `<eos>` included: as `inference.Translator.max_output_len`."""
+        limit = options.max_len
+        if limit is None:
+            limit = int(options.max_len_a * max(len(s) for s in sources) + options.max_len_b)
+        return min(limit, self.meta["max_len"] - 1)
+
+    def translate_batch_options(self, sources: list[list[str]], options: DecodingOptions, prefixes=None) -> dict:
+        """Our decoding options as CTranslate2's `translate_batch` arguments, the one place they are mapped; an
+        `InputError` for what CTranslate2 cannot do as we do. The search runs one token short of the limit
+        (`_search` appends the last `<eos>`)."""
+        if options.alignment_layer is not None:
+            raise InputError("CTranslate2 has no alignments (--print-alignment): use --engine torch")
+        if options.static_cache is not None or not options.use_cache:
+            raise InputError("CTranslate2 decodes with its own cache: static_cache and use_cache are this project's engine's")
+        beam = 1 if options.sampling else options.beam_size
+        if beam > 1 and prefixes is not None and any(p.strip() for p in prefixes):
+            raise InputError("CTranslate2's beam search scores a forced prefix its own way: use --beam-size 1 or --engine torch")
+        banning = [flag for flag, on in (("--min-len", options.min_len), ("--no-repeat-ngram-size", options.no_repeat_ngram_size),
+                                         ("--ban-unk", options.ban_unk)) if on]  # fmt: skip
+        if beam > 1 and banning:
+            raise InputError(
+                f"CTranslate2's beam search renormalises what {', '.join(banning)} bans and so ranks other hypotheses: "
+                "use --beam-size 1 or --engine torch"
+            )
+        steps = self.max_output_len(sources, options) - 1
+        # A patience no count of finished hypotheses reaches (at most `beam` a step) and alpha > 0: CTranslate2
+        # keeps every finished hypothesis and runs to the limit. The ranking is ours (`translate`).
+        mapped = dict(
+            beam_size=beam,
+            patience=steps + 1 if beam > 1 else 1,
+            num_hypotheses=beam * (steps + 1) if beam > 1 else options.nbest,
+            length_penalty=1.0,
+            max_decoding_length=steps,
+            # Our minimum (0 unless asked): CTranslate2's default, 1, would never let an output end at once.
+            min_decoding_length=min(options.min_len, steps),  # tokens before the end token, as ours
+            no_repeat_ngram_size=options.no_repeat_ngram_size,
+            disable_unk=options.ban_unk,
+            suppress_sequences=self.banned,
+            return_end_token=True,
+            max_input_length=0,
+        )
+        if options.sampling:
+            self._reseed(options.seed)
+            mapped.update(sampling_topk=options.top_k, sampling_topp=options.top_p, sampling_temperature=options.temperature)
+        if prefixes is not None:
+            encoded = [self.tgt_tokenizer.encode(p) if p.strip() else None for p in prefixes]
+            mapped["target_prefix"] = [None if ids is None else [self.tgt_vocab[i] for i in ids] for ids in encoded]
+        return mapped
+
+    def _search(self, sources: list[list[str]], options: DecodingOptions, prefixes=None) -> list[list[tuple[list[int], float]]]:
+        """Each source's outputs as (ids ending in `<eos>`, CTranslate2's sum of their log-probs before the
+        appended `<eos>`): all that the beam search finished, or the greedy output, or the samples."""
+        mapped = self.translate_batch_options(sources, options, prefixes)
+        if mapped["max_decoding_length"] < 1:  # a limit of one token: `<eos>`, forced
+            return [[([self.eos_id], 0.0)] for _ in sources]
+        results = self.translator.translate_batch(sources, **mapped, return_scores=True)  # sum / length (alpha 1)
+        found = []
+        for r in results:
+            row = [([self.tgt_index[tok] for tok in hyp], score * len(hyp)) for hyp, score in zip(r.hypotheses, r.scores)]
+            found.append([(ids if ids[-1:] == [self.eos_id] else [*ids, self.eos_id], total) for ids, total in row])
+        return found
+
+    def _reseed(self, seed: int | None) -> None:
+        """CTranslate2's generators live in the translator's worker threads and take the seed when those start: a
+        new seed needs a new translator. The same seed goes on drawing."""
+        if seed is not None and seed != self._seed:
+            _ctranslate2().set_random_seed(seed)
+            self.translator = _ctranslate2().Translator(str(self._model_dir), **self._options)
+            self._seed = seed
+
+    # ---------------------------------------------------------------------------------- translation
+
+    def translate_ids(self, sources: list[list[str]], options: DecodingOptions | None = None, **given) -> list[list[int]]:
+        """Token lists (each ending in `<eos>`) → the best output's ids, `<eos>` last."""
+        opts = chosen(options, self.options, None, None, sources, given)
+        return [row[0].tokens for row in self._hypotheses(sources, opts)]
+
+    def translate_many(self, sentences: list[str], batch_size: int = 64, on_batch=None, **kwargs) -> list[str]:
+        """`translate` over many sentences in batches of similar length (as `inference.Translator.translate_many`)."""
+        translate = lambda batch: self.translate(batch, **kwargs)
+        return map_in_length_batches(translate, sentences, batch_size, on_batch)
+
+    def translate(
+        self,
+        sentences: list[str],
+        nbest: int | None = None,
+        prefixes: list[str] | None = None,
+        options: DecodingOptions | None = None,
+        **given,
+    ):
+        """As `inference.Translator.translate`: the best output's text, or with `nbest` each sentence's `nbest`
+        `Hypothesis`es, best first, ranked and scored as ours (see the module's docstring). `options` (a whole
+        `DecodingOptions`) replace the translator's, or `given` keywords some of them."""
+        if isinstance(sentences, str):
+            sentences = [sentences]
+        opts = chosen(options, self.options, nbest, prefixes, sentences, given)
+        if not sentences:
+            return []
+        hyps = self._hypotheses([self.source_tokens(s) for s in sentences], opts, prefixes)
+        return [row[0].text for row in hyps] if nbest is None else hyps
+
+    def _hypotheses(self, sources: list[list[str]], opts: DecodingOptions, prefixes=None) -> list[list[Hypothesis]]:
+        """The `opts.nbest` best outputs of each source, ranked by our score (`opts.ranking_alpha`), as few scored as
+        that takes: CTranslate2's sums bound ours from above (its log-probs are renormalised over fewer tokens, an
+        appended `<eos>` has yet to be counted), so outputs are scored best bound first, until the N-th best score
+        beats every bound left."""
+        alpha, n = opts.ranking_alpha, opts.nbest
+        bound = lambda found: found[1] / length_penalty_factor(len(found[0]), alpha)  # noqa: E731
+        todo = [sorted(row, key=lambda found: -bound(found)) for row in self._search(sources, opts, prefixes)]
+        hyps: list[list[Hypothesis]] = [[] for _ in sources]
+        while True:
+            chunk = []
+            for b, row in enumerate(todo):
+                kept = sorted((h.score for h in hyps[b]), reverse=True)
+                if row and len(kept) >= n and kept[n - 1] > bound(row[0]) + 1e-4:  # 1e-4: above the floats' error
+                    row.clear()
+                chunk += [(b, ids) for ids, _ in row[:n]]
+                del row[:n]
+            if not chunk:
+                break
+            for (b, _), h in zip(chunk, self._score_ids([sources[b] for b, _ in chunk], [ids for _, ids in chunk], alpha)):
+                hyps[b].append(h)
+        # Stable: equal scores keep CTranslate2's order, as our search keeps the earlier of two.
+        return [sorted(row, key=lambda h: -h.score)[:n] for row in hyps]
+
+    # ---------------------------------------------------------------------------------- scoring
+
+    def _score_ids(self, sources: list[list[str]], outputs: list[list[int]], alpha: float) -> list[Hypothesis]:
+        """Our `Hypothesis` of each output (ids ending in `<eos>`): CTranslate2's teacher-forced log-prob of each
+        token (`<eos>` is always scored last) and the score sum / lp(len) with `alpha`, as our search's."""
+        targets = [[self.tgt_vocab[i] for i in ids[:-1]] for ids in outputs]
+        results = self.translator.score_batch(sources, targets, max_input_length=0)
+        hyps = []
+        for ids, r in zip(outputs, results):
+            log_probs = list(r.log_probs)
+            score = sum(log_probs) / length_penalty_factor(len(ids), alpha)
+            hyps.append(Hypothesis(list(ids), log_probs, score, text=self.tgt_tokenizer.decode(ids)))
+        return hyps
+
+    def score(
+        self, sentences: list[str], references: list[str], length_penalty: float = 0.0, options: DecodingOptions | None = None
+    ) -> list[Hypothesis]:
+        """As `inference.Translator.score`, by CTranslate2's `score_batch`; with `options`, their ranking alpha."""
+        if len(references) != len(sentences):
+            raise InputError(f"{len(references)} references for {len(sentences)} sentences: give one per sentence")
+        alpha = options.ranking_alpha if options is not None else length_penalty
+        sources = [self.source_tokens(s) for s in sentences]
+        return self._score_ids(sources, [[*self.tgt_tokenizer.encode(r), self.eos_id] for r in references], alpha)

@@ -1,0 +1,164 @@
+"""Batched beam search with n-best lists, over the networks of models/decoding.py.
+
+Beam search runs B sentences × K beams as one (B*K, ...) batch. Each step scores every one-token
+extension of the K live hypotheses of every sentence by its total log-prob and takes the 2K best
+candidates. Those ending in `<eos>` among the K best are finished, ranked with the GNMT length
+penalty (Wu et al., 2016: score / ((5 + n) / 6) ** alpha, n = generated tokens including `<eos>`),
+and the N best of them are kept per sentence (N = `nbest`, 1 for plain beam search): they stay
+finished and only grow a padding column per step. The K best candidates that do not end in `<eos>`
+stay live, so every sentence keeps K live beams (2K candidates always hold K of them).
+
+The length limit ends the search the way fairseq ends it: at step `max_len` the only token allowed is
+`<eos>`, with its own log-prob, so every live hypothesis finishes there and is ranked with the others.
+The step before it keeps live only the non-`<eos>` candidates among the K best (not the K best of
+2K): CTranslate2's beam search finishes exactly those at its last step, so that its engine
+(deploy/ctranslate2_translator.py) can finish the same hypotheses.
+
+A sentence is done once its N-th best finished hypothesis beats anything a live one can become:
+log-probs are <= 0 (the forced `<eos>`'s too), so a live score can only fall, and with alpha >= 0
+its penalised score is at most score / lp(max_len), the length every hypothesis ends within. Later
+finished hypotheses can then never enter the N best, so stopping here returns exactly what running
+to `max_len` would. The search stops when every sentence is done, or at `max_len`.
+
+With beam_size=1 and length_penalty=0 beam search is exactly `greedy_decode`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from .checks import check_hparams
+from .constraints import Constraints
+from .decoding import (
+    NEG_INF,
+    SEARCH_CHECKS,
+    Hypothesis,
+    StepScorer,
+    as_list,
+    hypothesis,
+    length_penalty_factor,
+    nbest_fits_the_beam,
+    no_specials,
+    only_eos,
+    special_ids,
+)
+
+if TYPE_CHECKING:
+    from .seq2seq import Seq2SeqNet
+
+
+@torch.no_grad()
+def beam_search(
+    net: Seq2SeqNet | Sequence[Seq2SeqNet],
+    src: torch.Tensor,  # (B, S) source ids, right-padded with net.pad_id
+    bos_id: int,
+    eos_id: int,
+    max_len: int,
+    beam_size: int = 4,
+    length_penalty: float = 1.0,
+    use_cache: bool = True,
+    constraints: Constraints | None = None,
+) -> torch.Tensor:
+    """→ (B, L) ids of each sentence's best hypothesis: `<bos>` ... `<eos>` (only `<bos>` where `max_len` is 0),
+    right-padded with `net.pad_id`. `max_len` counts generated tokens (after `<bos>`, `<eos>` included), capped
+    at the model's positions."""
+    nbest = beam_search_nbest(net, src, bos_id, eos_id, max_len, beam_size, 1, length_penalty, use_cache, constraints)
+    best = [hyps[0].tokens for hyps in nbest]
+    pad = as_list(net)[0].pad_id
+    out = torch.full((len(best), 1 + max(len(t) for t in best)), pad, dtype=torch.long, device=src.device)
+    out[:, 0] = bos_id
+    for row, tokens in zip(out, best):
+        row[1 : 1 + len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+    return out
+
+
+@torch.no_grad()
+def beam_search_nbest(
+    net: Seq2SeqNet | Sequence[Seq2SeqNet],
+    src: torch.Tensor,  # (B, S) source ids, right-padded with net.pad_id
+    bos_id: int,
+    eos_id: int,
+    max_len: int,
+    beam_size: int = 4,
+    nbest: int = 1,
+    length_penalty: float = 1.0,
+    use_cache: bool = True,
+    constraints: Constraints | None = None,
+) -> list[list[Hypothesis]]:
+    """→ for each sentence its `nbest` best hypotheses, best first, each ending in `<eos>` (fewer than `nbest` only
+    where fewer sequences exist within `max_len`; an empty one where `max_len` is 0)."""
+    searched = {"beam_size": beam_size, "nbest": nbest, "length_penalty": length_penalty}
+    check_hparams("beam_search", searched, SEARCH_CHECKS, nbest_fits_the_beam)
+    nets = as_list(net)
+    B, K, N, device, pad = src.size(0), beam_size, nbest, src.device, nets[0].pad_id
+    scorer = StepScorer(nets, src, K, use_cache)
+    max_len = min(max_len, scorer.max_len - 1)
+    constraints = constraints or Constraints()
+    prefix = constraints.rows(K)  # (B*K, P) or None
+    batch = torch.arange(B, device=device)[:, None]  # (B, 1)
+    specials = special_ids(pad, bos_id, device)
+
+    live_seqs = torch.full((B, K, 1), bos_id, dtype=torch.long, device=device)  # (B, K, t)
+    live_scores = torch.full((B, K), NEG_INF, device=device)  # (B, K) total log-probs
+    live_scores[:, 0] = 0.0  # the K beams start identical: expand only the first one
+    live_tok = torch.zeros(B, K, 0, device=device)  # (B, K, t-1) each token's log-prob
+    fin_seqs = torch.full((B, N, 1), pad, dtype=torch.long, device=device)  # (B, N, t) best finished so far
+    fin_tok = torch.zeros(B, N, 0, device=device)  # (B, N, t-1)
+    fin_score = torch.full((B, N), NEG_INF, device=device)  # (B, N) penalised scores, best first
+    fin_len = torch.zeros(B, N, dtype=torch.long, device=device)  # (B, N) lengths, incl. bos and eos
+    best_possible = length_penalty_factor(max_len, length_penalty)  # largest lp a live beam reaches
+
+    for t in range(1, max_len + 1):  # t = tokens generated after this step
+        flat_seqs = live_seqs.view(B * K, t)
+        logp = no_specials(scorer.log_probs(flat_seqs), specials)
+        logp = only_eos(logp, eos_id) if t == max_len else constraints.apply(logp, flat_seqs, eos_id, prefix)  # (B*K, V)
+        V = logp.size(-1)
+        logp = logp.view(B, K, V)
+        cand = live_scores.to(logp.dtype)[:, :, None] + logp  # (B, K, V)
+        top, flat = cand.view(B, K * V).topk(min(2 * K, K * V), dim=1)  # (B, 2K), best first
+        parent, token = flat // V, flat % V  # (B, 2K)
+        cand_seqs = torch.cat([live_seqs[batch, parent], token[:, :, None]], dim=2)  # (B, 2K, t+1)
+        cand_tok = torch.cat([live_tok.to(logp.dtype)[batch, parent], logp[batch, parent, token][:, :, None]], dim=2)
+        is_eos = token.eq(eos_id)  # (B, 2K)
+
+        # Finished: candidates ending in <eos> among the K best, merged with the N kept so far. A
+        # stable sort keeps the earlier of two equal scores, as a strict comparison would.
+        in_top_k = torch.arange(top.size(1), device=device) < K  # (2K,)
+        new_fin = torch.where(is_eos & in_top_k, top / length_penalty_factor(t, length_penalty), NEG_INF)
+        all_score = torch.cat([fin_score.to(new_fin.dtype), new_fin], dim=1)  # (B, N + 2K)
+        all_seqs = torch.cat([torch.cat([fin_seqs, fin_seqs.new_full((B, N, 1), pad)], dim=2), cand_seqs], dim=1)
+        grown_tok = torch.cat([fin_tok.to(logp.dtype), logp.new_zeros(B, N, 1)], dim=2)  # (B, N, t)
+        all_tok = torch.cat([grown_tok, cand_tok], dim=1)  # (B, N + 2K, t)
+        all_len = torch.cat([fin_len, fin_len.new_full(top.shape, t + 1)], dim=1)
+        order = all_score.sort(dim=1, descending=True, stable=True).indices[:, :N]  # (B, N)
+        fin_score, fin_len = all_score.gather(1, order), all_len.gather(1, order)
+        fin_seqs, fin_tok = all_seqs[batch, order], all_tok[batch, order]
+
+        # Live: the K best candidates that did not end in <eos>; before the last step, only those among the K best.
+        not_live = is_eos | ~in_top_k if t == max_len - 1 else is_eos
+        live_scores, keep = top.masked_fill(not_live, NEG_INF).topk(K, dim=1)  # (B, K)
+        live_seqs, live_tok = cand_seqs[batch, keep], cand_tok[batch, keep]  # (B, K, t+1), (B, K, t)
+        scorer.reorder((batch * K + parent.gather(1, keep)).view(-1))  # (B*K,) surviving rows
+
+        # Done: the N-th best finished hypothesis is at least the best any live one can become.
+        if (fin_score[:, N - 1] >= live_scores[:, 0] / best_possible).all():
+            break
+
+    # The N best finished hypotheses; with max_len 0, the empty live one.
+    out = []
+    fin_score, fin_len, live_scores = fin_score.tolist(), fin_len.tolist(), live_scores.tolist()
+    for b in range(B):
+        hyps = [
+            Hypothesis(fin_seqs[b, i, 1 : fin_len[b][i]].tolist(), fin_tok[b, i, : fin_len[b][i] - 1].tolist(), fin_score[b][i])
+            for i in range(N)
+            if fin_score[b][i] > NEG_INF
+        ]
+        for k in range(K):
+            if len(hyps) == N or live_scores[b][k] == NEG_INF:
+                break
+            hyps.append(hypothesis(live_seqs[b, k, 1:].tolist(), live_tok[b, k].tolist(), length_penalty))
+        out.append(hyps)
+    return out

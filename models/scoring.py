@@ -1,0 +1,73 @@
+"""Given outputs through the networks of models/decoding.py: their teacher-forced scores (`score_targets`, what a
+search's score of the same tokens is) and their hard alignments to the source (`align`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from .decoding import NEG_INF, Hypothesis, as_list, ensemble_mean, hypothesis, log_softmax
+
+if TYPE_CHECKING:
+    from .seq2seq import Seq2SeqNet
+
+
+@torch.no_grad()
+def score_targets(
+    net: Seq2SeqNet | Sequence[Seq2SeqNet],
+    src: torch.Tensor,  # (B, S)
+    targets: list[list[int]],  # B target ids, without <bos> and <eos>
+    bos_id: int,
+    eos_id: int,
+    length_penalty: float = 0.0,
+) -> list[Hypothesis]:
+    """Teacher-forced scores of given targets: each token's log-prob, `<eos>` appended, and the
+    score a search ranks by, sum / lp(len + 1). An ensemble averages as `StepScorer` does."""
+    nets = as_list(net)
+    pad = nets[0].pad_id
+    T = 1 + max(len(t) for t in targets)
+    tgt = torch.full((len(targets), T + 1), pad, dtype=torch.long, device=src.device)  # (B, T+1)
+    for row, ids in zip(tgt, targets):
+        row[: len(ids) + 2] = torch.tensor([bos_id, *ids, eos_id])
+    logps = []
+    for net in nets:
+        memory, src_pad = net.encode(src)
+        logits = net.decode(tgt[:, :-1], memory, src_pad)  # (B, T, V): right padding is hidden by the causal mask
+        logps.append(log_softmax(logits))
+    logp = ensemble_mean(logps)
+    tok = logp.gather(-1, tgt[:, 1:, None])[..., 0]  # (B, T)
+    return [hypothesis([*ids, eos_id], tok[b, : len(ids) + 1].tolist(), length_penalty) for b, ids in enumerate(targets)]
+
+
+@torch.no_grad()
+def align(
+    net: Seq2SeqNet | Sequence[Seq2SeqNet],
+    src: torch.Tensor,  # (B, S)
+    outputs: list[list[int]],  # B generated ids (<eos> included when finished)
+    bos_id: int,
+    eos_id: int,
+    layer: int = -1,
+) -> list[list[tuple[int, int]]]:
+    """Hard alignments: for each output token j other than `<eos>`, the source token i (neither
+    `<eos>` nor padding) that the decoder's cross-attention of `layer`, averaged over heads (and
+    models), weighs most in the step that generated j; as (i, j) pairs, fairseq's order."""
+    nets = as_list(net)
+    pad = nets[0].pad_id
+    T = max(1, max(len(o) for o in outputs))
+    tgt_in = torch.full((len(outputs), T), pad, dtype=torch.long, device=src.device)  # (B, T)
+    for row, ids in zip(tgt_in, outputs):
+        row[: len(ids)] = torch.tensor([bos_id, *ids][: len(ids)])
+    weights = 0
+    for net in nets:
+        memory, src_pad = net.encode(src)
+        _, per_layer = net.decode(tgt_in, memory, src_pad, need_weights=True)
+        weights = weights + per_layer[layer].float().mean(1)  # (B, T, S)
+    hidden = src.eq(pad) | src.eq(eos_id)  # (B, S)
+    best = weights.masked_fill(hidden[:, None], NEG_INF).argmax(-1)  # (B, T)
+    out = []
+    for b, ids in enumerate(outputs):
+        n = len(ids) - (1 if ids and ids[-1] == eos_id else 0)
+        out.append([(int(best[b, j]), j) for j in range(n)])
+    return out
