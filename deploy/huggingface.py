@@ -24,7 +24,8 @@ Length: ours stops at max_len_a × the source's length + max_len_b tokens, a rul
 (its `max_length` and `max_new_tokens` are fixed numbers; a stopping criterion is not saved with it). The
 config's `max_length` is the model's `max_len` (max_len - 1 new tokens, the cap of ours too), and it records
 max_len_a and max_len_b, which `generate` ignores: `max_new_tokens=min(int(a * S + b), max_len - 1)`, S the
-longest source's tokens with `<eos>`, makes `generate` stop where ours stops.
+longest source's tokens with `<eos>`, makes `generate` stop where ours stops. At the limit both end an output
+with `<eos>` (`forced_eos_token_id`); `generate` gives that token a log-prob of 0, ours the model's own.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def generation_config(model) -> dict:
         bos_token_id=tgt.bos_id,
         eos_token_id=tgt.eos_id,
         pad_token_id=tgt.pad_id,
-        forced_eos_token_id=None,
+        forced_eos_token_id=tgt.eos_id,  # an output that reaches the limit ends with <eos>, as ours (models/decoding.py)
         num_beams=hp.get("eval_beam_size", 4),
         length_penalty=hp.get("length_penalty", 1.0),
         early_stopping=False,  # stop when no live beam can beat the finished ones: ours with alpha = 0

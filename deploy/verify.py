@@ -187,6 +187,9 @@ def check_greedy(engine: str, model, probe: Probes, theirs: list[list[int]]) -> 
     part, ours must prefer its token by more than `TOLERANCE` (else the two are a tie that rounding decides)."""
     net, tgt_tok = _float32_eval(model.net), model.tgt_tokenizer
     banned = special_ids(net.pad_id, tgt_tok.bos_id, torch.device("cpu"))
+    # The engines run to the limit; ours forces `<eos>` as the limit's token (models/decoding.py): theirs ended so.
+    head = [other[: probe.limit - 1] for other in theirs]
+    theirs = [h[: h.index(tgt_tok.eos_id) + 1] if tgt_tok.eos_id in h else [*h, tgt_tok.eos_id] for h in head]
     for source, mine, other in zip(probe.sources, probe.greedy, theirs):
         if mine == other:
             continue

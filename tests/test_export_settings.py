@@ -37,7 +37,8 @@ WORDS = Vocab([f"w{i}" for i in range(60)], "word").to_dict()
 SRC = ["w1 w2 w3 w4 w5", "w7 w8", "w9 w10 w11 w12 w13 w14 w15 w16", "w30"]
 TGT = ["w3 w4 w5 w6", "w2 w2 w2 w2 w2 w2 w2", "w5", "w40 w41 w42"]
 BASE = dict(d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64, max_len=64)
-LIMIT = 12  # greedy output tokens: a random model's outputs seldom end
+LIMIT = 12  # greedy output tokens: a random model's outputs seldom end; ours then ends with <eos> forced as
+# the LIMIT-th token (models/decoding.py), as the exported generation config does; CTranslate2 is run one short
 ATOL = 1e-4  # log-probs, as tests/test_export.py and tests/test_export_hf.py allow
 EXPORTS = {"ctranslate2": export_ctranslate2, "hf": export_huggingface}
 
@@ -101,7 +102,7 @@ def assert_ctranslate2_translates_as_ours(model, folder) -> None:
         torch.testing.assert_close(torch.tensor(result.log_probs), mine, atol=ATOL, rtol=0)
     banned = [[tgt_vocab[model.pad_id]], [tgt_vocab[model.bos_id]]]
     results = translator.translate_batch(
-        sources, beam_size=1, max_decoding_length=LIMIT, min_decoding_length=0, suppress_sequences=banned
+        sources, beam_size=1, max_decoding_length=LIMIT - 1, min_decoding_length=0, suppress_sequences=banned
     )
     index = {t: i for i, t in enumerate(tgt_vocab)}
     assert [model.tgt_tokenizer.decode([index[t] for t in r.hypotheses[0]]) for r in results] == greedy
@@ -117,7 +118,7 @@ def assert_hf_translates_as_ours(model, folder) -> None:
         theirs = hf(**batch, decoder_input_ids=tgt[:, :-1]).logits.log_softmax(-1)
     real = tgt[:, 1:].ne(0)  # what follows a target's <eos> is padding, which neither reads
     torch.testing.assert_close(theirs[real], log_probs[real], atol=ATOL, rtol=0)
-    outputs = hf.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=LIMIT)
+    outputs = hf.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=LIMIT)  # <eos> forced as the last, as ours
     assert tokenizer.batch_decode(outputs, skip_special_tokens=True) == greedy
 
 
@@ -241,7 +242,7 @@ def test_generation_config_carries_our_length_limit(tmp_path):
     batch = transformers.AutoTokenizer.from_pretrained(out)(SRC, return_tensors="pt", padding=True)
     S = batch["input_ids"].shape[1]  # the longest source, <eos> included: 9 tokens
     mine = model.translate(SRC, beam_size=1)
-    assert {len(t.split()) for t in mine} == {int(a * S + b)}  # 23 tokens, none ending
+    assert {len(t.split()) for t in mine} == {int(a * S + b) - 1}  # 22 words, then <eos> forced as the 23rd token
     plain = hf.generate(**batch, num_beams=1)
     assert plain.shape[1] - 1 == BASE["max_len"] - 1  # generate's own limit: the model's positions
     ours_limit = hf.generate(**batch, num_beams=1, max_new_tokens=min(int(a * S + b), BASE["max_len"] - 1))
