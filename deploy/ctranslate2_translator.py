@@ -11,10 +11,11 @@ take the same `DecodingOptions` as our engine, and give what it gives (tests/tes
     penalty and ends once no live hypothesis can beat the N-th best finished one (models/beam.py). With the
     default patience of 1 a beam of 4 stops after four early, unlikely `<eos>` candidates, before the good
     translation ends. So CTranslate2 is asked to keep every hypothesis it finishes and to run to the length
-    limit (a patience that no count of finished hypotheses reaches). Its beams advance exactly as ours (the K
-    best candidates, `<eos>` among them finished; the K best others live; penalties play no part until the
-    end), so what it finishes is everything our search would finish without stopping early; our proof that
-    stopping early changes nothing makes our N best of that set, by our penalty, our search's N best.
+    limit (a patience that no count of finished hypotheses reaches). Its beams advance as ours (the K best
+    candidates, `<eos>` among them finished; the K best others live; penalties play no part until the end; but
+    for the renormalisation below), so what it finishes is everything our search would finish without stopping
+    early; our proof that stopping early changes nothing makes our N best of that set, by our penalty, our
+    search's N best. Only as many of them are scored as finding those N takes (`_hypotheses`).
   - The length limit: both end an output that reaches it with `<eos>` (models/decoding.py). CTranslate2 is run
     one token short of the limit; each hypothesis of its last step that did not end gets `<eos>` appended, as
     our search forces it on the same hypotheses.

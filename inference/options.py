@@ -6,8 +6,8 @@
 Each option's name, default and check is written here once (models.checks: every mistake in one line). The
 scripts' flags are made from the fields (`add_decoding_arguments`; fairseq's names, kept in each field's
 `flag`); a checkpoint keeps its decoding defaults among its hyperparameters (`CHECKPOINT_DEFAULTS`) and a
-CTranslate2 export beside its weights, both as plain dicts (`as_dict`, `from_mapping`); deploy/ctranslate2.py
-maps them once to CTranslate2's arguments.
+CTranslate2 export beside its weights, both as plain dicts (`as_dict`, `from_mapping`);
+deploy/ctranslate2_translator.py maps them once to CTranslate2's arguments.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@
 
 It holds a network (`models.Seq2SeqNet`), its two tokenizers and its default `DecodingOptions` (a checkpoint's
 length penalty and length limits); a call's keyword arguments replace some of them (inference/options.py). The
-searches are models/decoding.py's; ensembles, forced prefixes, alignments and attention weights are here, as
-are the static/compiled decoders (models/static_cache.py), kept per mode and device for later calls. The
-CTranslate2 engine (deploy/ctranslate2.py) offers the same `translate`, `translate_many` and `score`.
+searches are in models/ (decoding.py, beam.py, sampling.py); ensembles, forced prefixes, alignments and attention
+weights are here, as are the static/compiled decoders (models/static_cache.py), kept per mode and device for later calls. The
+CTranslate2 engine (deploy/ctranslate2_translator.py) offers the same `translate`, `translate_many` and `score`.
 """
 
 from __future__ import annotations
