@@ -118,8 +118,8 @@ def assert_same_search(model, hf, tokenizer, sources, limit: int = 30, ends: boo
         assert ended.all() if ends else not ended.any(), f"not the regime asked for: {ended.tolist()}"
         theirs = hf.generate(
             **batch, num_beams=beams, length_penalty=0.0, max_new_tokens=limit, do_sample=False,
-            logits_processor=forced_eos(model.eos_id, limit),
-        )  # fmt: skip
+            forced_eos_token_id=None, logits_processor=forced_eos(model.eos_id, limit),
+        )  # fmt: skip  (the config's forced_eos_token_id counts <eos> as log-prob 0; forced_eos, its own)
         same_rows(ours, theirs, model.eos_id)
 
 
