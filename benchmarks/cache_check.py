@@ -1,7 +1,7 @@
 """What checking a prepared split costs when a run maps it (`IndexedIds.check`: offsets frame the ids, every id
 inside the vocabulary), on a synthetic WMT-sized split: 4.5M pairs of 10–44 tokens a side, uint16 ids.
 
-    OMP_NUM_THREADS=1 python benchmarks/cache_check.py [--pairs 4500000]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/cache_check.py [--pairs 4500000]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What verifying a checkpoint's CRC-32s costs on load (`training.checkpoints.verify_checkpoint`), beside
 torch.load itself, on a checkpoint of about the size of Transformer-base's (168 MB of float32).
 
-    python benchmarks/checkpoint_crc.py [--mib 160] [--path /tmp/crc_check.ckpt]
+    .venv/bin/python benchmarks/checkpoint_crc.py [--mib 160] [--path /tmp/crc_check.ckpt]
 """
 
 from __future__ import annotations

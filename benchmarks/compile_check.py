@@ -8,9 +8,9 @@ graphs must stop growing. Decoding: `encode` and `decode` are compiled and `gree
 unchanged with the cache (a graph for the first step, one for the cached steps), checked
 token for token against eager.
 
-    python benchmarks/compile_check.py                        # toy size, CPU
-    python benchmarks/compile_check.py --device cuda --d-model 512 --nhead 8 --layers 6 --ff 2048
-    python benchmarks/compile_check.py --tiny                 # CI smoke test (compiles: tens of seconds)
+    .venv/bin/python benchmarks/compile_check.py                        # toy size, CPU
+    .venv/bin/python benchmarks/compile_check.py --device cuda --d-model 512 --nhead 8 --layers 6 --ff 2048
+    .venv/bin/python benchmarks/compile_check.py --tiny                 # CI smoke test (compiles: tens of seconds)
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ lists are the same, the largest score difference, and, for each sentence that di
 differ where CTranslate2's renormalisation over the tokens other than <pad> and <bos> can show
 (deploy/ctranslate2_translator.py): the largest probability our model gives those two at a step of either output.
 
-    python benchmarks/ctranslate2_parity.py --ckpt CKPT --src ../shared/data/multi30k/test_2016_flickr.de.gz
-    python benchmarks/ctranslate2_parity.py --train-steps 400 --src ../shared/data/multi30k/test_2016_flickr.de.gz
+    .venv/bin/python benchmarks/ctranslate2_parity.py --ckpt CKPT --src ../shared/data/multi30k/test_2016_flickr.de.gz
+    .venv/bin/python benchmarks/ctranslate2_parity.py --train-steps 400 --src ../shared/data/multi30k/test_2016_flickr.de.gz
 
 With --train-steps and no --ckpt, a small model (d_model 128, 2+2 layers) is first trained for that many steps on
 Multi30k de-en (../shared/data/multi30k), on the CPU: the check needs a model that translates, not a good one.

@@ -11,7 +11,7 @@ a side, line-aligned plain text, as WMT14's extracted files), then measures, eac
 and prints one table (peak RSS from getrusage; RssAnon is the process's own memory, RssFile the mapped
 cache pages, shared with every other process of the node through the page cache).
 
-    python benchmarks/data_scale.py --pairs 100000 1000000 4500000 --workdir /tmp/data_scale
+    .venv/bin/python benchmarks/data_scale.py --pairs 100000 1000000 4500000 --workdir /tmp/data_scale
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ Random weights; `eos_id = -1` (an id argmax never returns) makes every sentence 
 interleaved per repeat (order alternating); the table gives sentences per second (median over
 repeats), the spread, and the per-repeat paired speed-up of the cache.
 
-    python benchmarks/decode.py                          # d_model 256, 4 heads, 3+3, lengths 16/64/128
-    python benchmarks/decode.py --d-model 512 --nhead 8 --layers 6 --ff 2048 --vocab 8000   # base size
-    python benchmarks/decode.py --num-kv-heads 1         # multi-query attention: its smaller cache
-    python benchmarks/decode.py --tiny                   # seconds; what CI runs
+    .venv/bin/python benchmarks/decode.py                          # d_model 256, 4 heads, 3+3, lengths 16/64/128
+    .venv/bin/python benchmarks/decode.py --d-model 512 --nhead 8 --layers 6 --ff 2048 --vocab 8000   # base size
+    .venv/bin/python benchmarks/decode.py --num-kv-heads 1         # multi-query attention: its smaller cache
+    .venv/bin/python benchmarks/decode.py --tiny                   # seconds; what CI runs
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ Random weights (benchmarks/decode.py's `build`, a second seed for the ensemble's
 so the modes do the same number of steps and differ only in the work per step. The three modes are
 interleaved per repeat (order rotating); ratios are per repeat (paired), median and range.
 
-    python benchmarks/decoding_tools.py                 # d_model 256, 4 heads, 3+3, batch 16, 32 tokens
-    python benchmarks/decoding_tools.py --tiny          # seconds; what CI runs
+    .venv/bin/python benchmarks/decoding_tools.py                 # d_model 256, 4 heads, 3+3, batch 16, 32 tokens
+    .venv/bin/python benchmarks/decoding_tools.py --tiny          # seconds; what CI runs
 """
 
 from __future__ import annotations

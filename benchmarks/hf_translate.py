@@ -1,6 +1,6 @@
 """Translate standard input with a folder of scripts/export.py --to hf, through `transformers` alone.
 
-    python scripts/export.py --ckpt CKPT --to hf exported/multi30k-hf
+    .venv/bin/python scripts/export.py --ckpt CKPT --to hf exported/multi30k-hf
     zcat test_2016_flickr.de.gz | python benchmarks/hf_translate.py exported/multi30k-hf > hf.en
     zcat test_2016_flickr.de.gz | python scripts/translate.py --ckpt CKPT --beam-size 1 > ours.en
     cmp hf.en ours.en && sacrebleu <(zcat test_2016_flickr.en.gz) -i hf.en ours.en -b

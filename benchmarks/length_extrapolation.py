@@ -5,7 +5,7 @@ drops longer pairs), one per position scheme, then score each on the test pairs 
 than N tokens (counted with the first checkpoint's source tokenizer, end-of-sentence included, the rule
 the data module drops by) and on the whole test set:
 
-    python benchmarks/length_extrapolation.py --ckpt sinusoid=runs/a/best.ckpt alibi=runs/b/best.ckpt \
+    .venv/bin/python benchmarks/length_extrapolation.py --ckpt sinusoid=runs/a/best.ckpt alibi=runs/b/best.ckpt \
         --src ../shared/data/multi30k/test_2016_flickr.de.gz --ref ../shared/data/multi30k/test_2016_flickr.en.gz \
         --longer-than 24 32 [--beam-size 4] [--json out.json]
 

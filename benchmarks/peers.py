@@ -14,12 +14,12 @@ Every contender gets the same token ids, padding, sizes, dropout, loss and optim
 interleaved (order rotating each repeat) and each ratio is peer time / our time of the same repeat
 (> 1: ours is faster). What differs in each peer's architecture is printed under the tables.
 
-    python benchmarks/peers.py --size small                # d256, 4 heads, 3+3, ff 1024
-    python benchmarks/peers.py --size base --repeats 5     # d512, 8 heads, 6+6, ff 2048
-    python benchmarks/peers.py --tiny                      # seconds; what CI runs
-    python benchmarks/peers.py --corpus ../shared/data/multi30k --max-tokens 4096   # real batches, real padding
-    python benchmarks/peers.py --device cuda --dtype bf16 --size big --task train   # MFU on a GPU
-    python benchmarks/peers.py --device cuda --dtype bf16 --size base --decode-batches 1 64 --static-cache cuda-graph
+    .venv/bin/python benchmarks/peers.py --size small                # d256, 4 heads, 3+3, ff 1024
+    .venv/bin/python benchmarks/peers.py --size base --repeats 5     # d512, 8 heads, 6+6, ff 2048
+    .venv/bin/python benchmarks/peers.py --tiny                      # seconds; what CI runs
+    .venv/bin/python benchmarks/peers.py --corpus ../shared/data/multi30k --max-tokens 4096   # real batches, real padding
+    .venv/bin/python benchmarks/peers.py --device cuda --dtype bf16 --size big --task train   # MFU on a GPU
+    .venv/bin/python benchmarks/peers.py --device cuda --dtype bf16 --size base --decode-batches 1 64 --static-cache cuda-graph
 
 On a GPU (`--device cuda`) with `--dtype bf16` every PyTorch contender runs under bf16 autocast and
 CTranslate2 in bfloat16 (and int8 weights with bfloat16 activations). MFU = 6 · N · tokens/s / peak, N the

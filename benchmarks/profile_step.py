@@ -7,9 +7,9 @@ against the wall time (the rest is Python and dispatch overhead), how many mask-
 run per step (they should not scale with the layer count), and the host-device sync points
 (`aten::item` / `aten::_local_scalar_dense`: each one stalls a GPU).
 
-    python benchmarks/profile_step.py                  # both sizes
-    python benchmarks/profile_step.py --sizes toy --trace out/toy_trace.json   # Chrome trace
-    python benchmarks/profile_step.py --tiny           # CI smoke test
+    .venv/bin/python benchmarks/profile_step.py                  # both sizes
+    .venv/bin/python benchmarks/profile_step.py --sizes toy --trace out/toy_trace.json   # Chrome trace
+    .venv/bin/python benchmarks/profile_step.py --tiny           # CI smoke test
 """
 
 from __future__ import annotations

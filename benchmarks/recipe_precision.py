@@ -5,8 +5,8 @@ Each arm runs `scripts/fit.py` for `--steps` steps (no logger, no test) and read
 summary.json (the first step left out). `--emulate-avx2` caps ATen's kernels (`ATEN_CPU_CAPABILITY=avx2`) and
 oneDNN's (`ONEDNN_MAX_CPU_ISA=AVX2`), so bf16 autocast runs without AVX-512 BF16 or AMX, as on such a CPU.
 
-    OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/recipe_precision.py --recipe mnist_subset --steps 40
-    OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/recipe_precision.py --recipe cmn_eng --steps 10 --emulate-avx2
+    OMP_NUM_THREADS=1 taskset -c 1 .venv/bin/python benchmarks/recipe_precision.py --recipe mnist_subset --steps 40
+    OMP_NUM_THREADS=1 taskset -c 1 .venv/bin/python benchmarks/recipe_precision.py --recipe cmn_eng --steps 10 --emulate-avx2
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ inductor; mode "reduce-overhead", i.e. CUDA graphs, on a GPU) and, on a GPU, the
 in CUDA graphs. Random weights; `eos_id = -1` (never chosen) makes every sentence run exactly
 `--out-len` steps. The first call of a compiled contender (its compilation) is timed apart.
 
-    python benchmarks/static_decode.py                                   # d_model 256, 4 heads, 3+3, CPU
-    python benchmarks/static_decode.py --device cuda --d-model 512 --nhead 8 --layers 6 --ff 2048 --batch 64
-    python benchmarks/static_decode.py --tiny                            # seconds; what CI runs (aot_eager)
+    .venv/bin/python benchmarks/static_decode.py                                   # d_model 256, 4 heads, 3+3, CPU
+    .venv/bin/python benchmarks/static_decode.py --device cuda --d-model 512 --nhead 8 --layers 6 --ff 2048 --batch 64
+    .venv/bin/python benchmarks/static_decode.py --tiny                            # seconds; what CI runs (aot_eager)
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ Runs are interleaved (ours / reference / matmul, the order rotating every repeat
 of other jobs on a shared machine hits every contender alike; the table gives medians, the
 spread, and the per-repeat paired ratio to torch.nn.Transformer.
 
-    python benchmarks/train_step.py                        # d_model 512, 8 heads, 6+6, CPU fp32
-    python benchmarks/train_step.py --device cuda --dtype bf16 --json out/train_bf16.json
-    python benchmarks/train_step.py --tiny                 # seconds; what CI runs
+    .venv/bin/python benchmarks/train_step.py                        # d_model 512, 8 heads, 6+6, CPU fp32
+    .venv/bin/python benchmarks/train_step.py --device cuda --dtype bf16 --json out/train_bf16.json
+    .venv/bin/python benchmarks/train_step.py --tiny                 # seconds; what CI runs
 """
 
 from __future__ import annotations

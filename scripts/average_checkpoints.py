@@ -1,7 +1,7 @@
 """Average the weights of the last checkpoints of a run, fairseq-style, into one checkpoint.
 
-    python scripts/average_checkpoints.py CKPT CKPT [CKPT ...] --out averaged.ckpt
-    python scripts/average_checkpoints.py RUN/checkpoints --last 5 --out averaged.ckpt
+    .venv/bin/python scripts/average_checkpoints.py CKPT CKPT [CKPT ...] --out averaged.ckpt
+    .venv/bin/python scripts/average_checkpoints.py RUN/checkpoints --last 5 --out averaged.ckpt
 
 The run must have kept a checkpoint per epoch (`fit.py ... --checkpoint.save_top_k -1`). The output
 loads like any checkpoint (`load_from_checkpoint`, `weights_only=True`, scripts/evaluate.py,

@@ -1,8 +1,8 @@
 """Score a checkpoint on any line-aligned pair of files: corpus SacreBLEU and chrF, with their signatures.
 
-    python scripts/evaluate.py --ckpt CKPT --src data/multi30k/test_2016_flickr.de.gz \
+    .venv/bin/python scripts/evaluate.py --ckpt CKPT --src data/multi30k/test_2016_flickr.de.gz \
         --ref data/multi30k/test_2016_flickr.en.gz [--beam-size 4] [--batch-size 64] [--hyp-out FILE]
-    python scripts/evaluate.py --engine ctranslate2 --model OUT_DIR [--compute-type int8] --src ... --ref ...
+    .venv/bin/python scripts/evaluate.py --engine ctranslate2 --model OUT_DIR [--compute-type int8] --src ... --ref ...
 
 Files may be gzip (name ending in .gz) or plain text; line i of --ref translates line i of --src.
 The metrics are wired exactly as during training (tasks/metrics.py): cased BLEU with the 13a

@@ -1,6 +1,7 @@
 """Score an MNIST checkpoint on the held-out validation images and the test set.
 
-    python scripts/evaluate_mnist.py --ckpt CKPT --data-dir ../shared/data/mnist [--weights training] [--precision bf16-mixed]
+    .venv/bin/python scripts/evaluate_mnist.py --ckpt CKPT --data-dir ../shared/data/mnist [--weights training] \
+        [--precision bf16-mixed]
 
 The validation split is the recipe's (the checkpoint's data settings: `val_size` and `split_seed`
 as given here, defaults as in configs/mnist_subset.yaml), so the two numbers are the ones a run

@@ -1,8 +1,8 @@
 """Export a trained translation checkpoint for deployment.
 
-    python scripts/export.py --ckpt CKPT --to ctranslate2 OUT_DIR [--quantization int8] [--force]
-    python scripts/translate.py --engine ctranslate2 --model OUT_DIR "Ein Hund rennt."
-    python scripts/export.py --ckpt CKPT --to hf OUT_DIR [--push-to-hub USER/NAME] [--force]
+    .venv/bin/python scripts/export.py --ckpt CKPT --to ctranslate2 OUT_DIR [--quantization int8] [--force]
+    .venv/bin/python scripts/translate.py --engine ctranslate2 --model OUT_DIR "Ein Hund rennt."
+    .venv/bin/python scripts/export.py --ckpt CKPT --to hf OUT_DIR [--push-to-hub USER/NAME] [--force]
 
 OUT_DIR gets CTranslate2's model (model.bin, vocabularies, config.json) and our tokenizers
 (tokenizers.json), so the directory alone translates text (deploy/ctranslate2.py says how the

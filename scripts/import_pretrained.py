@@ -1,8 +1,8 @@
 """Import a Hugging Face Marian (OPUS-MT) model as a checkpoint of ours.
 
-    python scripts/import_pretrained.py Helsinki-NLP/opus-mt-de-en --out opus-mt-de-en.ckpt   # online
-    python scripts/import_pretrained.py path/to/marian_folder --out model.ckpt               # a local copy
-    python scripts/translate.py --ckpt opus-mt-de-en.ckpt --beam-size 4 "Ein Hund rennt."
+    .venv/bin/python scripts/import_pretrained.py Helsinki-NLP/opus-mt-de-en --out opus-mt-de-en.ckpt   # online
+    .venv/bin/python scripts/import_pretrained.py path/to/marian_folder --out model.ckpt               # a local copy
+    .venv/bin/python scripts/translate.py --ckpt opus-mt-de-en.ckpt --beam-size 4 "Ein Hund rennt."
 
 The folder holds config.json, model.safetensors (or pytorch_model.bin), source.spm, target.spm and
 vocab.json (target_vocab.json too when the sides have separate vocabularies), as `save_pretrained` writes

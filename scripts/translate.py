@@ -1,9 +1,9 @@
 """Translate with a trained checkpoint.
 
-    python scripts/translate.py --ckpt runs/multi30k/.../epoch012-step2899.ckpt "Ein Hund rennt."
-    python scripts/translate.py --ckpt CKPT --beam-size 1 < sentences.txt > translations.txt
-    python scripts/translate.py --engine ctranslate2 --model OUT_DIR "Ein Hund rennt."   # scripts/export.py's
-    python scripts/translate.py --ckpt CKPT --device cuda --static-cache compile < sentences.txt   # captured decoding
+    .venv/bin/python scripts/translate.py --ckpt runs/multi30k/.../epoch012-step2899.ckpt "Ein Hund rennt."
+    .venv/bin/python scripts/translate.py --ckpt CKPT --beam-size 1 < sentences.txt > translations.txt
+    .venv/bin/python scripts/translate.py --engine ctranslate2 --model OUT_DIR "Ein Hund rennt."   # scripts/export.py's
+    .venv/bin/python scripts/translate.py --ckpt CKPT --device cuda --static-cache compile < sentences.txt   # captured decoding
 
 With `--engine ctranslate2` the model is a directory written by scripts/export.py, run by
 CTranslate2 (`--compute-type int8` runs float32 weights in int8), which gives our outputs, n-best lists

@@ -119,7 +119,8 @@ def assert_same_search(model, hf, tokenizer, sources, limit: int = 30, ends: boo
         theirs = hf.generate(
             **batch, num_beams=beams, length_penalty=0.0, max_new_tokens=limit, do_sample=False,
             forced_eos_token_id=None, logits_processor=forced_eos(model.eos_id, limit),
-        )  # fmt: skip  (the config's forced_eos_token_id counts <eos> as log-prob 0; forced_eos, its own)
+        )  # fmt: skip
+        # (the config's forced_eos_token_id would count <eos> as log-prob 0; forced_eos counts the model's own)
         same_rows(ours, theirs, model.eos_id)
 
 
