@@ -29,10 +29,10 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
 
 from common.errors import TrainingDivergedError
+from common.runs import run_folder
 
 from .checkpoint_io import check_writable
 from .lightning_internals import hand_over_loader_states
-from .records import run_folder
 from .signals import Stopped
 
 

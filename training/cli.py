@@ -17,6 +17,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from common.errors import HyperparameterError
+from common.runs import claim_run_folder
 from datamodules.progress import is_terminal
 
 from .arguments import RecipeParser, check_pad_to_multiple, check_run_options, moved_setting
@@ -35,7 +36,7 @@ from .lightning_internals import checkpoint_io_chosen
 from .loggers import AutoWandbLogger, WandbRunId, default_logger_dir
 from .precision import asked_precision, check_accelerator, machine_precision, precision_line
 from .progress import EpochBar, ProgressLog
-from .records import StepTimer, best_checkpoint, claim_run_folder, write_summary
+from .records import StepTimer, best_checkpoint, write_summary
 from .resume import prepare_resume
 from .signals import Stopped
 from .stopping import StopAtStep, report_time_limit

@@ -17,7 +17,6 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
-from common.runs import claim_run_folder as claim_run_folder  # training/cli.py's, with run_folder: named here
 from common.runs import run_folder
 
 from .checkpointing import last_path

@@ -22,11 +22,11 @@ from lightning.pytorch.utilities import rank_zero_info
 from common.checkpoints import read_checkpoint
 from common.errors import CheckpointError
 from common.files import remove_stale_temporaries
+from common.runs import run_folder
 
 from .checkpointing import last_path
 from .loggers import continue_wandb_run
 from .progress import time_limit
-from .records import run_folder
 
 
 class NothingToTrain(Exception):
