@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 
 from common.files import atomic_output
-from datamodules.tokenizers import SubwordTokenizer
 from datamodules.vocab import PAD, SPECIAL_TOKENS
+from inference.languages import tokens_of
 from inference.options import CHECKPOINT_DEFAULTS
 from models.config import Seq2SeqConfig
 from models.positional import SinusoidalPositionalEncoding
@@ -84,10 +84,7 @@ def check_exportable(config: Seq2SeqConfig) -> None:
 
 def vocabulary(tokenizer) -> list[str]:
     """The token string of every id (CTranslate2 vocabularies are lists of strings, index = id)."""
-    if isinstance(tokenizer, SubwordTokenizer):
-        tokens = [tokenizer.tokenizer.id_to_token(i) for i in range(len(tokenizer))]
-    else:
-        tokens = list(tokenizer.tokens)
+    tokens = tokens_of(tokenizer)
     ours = tokenizer.pad_id == PAD  # an imported Marian tokenizer has its own specials (datamodules.sentencepiece)
     if (ours and tokens[: len(SPECIAL_TOKENS)] != SPECIAL_TOKENS) or len(set(tokens)) != len(tokens):
         raise ExportError("the tokenizer's pieces are not unique strings with the special tokens first")

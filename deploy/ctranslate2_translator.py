@@ -44,6 +44,7 @@ from pathlib import Path
 from common.errors import InputError
 from datamodules.batching import frame_source, map_in_length_batches
 from datamodules.tokenizers import tokenizer_from_dict
+from inference.languages import source_tag, target_languages
 from inference.options import DecodingOptions
 from models.decoding import Hypothesis, length_penalty_factor
 
@@ -83,6 +84,7 @@ class CTranslate2Translator:
         self.src_tokenizer = tokenizer_from_dict(self.meta["tokenizers"]["src"])
         self.tgt_tokenizer = tokenizer_from_dict(self.meta["tokenizers"]["tgt"])
         self.src_vocab, self.tgt_vocab = vocabulary(self.src_tokenizer), vocabulary(self.tgt_tokenizer)
+        self.languages = target_languages(self.src_tokenizer)  # a multilingual model's, as inference.Translator's
         self.tgt_index = {tok: i for i, tok in enumerate(self.tgt_vocab)}
         self.eos_id = self.tgt_tokenizer.eos_id
         specials = (self.tgt_tokenizer.pad_id, self.tgt_tokenizer.bos_id)  # one id in Marian's vocabulary
@@ -96,10 +98,12 @@ class CTranslate2Translator:
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ExportError(f"{model_dir}: CTranslate2 cannot load it on {device} ({first})") from None
 
-    def source_tokens(self, sentence: str) -> list[str]:
+    def source_tokens(self, sentence: str, tgt_lang: str | None = None) -> list[str]:
+        """A sentence's source tokens, after `tgt_lang`'s tag for a multilingual model, `<eos>` last."""
         if not isinstance(sentence, str) or not sentence.strip():
             raise InputError("an empty sentence: there is nothing to translate")
-        framed = frame_source(self.src_tokenizer.encode(sentence), self.meta["max_len"], self.src_tokenizer.eos_id)
+        ids = source_tag(self.languages, tgt_lang) + self.src_tokenizer.encode(sentence)
+        framed = frame_source(ids, self.meta["max_len"], self.src_tokenizer.eos_id)
         return [self.src_vocab[i] for i in framed]
 
     # ---------------------------------------------------------------------------------- the search
@@ -203,7 +207,7 @@ class CTranslate2Translator:
         opts = chosen(options, self.options, nbest, prefixes, sentences, given)
         if not sentences:
             return []
-        hyps = self._hypotheses([self.source_tokens(s) for s in sentences], opts, prefixes)
+        hyps = self._hypotheses([self.source_tokens(s, opts.tgt_lang) for s in sentences], opts, prefixes)
         return [row[0].text for row in hyps] if nbest is None else hyps
 
     def _hypotheses(self, sources: list[list[str]], opts: DecodingOptions, prefixes=None) -> list[list[Hypothesis]]:
@@ -245,11 +249,18 @@ class CTranslate2Translator:
         return hyps
 
     def score(
-        self, sentences: list[str], references: list[str], length_penalty: float = 0.0, options: DecodingOptions | None = None
+        self,
+        sentences: list[str],
+        references: list[str],
+        length_penalty: float = 0.0,
+        options: DecodingOptions | None = None,
+        tgt_lang: str | None = None,
     ) -> list[Hypothesis]:
-        """As `inference.Translator.score`, by CTranslate2's `score_batch`; with `options`, their ranking alpha."""
+        """As `inference.Translator.score`, by CTranslate2's `score_batch`; with `options`, their ranking alpha and
+        target language."""
         if len(references) != len(sentences):
             raise InputError(f"{len(references)} references for {len(sentences)} sentences: give one per sentence")
         alpha = options.ranking_alpha if options is not None else length_penalty
-        sources = [self.source_tokens(s) for s in sentences]
+        tgt_lang = options.tgt_lang if options is not None else tgt_lang or self.options.tgt_lang
+        sources = [self.source_tokens(s, tgt_lang) for s in sentences]
         return self._score_ids(sources, [[*self.tgt_tokenizer.encode(r), self.eos_id] for r in references], alpha)

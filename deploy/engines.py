@@ -11,6 +11,7 @@ from inference.translator import Translator, check_same_vocabularies
 # The decoding options every script that translates takes as flags (inference.options), the search's first.
 SEARCH = ("beam_size", "length_penalty", "max_len")
 TOOLS = ("sampling", "top_k", "top_p", "temperature", "seed", "no_repeat_ngram_size", "min_len", "ban_unk")
+LANGUAGE = ("tgt_lang",)  # a multilingual model's target language (inference/languages.py)
 
 
 def add_engine_arguments(parser) -> None:
@@ -51,16 +52,18 @@ def check_engine_arguments(parser, args) -> None:
 
 
 def add_search_arguments(parser, *extra: str, beam_size: int = 4) -> None:
-    """The search's flags (`SEARCH` and `extra` options), then the decoding tools' (`TOOLS`): fairseq's names."""
+    """The search's flags (`SEARCH` and `extra` options), then the decoding tools' (`TOOLS`): fairseq's names;
+    then the target language's (`LANGUAGE`)."""
     add_decoding_arguments(parser, SEARCH + extra, "search", beam_size=beam_size)
     add_decoding_arguments(parser, TOOLS, "decoding tools")
+    add_decoding_arguments(parser, LANGUAGE, "multilingual models")
 
 
 def decoding_options(args, defaults: DecodingOptions | None = None, *extra: str) -> DecodingOptions:
     """`defaults` (a translator's) with the search and tools' flags given; a bad value or combination is one
     `InputError` line naming the flags. Called once at parsing (with plain defaults, to refuse bad flags before
     anything loads) and once with the loaded translator's."""
-    return options_from_args(args, defaults or DecodingOptions(), SEARCH + TOOLS + extra)
+    return options_from_args(args, defaults or DecodingOptions(), SEARCH + TOOLS + LANGUAGE + extra)
 
 
 def load_translator(args):

@@ -24,6 +24,8 @@ from models.checks import Check, Relation, at_least, boolean, check_hparams, fin
 from models.decoding import SEARCH_CHECKS, nbest_fits_the_beam
 from models.static_cache import MODES
 
+from .languages import language_check
+
 # The options a checkpoint (the task's hyperparameters) and an export carry: the model's own decoding defaults.
 CHECKPOINT_DEFAULTS = ("length_penalty", "max_len_a", "max_len_b")
 # Options that only sampling reads.
@@ -72,6 +74,9 @@ class DecodingOptions:
     seed: int | None = _option(None, "--seed", "seed of the sampling (default: unseeded)")
     alignment_layer: int | None = _option(None, "--alignment-layer", "the decoder layer of --print-alignment (default: the last)")
     use_cache: bool = True  # a key/value cache (False: every step reruns the whole prefix, as a reference)
+    tgt_lang: str | None = _option(
+        None, "--tgt-lang", "a multilingual model's target language (fr: its >>fr<< token starts each source)", type=str
+    )
     static_cache: str | None = _option(
         None,
         "--static-cache",
@@ -91,6 +96,7 @@ class DecodingOptions:
         "alignment_layer": integer,
         "use_cache": boolean,
         "static_cache": one_of(MODES),
+        "tgt_lang": language_check,
     }
     RELATIONS: ClassVar[tuple[Relation, ...]] = (
         nbest_fits_the_beam,
@@ -184,7 +190,7 @@ def add_decoding_arguments(parser, names: tuple[str, ...], title: str = "decodin
             continue
         shown = default if default is not None else "the model's" if name in CHECKPOINT_DEFAULTS else own
         shown = f" (default: {shown})" if shown is not None else ""
-        kind = float if isinstance(own, float) else str if "choices" in extra else int
+        kind = extra.pop("type", None) or (float if isinstance(own, float) else str if "choices" in extra else int)
         extra.setdefault("metavar", None if "choices" in extra else meta["flag"].removeprefix("--").replace("-", "_").upper())
         group.add_argument(meta["flag"], dest=name, type=kind, default=default, help=meta["help"] + shown, **extra)
 

@@ -6,6 +6,7 @@
     translator.translate(["Ein Hund rennt."])                                 # ['A dog runs.']
     translator.translate(["Ein Hund rennt."], beam_size=4, nbest=2)           # each sentence's 2 best Hypothesis
     translator.score(["Ein Hund rennt."], ["A dog is running."])              # a reference's log-probs
+    translator.translate(["A dog runs."], tgt_lang="fr")                      # a multilingual model: >>fr<< first
 
 It holds a network (`models.Seq2SeqNet`), its two tokenizers and its default `DecodingOptions` (a checkpoint's
 length penalty and length limits); a call's keyword arguments replace some of them (inference/options.py). The
@@ -32,6 +33,7 @@ from models.scoring import align, score_targets
 from models.static_cache import StaticDecoder
 
 from .calls import check_same_vocabularies, evaluating, pieces
+from .languages import source_tag, target_languages
 from .networks import TRANSLATION, read_network, read_pretrained
 from .options import DecodingOptions
 
@@ -44,6 +46,7 @@ class Translator:
         self.options = options or DecodingOptions()
         self.batch_size = batch_size  # translate_many's sentences per batch
         self.pad_id, self.bos_id, self.eos_id = tgt_tokenizer.pad_id, tgt_tokenizer.bos_id, tgt_tokenizer.eos_id
+        self.languages = target_languages(src_tokenizer)  # {} unless multilingual: {"fr": id of >>fr<<, ...}
         self._static_decoders: dict[tuple, StaticDecoder] = {}
 
     # ---------------------------------------------------------------------------------- construction
@@ -93,14 +96,15 @@ class Translator:
 
     # ---------------------------------------------------------------------------------- translation
 
-    def encode_sources(self, sentences: list[str]) -> torch.Tensor:
-        """Strings → (B, S) padded source ids on the network's device. Over-long sentences are truncated to the
-        network's `max_len` with a warning; empty ones are refused."""
-        ids = []
+    def encode_sources(self, sentences: list[str], tgt_lang: str | None = None) -> torch.Tensor:
+        """Strings → (B, S) padded source ids on the network's device, each after `tgt_lang`'s tag for a multilingual
+        model (inference.languages). Over-long sentences are truncated to the network's `max_len` with a warning;
+        empty ones are refused."""
+        tag, ids = source_tag(self.languages, tgt_lang), []
         for i, sentence in enumerate(sentences):
             if not isinstance(sentence, str) or not sentence.strip():
                 raise InputError(f"sentence {i} is empty: there is nothing to translate")
-            encoded = self.src_tokenizer.encode(sentence)
+            encoded = tag + self.src_tokenizer.encode(sentence)
             if len(encoded) + 1 > self.net.max_len:
                 warnings.warn(
                     f"sentence {i} has {len(encoded)} tokens; truncated to the model's max_len={self.net.max_len}",
@@ -136,7 +140,7 @@ class Translator:
             return []
         if nbest is None and opts.plain and not ensemble and prefixes is None:
             with evaluating([self.net]):
-                out = self._best(self.encode_sources(sentences), opts)
+                out = self._best(self.encode_sources(sentences, opts.tgt_lang), opts)
             return [self.tgt_tokenizer.decode(row.tolist()) for row in out]
         hyps = self._hypotheses(sentences, opts, ensemble, prefixes)
         return [row[0].text for row in hyps] if nbest is None else hyps
@@ -192,7 +196,7 @@ class Translator:
         `nbest` samples; with their alignments when `opts.alignment_layer` is set."""
         nets = self._members(ensemble, opts.alignment_layer)
         with evaluating(nets):
-            src = self.encode_sources(sentences)
+            src = self.encode_sources(sentences, opts.tgt_lang)
             limit = self.max_output_len(src, opts, nets)
             banned = (self.tgt_tokenizer.unk_id,) if opts.ban_unk else ()
             constraints = Constraints(opts.min_len, opts.no_repeat_ngram_size, banned, self._prefix_ids(prefixes))
@@ -246,13 +250,16 @@ class Translator:
         ensemble=(),
         alignment_layer=None,
         options: DecodingOptions | None = None,
+        tgt_lang: str | None = None,
     ) -> list[Hypothesis]:
         """Each (sentence, reference) pair's `Hypothesis` by teacher forcing: the reference's tokens and `<eos>`,
         each one's log-prob, and the score a search with this `length_penalty` would rank it by; with
-        `alignment_layer`, the reference's alignment to its source (forced alignment). `options` (a decoding
-        setting) gives both: its `ranking_alpha` and its `alignment_layer`."""
+        `alignment_layer`, the reference's alignment to its source (forced alignment); `tgt_lang`, a multilingual
+        model's target language (this translator's by default). `options` (a decoding setting) gives all three."""
         if options is not None:
-            length_penalty, alignment_layer = options.ranking_alpha, options.alignment_layer
+            length_penalty, alignment_layer, tgt_lang = options.ranking_alpha, options.alignment_layer, options.tgt_lang
+        elif tgt_lang is None:
+            tgt_lang = self.options.tgt_lang
         if len(references) != len(sentences):
             raise InputError(f"{len(references)} references for {len(sentences)} sentences: give one per sentence")
         if not sentences:
@@ -264,7 +271,7 @@ class Translator:
             if len(t) + 1 > limit - 1:
                 raise InputError(f"reference {i} has {len(t)} tokens: more than the model's max_len={limit} allows")
         with evaluating(nets):
-            src = self.encode_sources(sentences)
+            src = self.encode_sources(sentences, tgt_lang)
             hyps = score_targets(nets, src, targets, self.bos_id, self.eos_id, length_penalty)
             if alignment_layer is not None:
                 for h, pairs in zip(hyps, align(nets, src, [h.tokens for h in hyps], self.bos_id, self.eos_id, alignment_layer)):
@@ -273,12 +280,12 @@ class Translator:
             h.text = self.tgt_tokenizer.decode(h.tokens)
         return hyps
 
-    def attention_weights(self, sentence: str, layer: int = -1) -> tuple[torch.Tensor, list[str], list[str]]:
-        """Greedy-translate one sentence and return the decoder's cross-attention over the source, averaged over
-        heads, of `layer`: ((T, S) weights, source pieces, output pieces)."""
+    def attention_weights(self, sentence: str, layer: int = -1, tgt_lang=None) -> tuple[torch.Tensor, list[str], list[str]]:
+        """Greedy-translate one sentence (into `tgt_lang`, else this translator's) and return the decoder's
+        cross-attention over the source, averaged over heads, of `layer`: ((T, S) weights, source pieces, output pieces)."""
         self._members((), layer)
         with evaluating([self.net]):
-            src = self.encode_sources([sentence])
+            src = self.encode_sources([sentence], tgt_lang or self.options.tgt_lang)
             greedy = DecodingOptions.from_mapping(self.options.as_dict())  # the limits only: a plain greedy search
             out = self._best(src, greedy)[0].tolist()
             if self.eos_id in out:

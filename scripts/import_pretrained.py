@@ -10,7 +10,9 @@ them; a hub name is downloaded into Hugging Face's cache first. The output is an
 `Seq2SeqTransformer` checkpoint, its tokenizers inside (inference/marian.py): translate.py, evaluate.py,
 export.py and fit.py (configs/opus_mt_finetune.yaml) take it. `--length-penalty` sets the checkpoint's
 default for beam search (OPUS-MT's `generate` divides by length, which ours, GNMT's, does not: 0 turns
-normalisation off in both). An unknown hub name offline, a folder missing a file, a config.json that is
+normalisation off in both). A multilingual model (its vocabulary holds `>>fr<<`, `>>es<<`, ...: OPUS-MT's
+en-ROMANCE, say) imports the same way; its target languages are those tokens, and translate.py takes one as
+`--tgt-lang fr` (inference/languages.py). An unknown hub name offline, a folder missing a file, a config.json that is
 not a Marian model's, or an existing --out without --force: one line on stderr, exit status 2, nothing written.
 """
 
@@ -64,15 +66,18 @@ def main(argv: list[str] | None = None) -> Path:
     out = Path(args.out)
     if out.exists() and not args.force:
         raise CheckpointError(f"{out} exists; pass --force to replace it")
+    from inference.languages import target_languages
     from tasks import Seq2SeqTransformer
 
     model = Seq2SeqTransformer.from_pretrained(args.model, length_penalty=args.length_penalty)
     atomic_torch_save(checkpoint_of(model), out)
     c, size = model.net.config, sum(p.numel() for p in model.parameters())
     vocabularies = f"{len(model.src_tokenizer)}/{len(model.tgt_tokenizer)}"
+    languages = target_languages(model.src_tokenizer)  # a multilingual model's >>xx<< tokens
     print(
         f"wrote {out}: {args.model} as a Seq2SeqTransformer ({size / 1e6:.1f}M parameters, d_model={c.d_model}, "
-        f"{c.num_encoder_layers}+{c.num_decoder_layers} layers, vocabularies {vocabularies})"
+        f"{c.num_encoder_layers}+{c.num_decoder_layers} layers, vocabularies {vocabularies}"
+        + (f"; target languages {', '.join(languages)}: translate with --tgt-lang)" if languages else ")")
     )
     return out
 

@@ -1,0 +1,62 @@
+"""The target languages of a multilingual model, and the tag that asks for one.
+
+A multilingual model (OPUS-MT's `opus-mt-en-ROMANCE`, say) is told which language to write by a token at the
+start of the source, `>>fr<<`, one id of its source vocabulary. Its languages are those tokens, read from the
+tokenizer itself: the checkpoint, an imported Marian folder and either export (deploy/) carry the tokenizer,
+so each knows the languages with no list of its own to fall out of step. A vocabulary without such tokens is
+a bilingual model's. Both engines (inference.Translator, deploy.ctranslate2_translator) put the tag's id before
+each sentence's own ids (`source_tag`), so no tokenizer ever splits it, and refuse a language the model lacks,
+a multilingual model's missing one and a bilingual model's given one, each in one `InputError` line.
+"""
+
+from __future__ import annotations
+
+import re
+
+from common.errors import InputError
+
+_TAG = re.compile(r"^>>(\S+)<<$")
+
+
+def tag(language: str) -> str:
+    """The token that asks for `language`: `>>fr<<` for "fr"."""
+    return f">>{language}<<"
+
+
+def tokens_of(tokenizer) -> list[str]:
+    """The token string of every id, in id order, for each of our tokenizers."""
+    inner = getattr(tokenizer, "tokenizer", None)  # a SubwordTokenizer's Hugging Face tokenizer
+    if inner is not None:
+        return [inner.id_to_token(i) for i in range(len(tokenizer))]
+    return list(tokenizer.tokens)
+
+
+def target_languages(tokenizer) -> dict[str, int]:
+    """A source tokenizer's target languages, each with its tag's id, in id order: {} for a bilingual model."""
+    return {m.group(1): i for i, token in enumerate(tokens_of(tokenizer)) if token and (m := _TAG.match(token))}
+
+
+def source_tag(languages: dict[str, int], tgt_lang: str | None) -> list[int]:
+    """The ids that go before each source sentence for `tgt_lang`: [its tag's id] for a multilingual model
+    (`languages`: `target_languages`), [] for a bilingual one with none asked."""
+    if tgt_lang is None:
+        if languages:
+            raise InputError(
+                f"this model is multilingual: give the target language (tgt_lang=, --tgt-lang), one of {', '.join(languages)}"
+            )
+        return []
+    if not languages:
+        raise InputError(
+            f"tgt_lang={tgt_lang!r}: this model translates into one language (its vocabulary has no >>xx<< "
+            "tokens); give no target language"
+        )
+    if tgt_lang not in languages:
+        raise InputError(f"no target language {tgt_lang!r} in this model: it knows {', '.join(languages)}")
+    return [languages[tgt_lang]]
+
+
+def language_check(value) -> str | None:
+    """`DecodingOptions.tgt_lang`'s check: a language's name, as its tag has it between >> and <<."""
+    if not isinstance(value, str) or not _TAG.match(tag(value)) or ">>" in value or "<<" in value:
+        return "must be a language's name, as in its >>xx<< token (fr for >>fr<<)"
+    return None
