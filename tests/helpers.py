@@ -514,25 +514,28 @@ def train_spm(lines: list[str], vocab_size: int) -> bytes:
     return model.getvalue()
 
 
-def marian_vocab(*models: bytes) -> dict[str, int]:
-    """Marian's id table: </s> 0, <unk> 1, the pieces of `models` in order, <pad> last."""
+def marian_vocab(*models: bytes, tags: tuple[str, ...] = ()) -> dict[str, int]:
+    """Marian's id table: </s> 0, <unk> 1, the pieces of `models` in order, a multilingual model's `tags`
+    (`>>fr<<`, ..., which no SentencePiece model holds), <pad> last."""
     import sentencepiece as spm
 
     pieces = ["</s>", "<unk>"]
     for model in models:
         proc = spm.SentencePieceProcessor(model_proto=model)
         pieces += [p for p in (proc.id_to_piece(i) for i in range(proc.get_piece_size())) if p not in pieces]
-    return {p: i for i, p in enumerate([*pieces, "<pad>"])}
+    return {p: i for i, p in enumerate([*pieces, *tags, "<pad>"])}
 
 
-def make_marian(folder: Path, spm_models, name: str, seed: int = 0, eos_bias: float = 3.0, init_std: float = 0.2):
-    """A random Marian model and its tokenizer saved in `folder`, as `save_pretrained` writes them."""
+def make_marian(folder: Path, spm_models, name: str, seed: int = 0, eos_bias: float = 3.0, init_std: float = 0.2, languages=()):
+    """A random Marian model and its tokenizer saved in `folder`, as `save_pretrained` writes them; with
+    `languages`, a multilingual one, their `>>xx<<` tags in its source vocabulary (OPUS-MT's en-ROMANCE, say)."""
     import transformers
 
     args, separate, _ = MARIAN_CONFIGS[name]
     args = dict(args)
     src_model, tgt_model = spm_models
-    src_vocab = marian_vocab(src_model) if separate else marian_vocab(src_model, tgt_model)
+    tags = tuple(f">>{language}<<" for language in languages)
+    src_vocab = marian_vocab(src_model, tags=tags) if separate else marian_vocab(src_model, tgt_model, tags=tags)
     tgt_vocab = marian_vocab(tgt_model) if separate else src_vocab
     if separate:  # one <pad> id on both sides, as Marian's config has one pad_token_id: equal sizes
         size = max(len(src_vocab), len(tgt_vocab))
@@ -598,6 +601,31 @@ def forced_eos(eos: int, limit: int):
             return forced
 
     return LogitsProcessorList([ForcedEos()])
+
+
+def marian_generate(hf, batch, pad: int, **settings) -> torch.Tensor:
+    """`generate` of a Marian model as our searches decode: <pad> never generated, no forced </s> but ours at 40."""
+    import transformers
+
+    config = transformers.GenerationConfig(
+        do_sample=False,
+        max_new_tokens=40,
+        bad_words_ids=[[pad]],
+        pad_token_id=pad,
+        eos_token_id=0,
+        decoder_start_token_id=pad,
+        forced_eos_token_id=None,
+        early_stopping=False,
+        **settings,
+    )
+    return hf.generate(**batch, generation_config=config, logits_processor=forced_eos(0, 40))  # </s> as ours
+
+
+def assert_same_rows(ours: torch.Tensor, theirs: torch.Tensor, pad: int) -> None:
+    """Two (B, L) id batches equal once padded to one width."""
+    width = max(ours.size(1), theirs.size(1))
+    grow = lambda t: torch.cat([t, t.new_full((t.size(0), width - t.size(1)), pad)], dim=1)  # noqa: E731
+    assert torch.equal(grow(ours), grow(theirs)), (ours, theirs)
 
 
 # ---------------------------------------------------------------------------------------------- exported models

@@ -28,9 +28,10 @@ from tests.helpers import (
     MARIAN_SOURCES,
     ROOT,
     SHARED_DATA,
+    assert_same_rows,
     fit,
-    forced_eos,
     make_marian,
+    marian_generate,
     multi30k_lines,
     script,
     train_spm,
@@ -44,27 +45,6 @@ MULTI30K = SHARED_DATA / "multi30k"
 @pytest.fixture(scope="module")
 def spm_models() -> tuple[bytes, bytes]:
     return train_spm(multi30k_lines("train.de.gz", 400), 60), train_spm(multi30k_lines("train.en.gz", 400), 60)
-
-
-def _generate(hf, batch, pad: int, **settings) -> torch.Tensor:
-    config = transformers.GenerationConfig(
-        do_sample=False,
-        max_new_tokens=40,
-        bad_words_ids=[[pad]],
-        pad_token_id=pad,
-        eos_token_id=0,
-        decoder_start_token_id=pad,
-        forced_eos_token_id=None,
-        early_stopping=False,
-        **settings,
-    )
-    return hf.generate(**batch, generation_config=config, logits_processor=forced_eos(0, 40))  # </s> as ours
-
-
-def _same_rows(ours: torch.Tensor, theirs: torch.Tensor, pad: int) -> None:
-    width = max(ours.size(1), theirs.size(1))
-    grow = lambda t: torch.cat([t, t.new_full((t.size(0), width - t.size(1)), pad)], dim=1)  # noqa: E731
-    assert torch.equal(grow(ours), grow(theirs)), (ours, theirs)
 
 
 # Two regimes, by the bias on </s>: "to-the-limit" (0) = no hypothesis ends before the limit (both searches
@@ -106,7 +86,7 @@ def test_logits_and_decoding_match_marian(tmp_path, spm_models, name, regime) ->
     # Greedy and beam search: the same ids as generate's (which bans <pad>, as every search of ours does, asked or
     # not), no length normalisation for beams.
     greedy = greedy_decode(ours.net, src, ours.bos_id, ours.eos_id, 40)
-    _same_rows(greedy, _generate(hf, batch, pad, num_beams=1), pad)
+    assert_same_rows(greedy, marian_generate(hf, batch, pad, num_beams=1), pad)
     for beams in (2, 5):
         beam = beam_search(
             ours.net,
@@ -119,7 +99,7 @@ def test_logits_and_decoding_match_marian(tmp_path, spm_models, name, regime) ->
         )
         ended = torch.tensor([row.index(ours.eos_id, 1) < 40 for row in beam.tolist()])  # before the limit
         assert ended.all() if regime == "ends" else not ended.any(), f"not the {regime} regime: {ended.tolist()}"
-        _same_rows(beam, _generate(hf, batch, pad, num_beams=beams, length_penalty=0.0), pad)
+        assert_same_rows(beam, marian_generate(hf, batch, pad, num_beams=beams, length_penalty=0.0), pad)
     # translate() decodes with the same search and gives the tokenizer's text of it.
     assert ours.translate(MARIAN_SOURCES, max_len=40) == [ours.tgt_tokenizer.decode(row[1:].tolist()) for row in greedy]
 
