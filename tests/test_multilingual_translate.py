@@ -17,6 +17,7 @@ from inference import DecodingOptions, Translator
 from tasks import Seq2SeqTransformer
 from tests.helpers import (
     assert_same_rows,
+    forced_eos,
     make_marian,
     marian_generate,
     multi30k_lines,
@@ -176,3 +177,52 @@ def test_the_scripts_take_tgt_lang(marian, sources, tmp_path, capsys):
     for flags, message in (([], "one of fr, de, cs"), (["--tgt-lang", "es"], "it knows fr, de, cs")):
         code, out, err = run_script(capsys, "translate", "--ckpt", str(ckpt), *flags, sources[0])
         assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_a_model_of_ours_with_tags_exports_with_them(tmp_path):
+    """A model of this project whose tokenizer holds the tags as tokens of their own (as a multilingual data module
+    adds them): `AutoTokenizer` on its Hugging Face export reads `>>fr<< text` as our ids with tgt_lang="fr", the
+    exported `MarianMTModel` and CTranslate2 search as the checkpoint does, and CTranslate2 scores as it does."""
+    pytest.importorskip("ctranslate2", reason="pip install -e '.[deploy]'")
+    from datamodules.tokenizers import SubwordTokenizer
+    from deploy.ctranslate2 import export_ctranslate2
+    from deploy.ctranslate2_translator import CTranslate2Translator
+    from deploy.huggingface import export_huggingface
+    from models.config import Seq2SeqSettings
+
+    tokenizer = SubwordTokenizer.train(multi30k_lines("train.en.gz", 300) + multi30k_lines("train.fr.gz", 300), vocab_size=300)
+    tokenizer.tokenizer.add_special_tokens([f">>{lang}<<" for lang in LANGUAGES])
+    torch.manual_seed(0)
+    settings = Seq2SeqSettings(d_model=32, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64, max_len=64)
+    model = Seq2SeqTransformer(tokenizers={"src": tokenizer.to_dict(), "tgt": tokenizer.to_dict()}, net=settings).eval()
+    with torch.no_grad():  # far from uniform, so that a wrong or missing tag shows in the outputs
+        for p in model.parameters():
+            p.mul_(3) if p.dim() >= 2 else p.add_(0.3 * torch.randn_like(p))
+    ours = model.translator
+    sources = multi30k_lines("val.en.gz", 4)
+    hf_dir = export_huggingface(model, tmp_path / "hf")
+    hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    ct2 = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"))
+    assert list(ours.languages) == list(ct2.languages) == list(LANGUAGES)
+    scored = {}
+    for lang in ("fr", "de"):
+        batch = tok([f">>{lang}<< {s}" for s in sources], return_tensors="pt", padding=True)
+        assert torch.equal(batch["input_ids"], ours.encode_sources(sources, lang))
+        greedy = ours.translate(sources, nbest=1, tgt_lang=lang, max_len=20)
+        theirs = hf.generate(
+            **batch,
+            num_beams=1,
+            max_new_tokens=20,
+            do_sample=False,
+            forced_eos_token_id=None,
+            logits_processor=forced_eos(ours.eos_id, 20),
+        )  # fmt: skip (the export's generation config, but <eos> forced at the limit with its own log-prob, as ours)
+        assert_same_rows(rows(greedy, ours.bos_id, ours.pad_id), theirs, ours.pad_id)
+        got = ct2.translate(sources, nbest=1, tgt_lang=lang, max_len=20)
+        assert [row[0].tokens for row in got] == [row[0].tokens for row in greedy]
+        refs = multi30k_lines(f"val.{lang}.gz", len(sources))
+        for a, b in zip(ct2.score(sources, refs, tgt_lang=lang), ours.score(sources, refs, tgt_lang=lang)):
+            assert a.tokens == b.tokens and a.token_log_probs == pytest.approx(b.token_log_probs, abs=1e-4)
+        scored[lang] = [h.token_log_probs for h in ours.score(sources, sources, tgt_lang=lang)]
+    assert scored["fr"] != scored["de"]  # the tag is read: another language, other log-probs
