@@ -7,6 +7,7 @@ import contextlib
 import json
 from pathlib import Path
 
+from inference.languages import target_languages
 from models.config import Seq2SeqConfig
 
 
@@ -37,6 +38,8 @@ def model_card(
     meta = meta or {}
     data = _data_settings(record.get("config", ""))
     languages = [lang for lang in (data.get("src_lang"), data.get("tgt_lang")) if lang]
+    targets = list(target_languages(model.src_tokenizer))  # a multilingual model's: a >>xx<< token starts a source
+    tag = f">>{targets[0]}<< " if targets else ""
     front = ["---", "library_name: transformers", "pipeline_tag: translation", "tags:", "- translation", "- marian"]
     if languages:
         front += ["language:", *[f"- {lang}" for lang in languages]]
@@ -52,7 +55,7 @@ def model_card(
         "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
         'tokenizer = AutoTokenizer.from_pretrained("THIS_FOLDER")',
         'model = AutoModelForSeq2SeqLM.from_pretrained("THIS_FOLDER")',
-        'batch = tokenizer(["a sentence to translate"], return_tensors="pt", padding=True)',
+        f'batch = tokenizer(["{tag}a sentence to translate"], return_tensors="pt", padding=True)',
         "print(tokenizer.batch_decode(model.generate(**batch, num_beams=1), skip_special_tokens=True))",
         '# transformers 4 also has pipeline("translation", model="THIS_FOLDER")',
         "```",
@@ -65,6 +68,11 @@ def model_card(
         + (", one table for both sides" if c.share_embeddings else "")
         + (", the output layer tied to it" if c.tie_embeddings else ""),
         f"- positions: fixed sinusoids, up to {c.max_len} tokens a side",
+        *(
+            [f"- target languages: {', '.join(targets)}, each asked for by its token first in the source ({tag.strip()})"]
+            if targets
+            else []
+        ),
         f"- parameters: {sum(p.numel() for p in model.parameters()):,}",
     ]
     if shaped.num_encoder_layers != c.num_encoder_layers:

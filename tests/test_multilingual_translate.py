@@ -108,6 +108,8 @@ def test_exports_translate_with_the_tags_as_the_checkpoint_does(marian, sources,
     from_hub = Translator.from_pretrained(hf_dir)
     ct2 = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"))
     assert from_hub.languages == ct2.languages == ours.languages and list(ours.languages) == list(LANGUAGES)
+    card = (hf_dir / "README.md").read_text(encoding="utf-8")  # its languages, and its example with a tag
+    assert "- target languages: fr, de, cs" in card and 'tokenizer([">>fr<< a sentence to translate"]' in card
     hf = transformers.MarianMTModel.from_pretrained(hf_dir).eval()
     tok = transformers.MarianTokenizer.from_pretrained(hf_dir)
     for lang in ("fr", "de"):
