@@ -18,7 +18,7 @@ from datamodules.pair_sampling import TemperatureBatchSampler
 from models.config import Seq2SeqSettings
 from tasks import Seq2SeqTransformer
 from tasks.metrics import scores_by_set
-from tests.helpers import FIT, ROOT, assert_one_line_error, quiet_trainer, run
+from tests.helpers import FIT, ROOT, assert_one_line_error, quiet_trainer, run, run_script, save_checkpoint
 
 LANGS = ("de", "en", "fr", "cs")
 SPLIT_SIZES = {"train": 120, "val": 9, "test": 7}
@@ -215,3 +215,23 @@ def test_the_recipes_bad_pair_is_one_line_from_the_command_line(tmp_path):
     result = run([*FIT, "--config", recipe, "--data.init_args.pairs", "[de_en]", "--trainer.default_root_dir", str(tmp_path)])
     assert result.returncode == 2
     assert_one_line_error(result, "pair 'de_en' is not SRC-TGT")
+
+
+def test_evaluate_pair_tags_each_source_line_as_the_data_module_does(tmp_path, capsys):
+    """`--pair de-en` on the untagged file translates what the untagged file tagged by the data module translates."""
+    dm = module(tmp_path)
+    net = Seq2SeqSettings(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32, max_len=24)
+    ckpt = str(save_checkpoint(Seq2SeqTransformer(tokenizers=dm.tokenizers, net=net, max_len_b=4), tmp_path / "m.ckpt"))
+    data = Path(dm.hparams.data_dir)
+    tagged_by_module = tmp_path / "tagged.de"
+    tagged_by_module.write_text("".join(s + "\n" for s, _ in dm.eval_sets("test")[0].pairs), encoding="utf-8")
+    common = ["--ckpt", ckpt, "--ref", str(data / "test_2016_flickr.en.gz"), "--beam-size", "1"]
+    src = str(data / "test_2016_flickr.de.gz")
+    code, out, _ = run_script(capsys, "evaluate", *common, "--src", src, "--pair", "de-en", "--hyp-out", str(tmp_path / "a"))
+    assert code == 0 and "SacreBLEU" in out
+    code, _, _ = run_script(capsys, "evaluate", *common, "--src", str(tagged_by_module), "--hyp-out", str(tmp_path / "b"))
+    assert code == 0 and (tmp_path / "a").read_text() == (tmp_path / "b").read_text()
+    run_script(capsys, "evaluate", *common, "--src", src, "--hyp-out", str(tmp_path / "c"))
+    assert (tmp_path / "c").read_text() != (tmp_path / "a").read_text()  # the tags change what the model reads
+    code, _, err = run_script(capsys, "evaluate", *common, "--src", src, "--pair", "de_en")
+    assert code == 2 and err.strip() == "error: --pair 'de_en' is not SRC-TGT, two language codes joined by '-' (e.g. de-en)"
