@@ -235,3 +235,18 @@ def test_evaluate_pair_tags_each_source_line_as_the_data_module_does(tmp_path, c
     assert (tmp_path / "c").read_text() != (tmp_path / "a").read_text()  # the tags change what the model reads
     code, _, err = run_script(capsys, "evaluate", *common, "--src", src, "--pair", "de_en")
     assert code == 2 and err.strip() == "error: --pair 'de_en' is not SRC-TGT, two language codes joined by '-' (e.g. de-en)"
+
+
+def test_a_resumed_epoch_goes_on_where_it_stopped(tmp_path):
+    """The training loader's state after 3 batches: a new loader given it hands out the epoch's other batches, none
+    again (resumable.py), the temperature draw being a function of (seed, epoch) alone."""
+    dm = module(tmp_path, temperature=2.0)
+    whole = [batch.src.tolist() for batch in dm.train_dataloader()]
+    loader = dm.train_dataloader()
+    batches = iter(loader)
+    for _ in range(3):
+        next(batches)
+    state = loader.state_dict()
+    again = dm.train_dataloader()
+    again.load_state_dict(state)
+    assert [batch.src.tolist() for batch in again] == whole[3:] and len(whole) > 3
