@@ -5,6 +5,7 @@ from common.errors import CorpusFormatError, DataFormatError, DataNotFoundError,
 from .batching import Seq2SeqBatch, collate_pairs
 from .corpus import ParallelCorpusDataModule
 from .mnist import MNISTDataModule
+from .multilingual import MultilingualCorpusDataModule
 from .samplers import TokenBudgetBatchSampler
 from .tokenizers import SubwordTokenizer, tokenizer_from_dict, train_tokenizer
 from .toy import ToyTranslationDataModule
@@ -21,6 +22,7 @@ __all__ = [
     "DataNotFoundError",
     "HyperparameterError",
     "MNISTDataModule",
+    "MultilingualCorpusDataModule",
     "ParallelCorpusDataModule",
     "ToyTranslationDataModule",
     "Seq2SeqBatch",

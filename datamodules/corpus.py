@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import lightning as L
-import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
@@ -21,11 +20,11 @@ from common.errors import DataFormatError, DataNotFoundError, HyperparameterErro
 from models.checks import at_least, check_hparams, fraction, no_more_than, one_of
 
 from .corpus_readers import Pair
-from .indexed import IndexedIds, TokenPairs, collated
+from .indexed import TokenPairs, collated
 from .preparation import PreparedCorpus
 from .resumable import ResumableDataLoader, shard_of
 from .samplers import TokenBudgetBatchSampler, padding_waste
-from .sources import ENGLISH, SPLITS
+from .sources import ENGLISH
 from .tokenizers import TokenizerKind
 from .vocab import SPECIAL_TOKENS, Tokenizer
 
@@ -46,7 +45,37 @@ def checkpoint_tokenizers(path: str | Path) -> dict:
     return tokenizers
 
 
-class ParallelCorpusDataModule(L.LightningDataModule):
+class SplitLoaders:
+    """The loaders of a data module whose `_datasets[split]` are prepared pairs (`TokenPairs`, `ConcatPairs`) and
+    `_sampler(split)` their batch sampler, which shards itself across processes. The training loader resumes
+    mid-epoch (see resumable.py); evaluation loaders always run whole."""
+
+    def _loader(self, split: str) -> DataLoader:
+        self.setup()
+        dataset, batch_sampler, workers = self._datasets[split], self._sampler(split), self.hparams.num_workers
+        loader = (ResumableDataLoader if split == "train" else DataLoader)(
+            dataset,
+            batch_sampler=batch_sampler,
+            collate_fn=functools.partial(collated, pad_to_multiple=self.pad_to_multiple, pad_id=dataset.pad_id),
+            num_workers=workers,
+            persistent_workers=workers > 0,
+        )
+        # DataLoader forbids setting `sampler` once built (and taking one with a batch sampler); the batch
+        # sampler shards itself across processes, and its view tells Lightning so (see BatchSamplerView).
+        object.__setattr__(loader, "sampler", batch_sampler.sampler)
+        return loader
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train")
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test")
+
+
+class ParallelCorpusDataModule(SplitLoaders, L.LightningDataModule):
     """Sentence pairs from a Tatoeba file (split here) or line-aligned files (splits given), token-budget batches.
 
     Defaults: Tatoeba Chinese→English in `data/cmn-eng` (inside the project, downloaded there when
@@ -142,23 +171,8 @@ class ParallelCorpusDataModule(L.LightningDataModule):
         """Memory-map every split of the prepared corpus (preparing it first if no process has)."""
         if self._datasets is not None:
             return
-        folder, meta = self.corpus.ids()
-        h = self.hparams
-        dtypes = [np.dtype(d) for d in meta["dtypes"]]
-        self._datasets = {
-            split: TokenPairs(
-                IndexedIds(folder / f"{split}.src", dtypes[0]),
-                IndexedIds(folder / f"{split}.tgt", dtypes[1]),
-                self.corpus.tokenizers()[1].pad_id,  # an imported Marian model's <pad> is its last id
-            )
-            for split in SPLITS
-        }
-        # Files changed in place after their build (same sizes, other bytes) must not feed the model ids
-        # outside its vocabulary: one pass over the maps (about 0.5 s for 4.5M pairs; docs/results.md).
-        sizes = (len(self.src_vocab), len(self.tgt_vocab))
-        for data in self._datasets.values():
-            for store, size in zip((data.src, data.tgt), sizes):
-                store.check(size, f"delete {folder} and run again to prepare it anew")
+        self._datasets = self.corpus.splits()
+        h, (_, meta) = self.hparams, self.corpus.ids()
         for split, stats in meta["splits"].items():
             action = "dropped" if split == "train" and h.overlong == "drop" else "truncated"
             data = self._datasets[split]
@@ -183,32 +197,6 @@ class ParallelCorpusDataModule(L.LightningDataModule):
                 rank=rank,
             )
         return self._samplers[key]
-
-    def _loader(self, split: str) -> DataLoader:
-        self.setup()
-        # The training loader resumes mid-epoch (see resumable.py); evaluation loaders always run whole.
-        loader_class = ResumableDataLoader if split == "train" else DataLoader
-        batch_sampler = self._sampler(split)
-        loader = loader_class(
-            self._datasets[split],
-            batch_sampler=batch_sampler,
-            collate_fn=functools.partial(collated, pad_to_multiple=self.pad_to_multiple, pad_id=self._datasets[split].pad_id),
-            num_workers=self.hparams.num_workers,
-            persistent_workers=self.hparams.num_workers > 0,
-        )
-        # DataLoader forbids setting `sampler` once built (and taking one with a batch sampler); the batch
-        # sampler shards itself across processes, and its view tells Lightning so (see BatchSamplerView).
-        object.__setattr__(loader, "sampler", batch_sampler.sampler)
-        return loader
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train")
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test")
 
     # -- raw text for BLEU ---------------------------------------------------------------------------------
 

@@ -14,13 +14,13 @@ from .resumable import run_seed
 
 
 class BatchSamplerView(DistributedSampler):
-    """A `TokenBudgetBatchSampler`'s indices, batch after batch, standing in as its `sampler` and as its
+    """A `ShardedBatchSampler`'s indices, batch after batch, standing in as its `sampler` and as its
     loader's `sampler`. Lightning calls `set_epoch` on `dataloader.batch_sampler.sampler`, not on the
     batch sampler itself; and under DDP it replaces a loader's sampler unless that is a
     `DistributedSampler`, which fails for a batch sampler. The batch sampler shards itself, so this
     view says so, and `Trainer(strategy="ddp")` works without `use_distributed_sampler=False`."""
 
-    def __init__(self, owner: TokenBudgetBatchSampler):  # no super().__init__: it asks for a process group
+    def __init__(self, owner: ShardedBatchSampler):  # no super().__init__: it asks for a process group
         self.owner = owner
         self.num_replicas, self.rank, self.shuffle, self.seed = owner.num_replicas, owner.rank, owner.shuffle, owner.seed
 
@@ -38,7 +38,52 @@ class BatchSamplerView(DistributedSampler):
         return sum(map(len, self.owner.batches()))
 
 
-class TokenBudgetBatchSampler(Sampler[np.ndarray]):
+class ShardedBatchSampler(Sampler[np.ndarray]):
+    """Batches of example indices drawn afresh each epoch from (seed, epoch) by `draw`, this rank's share of them
+    (`deal`), minus the first `skip` batches of the next pass (set by `resumable.ResumableDataLoader` on resume)."""
+
+    skip = 0
+
+    def __init__(self, shuffle: bool, seed: int | None, num_replicas: int, rank: int):
+        self.shuffle, self.seed = shuffle, run_seed() if seed is None else seed
+        self.num_replicas, self.rank = num_replicas, rank
+        self.epoch = 0
+        self.sampler = BatchSamplerView(self)
+        self._cache: tuple[int, list[np.ndarray]] | None = None
+
+    def draw(self, rng: np.random.Generator) -> list[np.ndarray]:
+        """Every process's batches of this epoch, in order."""
+        raise NotImplementedError
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def batches(self) -> list[np.ndarray]:
+        """This epoch's batches for this rank (computed once per epoch: `len` and `iter` must agree)."""
+        if self._cache is None or self._cache[0] != self.epoch:
+            out = self.draw(np.random.default_rng([self.seed, self.epoch]))
+            self._cache = (self.epoch, deal(out, self.shuffle, self.num_replicas, self.rank))
+        return self._cache[1]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        skip, self.skip = self.skip, 0
+        return iter(self.batches()[skip:])
+
+    def __len__(self) -> int:
+        return len(self.batches())
+
+
+def deal(batches: list, shuffle: bool, num_replicas: int, rank: int) -> list:
+    """Rank `rank`'s share of `batches`: every `num_replicas`-th from the `rank`-th on, all ranks the same count or
+    DDP hangs on the last step. Training (`shuffle`) drops the remainder (other batches next epoch); evaluation
+    repeats the first batches so nothing is left out."""
+    if num_replicas == 1 or not batches:
+        return batches
+    n = len(batches) // num_replicas if shuffle else -(-len(batches) // num_replicas)
+    return [batches[i % len(batches)] for i in range(n * num_replicas)][rank::num_replicas]
+
+
+class TokenBudgetBatchSampler(ShardedBatchSampler):
     """Batches of example indices whose padded size `len(batch) * max(lengths in batch)` stays ≤ `max_tokens`.
 
     Examples are sorted by length and packed greedily, so a batch holds similar lengths (little padding).
@@ -48,13 +93,10 @@ class TokenBudgetBatchSampler(Sampler[np.ndarray]):
     to epoch, and Lightning fixes that number at setup: an epoch one batch short would skip validation.
     Sorting everything keeps the sequence of lengths, hence the packing and the count, identical.
     Without `shuffle`: the same batches, in length order, every time.
-    With `num_replicas` > 1 each rank takes every `num_replicas`-th batch, all ranks the same count.
-    The next pass leaves out its first `skip` batches (set by `resumable.ResumableDataLoader` on resume).
+    With `num_replicas` > 1 each rank takes every `num_replicas`-th batch, all ranks the same count (`deal`).
 
     Everything is arrays: 4.5M lengths are 18 MB and an epoch's batches take about a second to draw.
     """
-
-    skip = 0
 
     def __init__(
         self,
@@ -68,40 +110,14 @@ class TokenBudgetBatchSampler(Sampler[np.ndarray]):
         self.lengths = np.asarray(lengths, dtype=np.int32)
         if len(self.lengths) and self.lengths.max() > max_tokens:
             raise ValueError(f"An example of {self.lengths.max()} tokens cannot fit a token budget of {max_tokens}")
-        self.max_tokens, self.shuffle = max_tokens, shuffle
-        self.seed = run_seed() if seed is None else seed
-        self.num_replicas, self.rank = num_replicas, rank
-        self.epoch = 0
-        self.sampler = BatchSamplerView(self)
-        self._cache: tuple[int, list[np.ndarray]] | None = None
+        self.max_tokens = max_tokens
+        super().__init__(shuffle, seed, num_replicas, rank)
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def batches(self) -> list[np.ndarray]:
-        """This epoch's batches for this rank (computed once per epoch: `len` and `iter` must agree)."""
-        if self._cache is not None and self._cache[0] == self.epoch:
-            return self._cache[1]
-        rng = np.random.default_rng([self.seed, self.epoch])
+    def draw(self, rng: np.random.Generator) -> list[np.ndarray]:
         order = rng.permutation(len(self.lengths)) if self.shuffle else np.arange(len(self.lengths))
         order = order[np.argsort(self.lengths[order], kind="stable")]  # equal lengths keep their shuffled order
         out = np.split(order, pack_sorted(self.lengths[order], self.max_tokens)) if len(order) else []
-        if self.shuffle:
-            out = [out[i] for i in rng.permutation(len(out))]
-        if self.num_replicas > 1 and out:
-            # Equal counts per rank or DDP hangs on the last step: training drops the remainder (other
-            # batches next epoch), evaluation repeats the first batches so nothing is left out.
-            n = len(out) // self.num_replicas if self.shuffle else -(-len(out) // self.num_replicas)
-            out = [out[i % len(out)] for i in range(n * self.num_replicas)][self.rank :: self.num_replicas]
-        self._cache = (self.epoch, out)
-        return out
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        skip, self.skip = self.skip, 0
-        return iter(self.batches()[skip:])
-
-    def __len__(self) -> int:
-        return len(self.batches())
+        return [out[i] for i in rng.permutation(len(out))] if self.shuffle else out
 
 
 def pack_sorted(sorted_lengths: np.ndarray, max_tokens: int) -> np.ndarray:

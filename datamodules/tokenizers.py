@@ -12,8 +12,8 @@ import json
 from collections.abc import Iterable
 from typing import Literal
 
+from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
 from .sentencepiece import SentencePieceVocab
 from .vocab import BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Tokenizer, Vocab, content_ids
@@ -116,6 +116,16 @@ def train_tokenizer(
         vocab = Vocab.build(texts, level=kind)
         return Vocab(vocab.tokens[:vocab_size], level=kind)
     raise ValueError(f"Tokenizer kind must be one of 'bpe', 'unigram', 'char', 'word', got {kind!r}")
+
+
+def with_symbols(tokenizer: Tokenizer, symbols: list[str]) -> SubwordTokenizer:
+    """`tokenizer` with `symbols` (a multilingual model's language tags, datamodules.languages) added after its
+    pieces: each one id, matched in the raw text before any other piece, never split; the spaces around one belong
+    to it, so `>>fr<< Ein` and `>>fr<<Ein` are the same ids. Only a subword tokenizer takes symbols."""
+    if not isinstance(tokenizer, SubwordTokenizer):
+        raise ValueError(f"language tags need a subword tokenizer (bpe or unigram), not {tokenizer.kind!r}")
+    tokenizer.tokenizer.add_special_tokens([AddedToken(s, lstrip=True, rstrip=True) for s in symbols])
+    return tokenizer
 
 
 TOKENIZER_KINDS: dict[str, type] = {cls.kind: cls for cls in (Vocab, SubwordTokenizer, SentencePieceVocab)}

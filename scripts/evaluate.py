@@ -4,7 +4,9 @@
         --ref data/multi30k/test_2016_flickr.en.gz [--beam-size 4] [--batch-size 64] [--hyp-out FILE]
     .venv/bin/python scripts/evaluate.py --engine ctranslate2 --model OUT_DIR [--compute-type int8] --src ... --ref ...
 
-Files may be gzip (name ending in .gz) or plain text; line i of --ref translates line i of --src.
+Files may be gzip (name ending in .gz) or plain text; line i of --ref translates line i of --src. A multilingual
+model's direction is `--pair de-en`: the target's tag (`>>en<<`) is put in front of every source line
+(datamodules/languages.py), `--source-tag` adds the source's too.
 The metrics are wired exactly as during training (tasks/metrics.py): cased BLEU with the 13a
 tokenizer (zh for Chinese references), then the same BLEU lowercased, labelled as such, because many
 papers and tutorials report that one. A checkpoint of a run with `--ema_decay` holds the averaged
@@ -37,6 +39,7 @@ from common.errors import DataNotFoundError, InputError  # noqa: E402
 from common.exits import exit_on_user_error, writing_to  # noqa: E402
 from common.files import atomic_output  # noqa: E402
 from datamodules.corpus_readers import read_aligned  # noqa: E402
+from datamodules.languages import parse_direction, tagged  # noqa: E402
 from datamodules.progress import translation_progress  # noqa: E402
 from deploy.engines import (  # noqa: E402
     add_engine_arguments,
@@ -53,6 +56,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_engine_arguments(parser)
     parser.add_argument("--src", required=True, help="source sentences, one a line (plain or .gz)")
     parser.add_argument("--ref", required=True, help="reference translations, line-aligned with --src")
+    parser.add_argument(
+        "--pair",
+        default=None,
+        metavar="SRC-TGT",
+        help="a multilingual model's direction (de-en): the target's tag (>>en<<) goes in front of every source line",
+    )
+    parser.add_argument("--source-tag", action="store_true", help="with --pair: the source's tag too, for a model trained so")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (default: 64)")
     parser.add_argument("--hyp-out", default=None, help="also write the translations to this file")
     parser.add_argument(
@@ -68,6 +78,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     decoding_options(args)  # bad values and combinations refused before anything loads
     if args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
+    if args.source_tag and not args.pair:
+        parser.error("--source-tag needs --pair")
     return args
 
 
@@ -77,6 +89,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     for name in ("src", "ref"):
         if not Path(getattr(args, name)).is_file():
             raise DataNotFoundError(f"--{name} file not found: {getattr(args, name)}")
+    direction = parse_direction(args.pair, "--pair") if args.pair else None  # HyperparameterError: one line, exit 2
     pairs = read_aligned(args.src, args.ref)  # CorpusFormatError (exit 2) when the line counts differ
     if not pairs:
         raise InputError(f"{args.src} is empty: nothing to evaluate")
@@ -94,7 +107,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         options = decoding_options(args, model.options)  # one object, over the model's defaults, passed whole
         extra = {"ensemble": ensemble} if ensemble else {}
         start = time.time()
-        sources = [s for s, _ in pairs]
+        sources = [tagged(s, direction, args.source_tag) if direction else s for s, _ in pairs]
         with translation_progress(sources, args.batch_size) as on_batch:
             hyps = model.translate_many(sources, batch_size=args.batch_size, on_batch=on_batch, options=options, **extra)
         seconds = time.time() - start

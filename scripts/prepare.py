@@ -29,11 +29,22 @@ from jsonargparse import ActionConfigFile  # noqa: E402
 
 from common.exits import exit_on_user_error  # noqa: E402
 from datamodules.corpus import ParallelCorpusDataModule, check_corpus_settings  # noqa: E402
+from datamodules.multilingual import MultilingualCorpusDataModule  # noqa: E402
 from datamodules.preparation import PreparedCorpus  # noqa: E402
 from training.arguments import RecipeParser  # noqa: E402
 
 # The parts of a recipe that preparing the data does not use; accepted so that a whole recipe file parses.
-OTHER_RECIPE_KEYS = ("seed_everything", "ema_decay", "trainer", "checkpoint", "model", "optimizer", "lr_scheduler", "ckpt_path")
+OTHER_RECIPE_KEYS = (
+    "seed_everything",
+    "ema_decay",
+    "fit_schedule_to_time",
+    "trainer",
+    "checkpoint",
+    "model",
+    "optimizer",
+    "lr_scheduler",
+    "ckpt_path",
+)
 
 
 @exit_on_user_error
@@ -46,6 +57,11 @@ def main(args: list[str] | None = None) -> None:
     cfg = parser.parse_args(args)
     # The recipe's data settings, checked as the data module checks them; no data module is made.
     name = cfg.data.class_path.rsplit(".", 1)[-1]
+    if name == MultilingualCorpusDataModule.__name__:  # checks itself and reads nothing until asked
+        data = MultilingualCorpusDataModule(**vars(cfg.data.init_args))
+        data.prepare_data()
+        print(f"prepared, in {data.cache_root}: the joint tokenizer and {len(data.corpora)} directions' token ids")
+        return
     if name != ParallelCorpusDataModule.__name__:
         print(f"{name} keeps no prepared cache: nothing to prepare", file=sys.stderr)
         return

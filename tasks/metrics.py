@@ -66,3 +66,35 @@ class TokenMean(Metric):
 
     def compute(self) -> torch.Tensor:
         return self.total / self.count
+
+
+def scores_by_set(stage: str, sets: Sequence, hyps: Sequence[str]) -> tuple[dict[str, float], list[str], dict[str, str]]:
+    """BLEU and chrF of each evaluation set, and their mean over the sets that count in it.
+
+    `sets`: (name, [(source, reference), ...], in_mean) each, `hyps` every set's hypotheses in that order. One set
+    without a name is a bilingual corpus: `{stage}/bleu`, `{stage}/chrf`. Named sets (directions of a multilingual
+    model) get `{stage}/bleu/<name>` each, and `{stage}/bleu` their mean over those `in_mean`, so a checkpoint is
+    kept by the mean (`val/bleu`) or by one direction (`val/bleu/de-en`). Returns the values to log, a line a set
+    and the first set's signatures."""
+    values: dict[str, float] = {}
+    lines: list[str] = []
+    signatures: dict[str, str] = {}
+    start = 0
+    for name, pairs, in_mean in sets:
+        scores = corpus_scores(hyps[start : start + len(pairs)], [r for _, r in pairs])
+        start += len(pairs)
+        tail = f"/{name}" if name else ""
+        for metric in ("bleu", "chrf"):
+            values[f"{stage}/{metric}{tail}"] = scores[metric]
+            signatures.setdefault(f"{stage}/{metric}_signature", scores[f"{metric}_signature"])
+        note = "" if in_mean else ", not in the mean"
+        lines.append(
+            f"{stage}/bleu{tail}={scores['bleu']:.2f} {stage}/chrf{tail}={scores['chrf']:.2f} on {len(pairs)} sentences{note}"
+        )
+    counted = [name for name, _, in_mean in sets if in_mean and name]
+    if counted:
+        for metric in ("bleu", "chrf"):
+            values[f"{stage}/{metric}"] = sum(values[f"{stage}/{metric}/{name}"] for name in counted) / len(counted)
+        mean = f"{stage}/bleu={values[f'{stage}/bleu']:.2f} {stage}/chrf={values[f'{stage}/chrf']:.2f}"
+        lines.insert(0, f"{mean}, the mean over {', '.join(counted)}")
+    return values, lines, signatures

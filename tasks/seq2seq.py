@@ -25,7 +25,7 @@ from models.config import Seq2SeqSettings
 from .fast_paths import compile_net, mark_bucketed
 from .figures import attached_trainer, attention_figure, save_and_log_figure
 from .loading import load_task
-from .metrics import TokenMean, corpus_scores
+from .metrics import TokenMean, scores_by_set
 from .schedules import Schedule, adamw_with_warmup
 
 SUMMARY_SAMPLES = 10  # validation sentences the best checkpoint translates in the run's summary
@@ -197,10 +197,15 @@ class Seq2SeqTransformer(L.LightningModule):
         trainer = attached_trainer(self)
         return bool(n) and n > 0 and trainer is not None and not trainer.sanity_checking and (self.current_epoch + 1) % n == 0
 
-    def _pairs(self, stage: str) -> list[tuple[str, str]]:
+    def _sets(self, stage: str, limit: int | None = None) -> list[tuple[str, list[tuple[str, str]], bool]]:
+        """(name, pairs, in the mean) of each set `stage` scores, its first `limit` sentences: a multilingual data
+        module's directions (its `eval_sets`: tasks.metrics.scores_by_set), or one unnamed set of `{stage}_pairs()`."""
         datamodule = getattr(attached_trainer(self), "datamodule", None)
-        get = getattr(datamodule, f"{stage}_pairs", None)
-        return list(get()) if callable(get) else []
+        if callable(sets := getattr(datamodule, "eval_sets", None)):
+            found = [(s.name, list(s.pairs), s.in_mean) for s in sets(stage)]
+        else:
+            found = [("", list(get()), True)] if callable(get := getattr(datamodule, f"{stage}_pairs", None)) else []
+        return [(name, pairs[:limit], in_mean) for name, pairs, in_mean in found if pairs]
 
     def _translate_shared(self, sources: list[str], beam_size: int) -> list[str]:
         """Translate `sources`, each process its share (every world_size-th sentence) under DDP;
@@ -222,19 +227,15 @@ class Seq2SeqTransformer(L.LightningModule):
             ordered[r::world] = part
         return ordered
 
-    def _score(self, pairs: list[tuple[str, str]], stage: str, beam_size: int) -> None:
-        if not pairs:
+    def _score(self, sets: list, stage: str, beam_size: int) -> None:
+        if not sets:
             return
-        hyps = self._translate_shared([s for s, _ in pairs], beam_size)
-        scores = corpus_scores(hyps, [r for _, r in pairs])
-        for name in ("bleu", "chrf"):
-            # Every process holds the same score: no sync needed.
-            self.log(f"{stage}/{name}", scores[name], prog_bar=name == "bleu", batch_size=len(pairs))
-        line = (
-            f"{stage}/bleu={scores['bleu']:.2f} {stage}/chrf={scores['chrf']:.2f} on {len(pairs)} sentences "
-            f"({'greedy' if beam_size == 1 else f'beam {beam_size}'}; {scores['bleu_signature']})"
-        )
-        signatures = {f"{stage}/{name}_signature": scores[f"{name}_signature"] for name in ("bleu", "chrf")}
+        sources = [s for _, pairs, _ in sets for s, _ in pairs]
+        values, lines, signatures = scores_by_set(stage, sets, self._translate_shared(sources, beam_size))
+        for key, value in values.items():  # every process holds the same scores: no sync needed
+            self.log(key, value, prog_bar=key == f"{stage}/bleu", batch_size=len(sources))
+        decoding = f"({'greedy' if beam_size == 1 else f'beam {beam_size}'}; {signatures[f'{stage}/bleu_signature']})"
+        line = f"{lines[0]} {decoding}" if len(lines) == 1 else "\n  ".join([decoding[1:-1], *lines])
         self.score_reports[stage] = {"line": line, **signatures}
         if stage != "test":  # a test's line names the checkpoint it scored: the run's summary prints it (run_summary)
             rank_zero_info(f"epoch {self.current_epoch} step {self.global_step}: {line}")
@@ -242,13 +243,14 @@ class Seq2SeqTransformer(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         if not self._bleu_due():
             return
-        pairs = self._pairs("val")[: self.hparams.bleu_val_sentences]  # None: the whole split
-        self._score(pairs, "val", beam_size=1)
-        if self.hparams.attention_maps > 0 and pairs:
-            self.plot_attention([s for s, _ in pairs[: self.hparams.attention_maps]], f"attention/epoch{self.current_epoch}")
+        sets = self._sets("val", self.hparams.bleu_val_sentences)  # None: the whole split
+        self._score(sets, "val", beam_size=1)
+        if self.hparams.attention_maps > 0 and sets:
+            sources = [s for s, _ in sets[0][1][: self.hparams.attention_maps]]
+            self.plot_attention(sources, f"attention/epoch{self.current_epoch}")
 
     def on_test_epoch_end(self) -> None:
-        self._score(self._pairs("test"), "test", beam_size=self.hparams.eval_beam_size)
+        self._score(self._sets("test"), "test", beam_size=self.hparams.eval_beam_size)
 
     def attention_map(self, sentence: str, raw_pieces: bool | None = None, layer: int = -1):
         """A matplotlib figure of `attention_weights(sentence, layer)`. Subword pieces read as words unless
