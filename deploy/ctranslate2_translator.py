@@ -44,7 +44,7 @@ from pathlib import Path
 from common.errors import InputError
 from datamodules.batching import frame_source, map_in_length_batches
 from datamodules.tokenizers import tokenizer_from_dict
-from inference.languages import source_tag, target_languages
+from inference.languages import target_languages, with_target_tag
 from inference.options import DecodingOptions
 from models.decoding import Hypothesis, length_penalty_factor
 
@@ -102,7 +102,7 @@ class CTranslate2Translator:
         """A sentence's source tokens, after `tgt_lang`'s tag for a multilingual model, `<eos>` last."""
         if not isinstance(sentence, str) or not sentence.strip():
             raise InputError("an empty sentence: there is nothing to translate")
-        ids = source_tag(self.languages, tgt_lang) + self.src_tokenizer.encode(sentence)
+        ids = with_target_tag(self.languages, tgt_lang, self.src_tokenizer.encode(sentence))
         framed = frame_source(ids, self.meta["max_len"], self.src_tokenizer.eos_id)
         return [self.src_vocab[i] for i in framed]
 

@@ -6,7 +6,9 @@ tokenizer itself: the checkpoint, an imported Marian folder and either export (d
 so each knows the languages with no list of its own to fall out of step. A vocabulary without such tokens is
 a bilingual model's. Both engines (inference.Translator, deploy.ctranslate2_translator) put the tag's id before
 each sentence's own ids (`source_tag`), so no tokenizer ever splits it, and refuse a language the model lacks,
-a multilingual model's missing one and a bilingual model's given one, each in one `InputError` line.
+a multilingual model's missing one and a bilingual model's given one, each in one `InputError` line. A sentence
+whose text already starts with a tag (OPUS-MT's own usage, and how the multilingual data module and
+`scripts/evaluate.py --pair` write their sources: datamodules/languages.py) keeps it and needs no `tgt_lang`.
 """
 
 from __future__ import annotations
@@ -14,13 +16,9 @@ from __future__ import annotations
 import re
 
 from common.errors import InputError
+from datamodules.languages import target_tag as tag  # one spelling of the tag, the data module's
 
 _TAG = re.compile(r"^>>(\S+)<<$")
-
-
-def tag(language: str) -> str:
-    """The token that asks for `language`: `>>fr<<` for "fr"."""
-    return f">>{language}<<"
 
 
 def tokens_of(tokenizer) -> list[str]:
@@ -34,6 +32,18 @@ def tokens_of(tokenizer) -> list[str]:
 def target_languages(tokenizer) -> dict[str, int]:
     """A source tokenizer's target languages, each with its tag's id, in id order: {} for a bilingual model."""
     return {m.group(1): i for i, token in enumerate(tokens_of(tokenizer)) if token and (m := _TAG.match(token))}
+
+
+def with_target_tag(languages: dict[str, int], tgt_lang: str | None, ids: list[int], index: int = 0) -> list[int]:
+    """A source sentence's own ids (`ids`, sentence number `index`) after `tgt_lang`'s tag for a multilingual model
+    (`languages`: `target_languages`). Ids that already start with a tag, typed into the text, are kept as they
+    are; a `tgt_lang` that asks for another language than that tag is one `InputError` line."""
+    typed = next((lang for lang, i in languages.items() if ids and ids[0] == i), None)
+    if typed is None:
+        return source_tag(languages, tgt_lang) + ids
+    if tgt_lang not in (None, typed):
+        raise InputError(f"sentence {index} starts with {tag(typed)} but tgt_lang={tgt_lang!r}: give the language once")
+    return ids
 
 
 def source_tag(languages: dict[str, int], tgt_lang: str | None) -> list[int]:

@@ -33,7 +33,7 @@ from models.scoring import align, score_targets
 from models.static_cache import StaticDecoder
 
 from .calls import check_same_vocabularies, evaluating, pieces
-from .languages import source_tag, target_languages
+from .languages import target_languages, with_target_tag
 from .networks import TRANSLATION, read_network, read_pretrained
 from .options import DecodingOptions
 
@@ -100,11 +100,11 @@ class Translator:
         """Strings → (B, S) padded source ids on the network's device, each after `tgt_lang`'s tag for a multilingual
         model (inference.languages). Over-long sentences are truncated to the network's `max_len` with a warning;
         empty ones are refused."""
-        tag, ids = source_tag(self.languages, tgt_lang), []
+        ids = []
         for i, sentence in enumerate(sentences):
             if not isinstance(sentence, str) or not sentence.strip():
                 raise InputError(f"sentence {i} is empty: there is nothing to translate")
-            encoded = tag + self.src_tokenizer.encode(sentence)
+            encoded = with_target_tag(self.languages, tgt_lang, self.src_tokenizer.encode(sentence), i)
             if len(encoded) + 1 > self.net.max_len:
                 warnings.warn(
                     f"sentence {i} has {len(encoded)} tokens; truncated to the model's max_len={self.net.max_len}",

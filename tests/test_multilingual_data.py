@@ -218,7 +218,8 @@ def test_the_recipes_bad_pair_is_one_line_from_the_command_line(tmp_path):
 
 
 def test_evaluate_pair_tags_each_source_line_as_the_data_module_does(tmp_path, capsys):
-    """`--pair de-en` on the untagged file translates what the untagged file tagged by the data module translates."""
+    """`--pair de-en` on the untagged file translates what the file tagged by the data module translates, and what
+    `--tgt-lang en` (inference.languages: the tag as an id) does; no language, or two, is one line."""
     dm = module(tmp_path)
     net = Seq2SeqSettings(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32, max_len=24)
     ckpt = str(save_checkpoint(Seq2SeqTransformer(tokenizers=dm.tokenizers, net=net, max_len_b=4), tmp_path / "m.ckpt"))
@@ -231,8 +232,12 @@ def test_evaluate_pair_tags_each_source_line_as_the_data_module_does(tmp_path, c
     assert code == 0 and "SacreBLEU" in out
     code, _, _ = run_script(capsys, "evaluate", *common, "--src", str(tagged_by_module), "--hyp-out", str(tmp_path / "b"))
     assert code == 0 and (tmp_path / "a").read_text() == (tmp_path / "b").read_text()
-    run_script(capsys, "evaluate", *common, "--src", src, "--hyp-out", str(tmp_path / "c"))
-    assert (tmp_path / "c").read_text() != (tmp_path / "a").read_text()  # the tags change what the model reads
+    code, _, _ = run_script(capsys, "evaluate", *common, "--src", src, "--tgt-lang", "en", "--hyp-out", str(tmp_path / "c"))
+    assert code == 0 and (tmp_path / "c").read_text() == (tmp_path / "a").read_text()  # the tag as an id, not text
+    code, _, err = run_script(capsys, "evaluate", *common, "--src", src)  # a multilingual model, no language
+    assert code == 2 and "this model is multilingual: give the target language" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_script(capsys, "evaluate", *common, "--src", str(tagged_by_module), "--tgt-lang", "cs")
+    assert code == 2 and "starts with >>en<< but tgt_lang='cs': give the language once" in err
     code, _, err = run_script(capsys, "evaluate", *common, "--src", src, "--pair", "de_en")
     assert code == 2 and err.strip() == "error: --pair 'de_en' is not SRC-TGT, two language codes joined by '-' (e.g. de-en)"
 
