@@ -19,7 +19,8 @@ plain `ctranslate2.Translator.translate_batch`.
 
 For each thread count (--threads: "1,all"; all = the CPUs this process may run on, `os.sched_getaffinity`, so 1
 under `taskset -c 1`) torch's intra-op threads and CTranslate2's `intra_threads` are set to it. Each engine first
-decodes one batch untimed (warm-up), then the whole corpus --repeats times; the median is reported. Output
+decodes one batch untimed (warm-up), then the whole corpus --repeats times, the engines' order rotating each
+pass; the median is reported, and ours / generate is the median of the pass-by-pass ratios. Output
 tokens are counted alike for every engine: our target tokenizer's tokens of the output text, plus `<eos>`.
 With --ref, each engine's BLEU (sacrebleu, as scripts/evaluate.py computes it).
 
@@ -39,7 +40,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import ROOT, environment, print_table, write_json
+from _common import ROOT, environment, print_table, ratio_summary, write_json
 
 from common.errors import InputError
 from common.exits import exit_on_user_error
@@ -215,51 +216,44 @@ def decoders(args, ckpt: Path, folders: dict[str, Path], threads: int) -> dict[s
     return found
 
 
-def measure(decode, sources: list[str], beam: int, repeats: int, warmup: list[str]) -> tuple[list[str], float]:
-    """The outputs and the median wall time of `repeats` passes, after one untimed batch."""
-    decode(warmup, beam)
-    times, outputs = [], []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        outputs = decode(sources, beam)
-        times.append(time.perf_counter() - began)
-    return outputs, statistics.median(times)
+def interleaved(engines: dict, sources: list[str], beam: int, repeats: int, warmup: list[str]) -> tuple[dict, dict]:
+    """Each engine's outputs and wall times of `repeats` passes over `sources`, after one untimed batch each; the
+    engines' order rotates each pass, so that drift on a shared machine falls on all of them alike."""
+    for decode in engines.values():
+        decode(warmup, beam)
+    names, outputs = list(engines), {}
+    times = {name: [] for name in names}
+    for rep in range(repeats):
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+            began = time.perf_counter()
+            outputs[name] = engines[name](sources, beam)
+            times[name].append(time.perf_counter() - began)
+    return outputs, times
 
 
-def run(args, ckpt: Path, folders: dict[str, Path], sources: list[str], refs: list[str] | None) -> list[dict]:
+def run(args, ckpt: Path, folders: dict[str, Path], sources: list[str], refs) -> tuple[list[dict], list[dict]]:
+    """The table's rows, and ours / generate at --beam-size per thread count (paired, pass by pass)."""
     from tasks.metrics import corpus_scores
 
     tokenizer = Translator.from_checkpoint(ckpt).tgt_tokenizer
-    warmup = sources[: args.batch_size]
     searches = [(f"beam {args.beam_size}", args.beam_size), ("greedy", 1)] if args.beam_size > 1 else [("greedy", 1)]
-    results = []
+    results, ratios = [], []
     for threads in args.threads:
         engines = decoders(args, ckpt, folders, threads)
         for search, beam in searches:
-            reference = None
-            for name, decode in engines.items():
-                outputs, seconds = measure(decode, sources, beam, args.repeats, warmup)
-                reference = reference or (outputs if name == "ours" else None)
-                tokens = sum(len(tokenizer.encode(text)) + 1 for text in outputs)  # <eos> included
+            outputs, times = interleaved(engines, sources, beam, args.repeats, sources[: args.batch_size])
+            for name, texts in outputs.items():
+                seconds, tokens = statistics.median(times[name]), sum(len(tokenizer.encode(t)) + 1 for t in texts)  # <eos> too
                 results.append({
-                    "engine": name, "search": search, "threads": threads, "wall_s": seconds,
+                    "engine": name, "search": search, "threads": threads, "wall_s": seconds, "times_s": times[name],
                     "sentences_per_s": len(sources) / seconds, "tokens_per_s": tokens / seconds, "output_tokens": tokens,
-                    "bleu": corpus_scores(outputs, refs)["bleu"] if refs else None,
-                    "same_as_ours": None if reference is None else sum(a == b for a, b in zip(outputs, reference)),
+                    "bleu": corpus_scores(texts, refs)["bleu"] if refs else None,
+                    "same_as_ours": sum(a == b for a, b in zip(texts, outputs["ours"])) if "ours" in outputs else None,
                 })  # fmt: skip
                 print(f"  {name}, {search}, {threads} thread(s): {seconds:.1f} s", flush=True)
-    return results
-
-
-def ratios(results: list[dict], beam: int) -> list[dict]:
-    """Ours / generate in sentences per second at `beam`, per thread count."""
-    pick = {(r["engine"], r["search"], r["threads"]): r["sentences_per_s"] for r in results}
-    out = []
-    for threads in dict.fromkeys(r["threads"] for r in results):
-        ours, hf = pick.get(("ours", f"beam {beam}", threads)), pick.get(("HF generate", f"beam {beam}", threads))
-        if ours and hf:
-            out.append({"threads": threads, "ours_over_generate": ours / hf})
-    return out
+            if beam == args.beam_size > 1 and {"ours", "HF generate"} <= outputs.keys():
+                ratios.append({"threads": threads, **ratio_summary(times["HF generate"], times["ours"])})
+    return results, ratios
 
 
 def table(results: list[dict], n: int) -> str:
@@ -281,15 +275,15 @@ def main(argv=None) -> dict:
         ckpt, sources, refs = model_and_sources(args, work)
         folders = exports(args, ckpt, work)
         print(f"{len(sources)} sentences, batches of {args.batch_size}, threads {args.threads}, engines {args.engines}")
-        results = run(args, ckpt, folders, sources, refs)
+        results, ratios = run(args, ckpt, folders, sources, refs)
     table(results, len(sources))
-    found = ratios(results, args.beam_size)
-    for r in found:
-        ratio = f"{r['ours_over_generate']:.2f}x (target: >= 1.5x)"
+    for r in ratios:
+        spread = f" (passes: {r['min']:.2f}-{r['max']:.2f})" if r["n"] > 1 else ""
+        ratio = f"{r['median']:.2f}x{spread}; target >= 1.5x"
         print(f"ours / generate at beam {args.beam_size}, {r['threads']} thread(s), sentences/s: {ratio}")
     config = {k: v for k, v in vars(args).items() if k != "json"}
     payload = {"benchmark": "corpus_decoding", "config": config, "sentences": len(sources), "results": results,
-               "ours_over_generate": found, "environment": environment("cpu")}  # fmt: skip
+               "ours_over_generate": ratios, "environment": environment("cpu")}  # fmt: skip
     write_json(args.json, payload)
     return payload
 
