@@ -12,7 +12,7 @@ Every engine decodes the same sentences in the same batches: sorted by length an
 the checkpoint's length penalty and length limit. `generate` is given what makes it stop where ours stops
 (docs/guide.md, "Sharing a model"): `max_new_tokens=min(int(a * S + b), max_len - 1)`, S the batch's longest
 source in tokens, `<eos>` included; its length penalty divides by n ** alpha where ours divides by GNMT's
-((5 + n) / 6) ** alpha, so at alpha != 0 a few beam outputs differ (the "same as ours" column counts them).
+((5 + n) / 6) ** alpha, so at alpha != 0 some beam outputs differ (the "same as ours" column counts them).
 The CTranslate2 rows are `deploy.ctranslate2_translator.CTranslate2Translator`, which gives our outputs: its beam
 search runs to the length limit and rescores what it finished (that module says why), so it is slower than a
 plain `ctranslate2.Translator.translate_batch`.
