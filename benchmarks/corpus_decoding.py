@@ -182,6 +182,7 @@ class HFGenerate:
         from transformers.utils import logging
 
         logging.set_verbosity_error()  # "max_new_tokens and max_length both set": max_new_tokens is the rule here
+        logging.disable_progress_bar()
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
         self.options, self.cap = options, self.model.generation_config.max_length - 1
