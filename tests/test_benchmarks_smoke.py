@@ -197,3 +197,58 @@ def test_static_decode(tmp_path, capsys):
     searches = {(r["search"], r["name"]) for r in data["results"]}
     assert len(searches) == 6  # greedy and beam × growing, static eager, static compiled
     assert all(r["same_output"] and r["sentences_per_s"] > 0 for r in data["results"])
+
+
+def test_corpus_decoding(tmp_path, capsys):
+    pytest.importorskip("transformers", reason="pip install -e '.[bench]'")
+    pytest.importorskip("ctranslate2", reason="pip install -e '.[bench]'")
+    from inference import Translator
+    from tasks.metrics import corpus_scores
+
+    sources = [" ".join(f"w{(5 * i + j) % 17}" for j in range(1 + i % 6)) for i in range(10)]
+    refs = [" ".join(reversed(s.split())) for s in sources]
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("\n".join(sources[:4] + [""] + sources[4:]) + "\n")  # an empty line is left out, with its reference
+    ref.write_text("\n".join(refs[:4] + ["left out"] + refs[4:]) + "\n")
+    ckpt = importlib.import_module("corpus_decoding").tiny_model(tmp_path, sources)
+    exported = tmp_path / "exports"
+    argv = ["--ckpt", str(ckpt), "--src", str(src), "--ref", str(ref), "--export-dir", str(exported)]
+    stdout, data = run_benchmark("corpus_decoding", tmp_path, capsys, *argv)
+    assert "| engine" in stdout and "ours / generate at beam 4, 1 thread(s), sentences/s" in stdout
+    assert data["sentences"] == 10 and (exported / "hf" / "config.json").is_file() and (exported / "ct2" / "model.bin").is_file()
+    engines = ["ours", "HF generate", "CTranslate2 float32", "CTranslate2 int8"]
+    rows = {(r["engine"], r["search"]): r for r in data["results"]}
+    assert list(rows) == [(e, s) for s in ("beam 4", "greedy") for e in engines]
+    # Greedy generate and our CTranslate2 engine give our outputs (tests/test_export_hf.py and
+    # tests/test_ctranslate2_translator.py hold them to it): the counts of equal outputs must say so.
+    for engine in ("ours", "HF generate", "CTranslate2 float32"):
+        assert rows[engine, "greedy"]["same_as_ours"] == 10, rows[engine, "greedy"]
+    assert rows["CTranslate2 float32", "beam 4"]["same_as_ours"] == 10
+    # Our rows' tokens and BLEU are those of our translator's outputs, decoded here in the same batches.
+    translator = Translator.from_checkpoint(ckpt)
+    for search, beam in (("beam 4", 4), ("greedy", 1)):
+        outputs = translator.translate_many(sources, batch_size=4, beam_size=beam)  # --tiny's batches
+        assert rows["ours", search]["output_tokens"] == sum(len(translator.tgt_tokenizer.encode(o)) + 1 for o in outputs)
+        assert rows["ours", search]["bleu"] == pytest.approx(corpus_scores(outputs, refs)["bleu"])
+    for r in data["results"]:
+        assert r["sentences_per_s"] == pytest.approx(10 / r["wall_s"])
+        assert r["tokens_per_s"] == pytest.approx(r["output_tokens"] / r["wall_s"])
+        assert r["threads"] == 1 and 0 <= r["bleu"] <= 100
+    (ratio,) = data["ours_over_generate"]  # generate's time / ours, of the one pass
+    beam = rows["HF generate", "beam 4"]["wall_s"], rows["ours", "beam 4"]["wall_s"]
+    assert ratio["threads"] == 1 and ratio["median"] == pytest.approx(beam[0] / beam[1])
+
+
+def test_corpus_decoding_threads_and_missing_engines(tmp_path, capsys, monkeypatch):
+    corpus_decoding = importlib.import_module("corpus_decoding")
+    monkeypatch.setattr(corpus_decoding.os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
+    assert corpus_decoding.thread_counts("1,all") == [1, 3] and corpus_decoding.thread_counts("3, all,2") == [3, 2]
+    find_spec = corpus_decoding.importlib.util.find_spec
+    missing = lambda name: None if name == "ctranslate2" else find_spec(name)  # noqa: E731
+    monkeypatch.setattr(corpus_decoding.importlib.util, "find_spec", missing)
+    with pytest.raises(SystemExit) as exit:
+        corpus_decoding.main(["--tiny", "--engines", "torch,ct2"])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: --engines ct2 needs ctranslate2, which is not installed: pip install ctranslate2 (or leave ct2 out of --engines)"
+    ]
