@@ -1,11 +1,12 @@
 """The processes of scripts/generate.py: Lightning's prediction loop, on one process or under DDP, over the shards of
 a plan (deploy/generation.py). Each rank takes the shards not yet written round-robin (the list of written ones is
 rank 0's, broadcast, so that every rank sees the same), decodes each shard's planned batches, and writes the shard
-whole as soon as its last batch is done. A stop (SIGTERM, SIGINT, the time limit) ends each rank at its next shard:
-what was written stays, the shard under way is decoded again by the resumed run."""
+whole as soon as its last batch is done. A stop (SIGTERM, SIGINT, the time limit) ends each rank once the shard it
+is decoding is written; a SIGKILL loses that shard only, which the resumed run decodes again."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import time
@@ -33,9 +34,9 @@ def _on_signal(signum: int, frame) -> None:
         _stop["why"], _stop["signum"] = signal.Signals(signum).name, signum
 
 
-def catch_signals(children=()) -> None:
+def catch_signals(children=()) -> dict:
     """SIGTERM and SIGINT end the run at the next shard; they reach Lightning's child processes too (a signal sent to
-    rank 0 alone, as schedulers may)."""
+    rank 0 alone, as schedulers may). Returns the handlers it replaced."""
 
     def handle(signum, frame):
         _on_signal(signum, frame)
@@ -43,8 +44,19 @@ def catch_signals(children=()) -> None:
             if child.poll() is None:
                 child.send_signal(signum)
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, handle)
+    return {signum: signal.signal(signum, handle) for signum in (signal.SIGTERM, signal.SIGINT)}
+
+
+@contextlib.contextmanager
+def stopping_at_shards():
+    """Signals caught (`catch_signals`) within the block, and no stop left over from an earlier run in this process."""
+    _stop.update(why=None, signum=None)
+    before = catch_signals()
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
 
 
 def batch_seed(seed: int, batch: int) -> int:
@@ -128,13 +140,13 @@ class Generation(L.LightningModule):
 
     def predict_step(self, batch, batch_idx: int) -> None:
         b, lines, sentences = batch
-        if _stop["why"] is not None:  # fetched ahead before the stop: left to the resumed run
+        shard = self.plan.shard_of(b)
+        if _stop["why"] is not None and b == self.plan.shards[shard][0]:  # a shard the stop came before: not begun
             return
         options = self.options
         if options.sampling:
             options = options.replace(seed=batch_seed(options.seed, b))
         self.open.update(zip(lines, decode(self.engine, sentences, options, self.ensemble)))
-        shard = self.plan.shard_of(b)
         if b == self.plan.shards[shard][-1]:
             write_shard(self.folder, shard, self.open)
             self.open = {}

@@ -127,56 +127,95 @@ def main(argv: list[str] | None = None) -> None:
     started, script = time.time(), sys.argv[0] if argv is None else "scripts/generate.py"
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    first = gen.launching_process()
+    job = prepare(args, resume_command(argv, script))
+    from deploy.generation_run import stopping_at_shards
+
+    with stopping_at_shards():
+        processes = decode(args, job)
+    if processes is None:  # not rank 0: rank 0 puts the output together
+        return
+    counts = gen.assemble(job.folder, job.plan, job.sources, job.refs, job.names, job.opts.nbest, args.tag)
+    record = {
+        "model": job.models,
+        "engine": args.engine,
+        "options": job.opts.as_dict(),
+        "command": shlex.join([program(sys.executable or "python"), script, *argv]),
+        "input": job.described,
+        "files": [str(p) for p in job.names],
+        "counts": {**job.counts, **counts},
+        "batches": len(job.plan.batches),
+        "shards": len(job.plan.shards),
+        "processes": processes,
+    }
+    gen.write_record(job.folder, record, started)
+    print(
+        f"wrote {counts['outputs']:,} lines to {job.names[1]} and {job.names[0]} ({json.dumps(record['counts'])})",
+        file=sys.stderr,
+    )
+
+
+def prepare(args: argparse.Namespace, resume: str) -> argparse.Namespace:
+    """The model, the input, the plan; on rank 0, the output folder made ready (or refused) and the input's
+    empty and over-long lines said once."""
     from deploy.engines import load_ensemble, load_translator
 
     if args.engine == "torch":
         args.accelerator = args.accelerator or ("gpu" if args.device.startswith("cuda") else "cpu")
         args.device = "cpu"  # loaded here, put on each process's device by Lightning
-    engine = load_translator(args)
-    ensemble = load_ensemble(args, engine)
-    opts = options(args, engine)
+    job = argparse.Namespace(folder=Path(args.output), resume=resume)
+    job.engine = load_translator(args)
+    job.ensemble = load_ensemble(args, job.engine)
+    job.opts = opts = options(args, job.engine)
     if opts.nbest > 1 and not opts.sampling and opts.nbest > opts.beam_size:
         raise InputError(f"--nbest {opts.nbest} is more than --beam-size {opts.beam_size}: a beam keeps that many at most")
     src_lang, tgt_lang = languages(args)
-    sources, refs, described = read_input(args)
-    max_len = engine.net.max_len if args.engine == "torch" else engine.meta["max_len"]
-    lengths, over = gen.measure(engine.src_tokenizer, sources, max_len)
-    empty = sum(1 for s in sources if not s)
-    if empty == len(sources):
-        raise InputError(f"{described} has no sentence (only empty lines): nothing to generate")
-    plan = gen.make_plan(lengths, args.max_tokens, args.batch_size, args.shard_size)
-    models = gen.model_record(args.ckpt if args.engine == "torch" else [args.model])
-    plan_record = {
-        "input": gen.digest([sources, refs]),
+    job.sources, job.refs, job.described = read_input(args)
+    max_len = job.engine.net.max_len if args.engine == "torch" else job.engine.meta["max_len"]
+    lengths, over = gen.measure(job.engine.src_tokenizer, job.sources, max_len)
+    empty = sum(1 for s in job.sources if not s)
+    if empty == len(job.sources):
+        raise InputError(f"{job.described} has no sentence (only empty lines): nothing to generate")
+    job.counts = {"lines": len(job.sources), "empty": empty, "over_long": over}
+    job.plan = plan = gen.make_plan(lengths, args.max_tokens, args.batch_size, args.shard_size)
+    job.models = gen.model_record(args.ckpt if args.engine == "torch" else [args.model])
+    job.names = gen.outputs_of(job.folder, args.prefix, src_lang, tgt_lang, job.refs is not None)
+    if not gen.launching_process():
+        return job
+    if args.resume and (job.folder / gen.RECORD).is_file() and not (job.folder / gen.SHARDS).exists():
+        print(f"nothing to generate: {job.folder} is complete ({gen.RECORD})", file=sys.stderr)
+        raise SystemExit(EXIT_NOTHING_TO_DO)
+    planned = {
+        "input": gen.digest([job.sources, job.refs]),
         "plan": plan.digest(),
         "shards": len(plan.shards),
-        "model": [m["sha256"] for m in models],
+        "model": [m["sha256"] for m in job.models],
         "engine": args.engine,
         "options": opts.as_dict(),
         "files": [args.prefix, src_lang, tgt_lang, args.tag],
     }
-    folder = Path(args.output)
-    names = gen.outputs_of(folder, args.prefix, src_lang, tgt_lang, refs is not None)
-    if first:
-        if args.resume and (folder / gen.RECORD).is_file() and not (folder / gen.SHARDS).exists():
-            print(f"nothing to generate: {folder} is complete ({gen.RECORD})", file=sys.stderr)
-            raise SystemExit(EXIT_NOTHING_TO_DO)
-        done = gen.prepare_folder(folder, plan_record, names, args.resume, args.force)
-        said = [f"{empty:,} empty lines (kept: their outputs are empty)"] * bool(empty)
-        said += [f"{over:,} lines longer than the model's {max_len} tokens (truncated)"] * bool(over)
-        if said:
-            print(f"warning: {described}: {' and '.join(said)}", file=sys.stderr, flush=True)
-        if done:
-            print(f"resuming: {len(done)} of {len(plan.shards)} shards already in {folder / gen.SHARDS}", file=sys.stderr)
+    done = gen.prepare_folder(job.folder, planned, job.names, args.resume, args.force)
+    said = [f"{empty:,} empty lines (kept: their outputs are empty)"] * bool(empty)
+    said += [f"{over:,} lines longer than the model's {max_len} tokens (truncated)"] * bool(over)
+    if said:
+        print(f"warning: {job.described}: {' and '.join(said)}", file=sys.stderr, flush=True)
+    print(
+        f"generating {len(job.sources) - empty:,} sentences in {len(plan.shards)} shards ({len(done)} done) into "
+        f"{job.folder}; if stopped, resume with: {resume}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return job
 
+
+def decode(args: argparse.Namespace, job: argparse.Namespace) -> int | None:
+    """Every shard not yet written, decoded by Lightning's prediction on the processes asked for. On rank 0, the
+    number of processes once every shard is written, or a stop's one line and exit; elsewhere None."""
     import lightning as L
 
-    from deploy.generation_run import Generation, ShardSampler, catch_signals, loader, stop_reason
+    from deploy.generation_run import Generation, ShardSampler, loader, stop_reason
 
     quiet_lightning()
-    catch_signals()
-    sampler = ShardSampler(plan, args.max_time, time.monotonic())
+    sampler = ShardSampler(job.plan, args.max_time, time.monotonic())
     world = args.devices * args.num_nodes
     trainer = L.Trainer(
         accelerator=args.accelerator or "cpu",
@@ -188,38 +227,24 @@ def main(argv: list[str] | None = None) -> None:
         enable_progress_bar=False,
         enable_model_summary=False,
         use_distributed_sampler=False,
-        default_root_dir=str(folder),
+        default_root_dir=str(job.folder),
     )
-    module = Generation(engine, opts, plan, folder, sampler, ensemble, args.log_every)
-    trainer.predict(module, loader(plan, sources, sampler), return_predictions=False)
+    module = Generation(job.engine, job.opts, job.plan, job.folder, sampler, job.ensemble, args.log_every)
+    trainer.predict(module, loader(job.plan, job.sources, sampler), return_predictions=False)
     if not trainer.is_global_zero:
-        return
+        return None
+    shards = len(job.plan.shards)
+    written = len(gen.complete_shards(job.folder, shards))
+    if written == shards:
+        return trainer.world_size
     why, signum = stop_reason()
-    written = len(gen.complete_shards(folder, len(plan.shards)))
-    if written < len(plan.shards):
-        why = why or "an error on another process"
-        print(
-            f"stopped by {why}: {written} of {len(plan.shards)} shards written in {folder / gen.SHARDS}; "
-            f"resume with: {resume_command(argv, script)}",
-            file=sys.stderr,
-            flush=True,
-        )
-        raise SystemExit(128 + signum if signum else 0 if why.startswith("the time limit") else 1)
-    counts = gen.assemble(folder, plan, sources, refs, names, opts.nbest, args.tag)
-    record = {
-        "model": models,
-        "engine": args.engine,
-        "options": opts.as_dict(),
-        "command": shlex.join([program(sys.executable or "python"), script, *argv]),
-        "input": described,
-        "files": [str(p) for p in names],
-        "counts": {"lines": len(sources), "empty": empty, "over_long": over, **counts},
-        "batches": len(plan.batches),
-        "shards": len(plan.shards),
-        "processes": trainer.world_size,
-    }
-    gen.write_record(folder, record, started)
-    print(f"wrote {counts['outputs']:,} lines to {names[1]} and {names[0]} ({json.dumps(record['counts'])})", file=sys.stderr)
+    print(
+        f"stopped by {why or 'an error on another process'}: {written} of {shards} shards written in "
+        f"{job.folder / gen.SHARDS}; resume with: {job.resume}",
+        file=sys.stderr,
+        flush=True,
+    )
+    raise SystemExit(128 + signum if signum else 0 if why else 1)
 
 
 if __name__ == "__main__":
