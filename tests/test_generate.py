@@ -194,54 +194,47 @@ def resume_line(log: Path) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "name, flags",
+    "name, flags, stop",
     [
-        ("toy", ["--beam-size", "4", "--max-tokens", "24"]),
-        ("multi30k", ["--beam-size", "4", "--max-tokens", "100"]),
-        ("weak", ["--sampling", "--sampling-topk", "5", "--nbest", "2", "--seed", "3", "--max-tokens", "24"]),
+        ("toy", ["--beam-size", "4", "--max-tokens", "24"], signal.SIGKILL),
+        ("multi30k", ["--beam-size", "4", "--max-tokens", "100"], signal.SIGKILL),
+        ("weak", ["--sampling", "--sampling-topk", "5", "--nbest", "2", "--seed", "3", "--max-tokens", "24"], signal.SIGTERM),
     ],
+    ids=["toy-sigkill", "multi30k-sigkill", "sampling-sigterm"],
 )
-def test_two_processes_and_a_sigkill_then_the_printed_resume_give_one_process_s_corpus(cases, capsys, tmp_path, name, flags):
-    langs = cases[name][2]
-    flags = [*flags, "--shard-size", "8"]
+def test_two_processes_stopped_then_resumed_give_one_process_s_corpus(cases, capsys, tmp_path, name, flags, stop):
+    """SIGKILL to both processes (the process group), or SIGTERM to rank 0 alone (which passes it on: both stop
+    once their shard is written, with one line and the command that resumes), then that command, printed when the
+    run started: the corpus of one uninterrupted process, byte for byte."""
+    langs, flags = cases[name][2], [*flags, "--shard-size", "8"]
     assert generate(capsys, cases[name], tmp_path / "one", *flags)[0] == 0
     one = corpus(tmp_path / "one", langs)
-    two = run([sys.executable, str(ROOT / "scripts" / "generate.py"), "--ckpt", cases[name][0], *cases[name][1],
-               "--output", str(tmp_path / "two"), *flags, "--devices", "2", "--accelerator", "cpu"])  # fmt: skip
-    assert two.returncode == 0, two.stderr[-3000:]
-    assert json.loads((tmp_path / "two" / "generation.json").read_text())["processes"] == 2
-    assert corpus(tmp_path / "two", langs) == one
-    log, killed = tmp_path / "killed.log", tmp_path / "killed"
-    proc = start(cases[name], killed, *flags, "--devices", "2", "--accelerator", "cpu", log=log)
-    wait_for_shards(proc, killed)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    shards = list((killed / "shards").glob("*.jsonl"))
-    total = json.loads((killed / "shards" / "plan.json").read_text())["shards"]
-    assert 0 < len(shards) < total and not (killed / "generation.json").exists()
-    resumed = run(["bash", "-c", resume_line(log)])
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"({len(shards)} done)" in resumed.stderr or len(list((killed).glob("shards"))) == 0
-    assert corpus(killed, langs) == one
-    if name == "weak":  # samples: different from another seed's, so the seed is what made them alike
-        assert generate(capsys, cases[name], tmp_path / "seed4", *flags[:-4], "--seed", "4")[0] == 0
-        assert corpus(tmp_path / "seed4", langs) != one
-
-
-@pytest.mark.slow
-def test_sigterm_to_rank_zero_stops_both_processes_with_the_resume_command(cases, capsys, tmp_path):
-    langs, flags = cases["multi30k"][2], ["--beam-size", "4", "--max-tokens", "60", "--shard-size", "8"]
-    assert generate(capsys, cases["multi30k"], tmp_path / "one", *flags)[0] == 0
+    if name == "multi30k":
+        two = run([sys.executable, str(ROOT / "scripts" / "generate.py"), "--ckpt", cases[name][0], *cases[name][1],
+                   "--output", str(tmp_path / "two"), *flags, "--devices", "2", "--accelerator", "cpu"])  # fmt: skip
+        assert two.returncode == 0, two.stderr[-3000:]
+        assert json.loads((tmp_path / "two" / "generation.json").read_text())["processes"] == 2
+        assert corpus(tmp_path / "two", langs) == one
     log, out = tmp_path / "stopped.log", tmp_path / "stopped"
-    proc = start(cases["multi30k"], out, *flags, "--devices", "2", "--accelerator", "cpu", log=log)
+    proc = start(cases[name], out, *flags, "--devices", "2", "--accelerator", "cpu", log=log)
     wait_for_shards(proc, out)
-    proc.send_signal(signal.SIGTERM)  # rank 0 alone: it passes the signal to the other process
-    assert proc.wait(HANG_TIMEOUT) == 128 + signal.SIGTERM, log.read_text()[-3000:]
-    stopped = [line for line in log.read_text().splitlines() if line.startswith("stopped by SIGTERM")]
-    assert len(stopped) == 1 and "Traceback" not in log.read_text(), log.read_text()[-3000:]
+    if stop == signal.SIGKILL:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    else:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(HANG_TIMEOUT) == 128 + signal.SIGTERM, log.read_text()[-3000:]
+        stopped = [line for line in log.read_text().splitlines() if line.startswith("stopped by SIGTERM")]
+        assert len(stopped) == 1 and "Traceback" not in log.read_text(), log.read_text()[-3000:]
+    done = len(list((out / "shards").glob("*.jsonl")))
+    assert 0 < done < json.loads((out / "shards" / "plan.json").read_text())["shards"]
+    assert not (out / "generation.json").exists()
     resumed = run(["bash", "-c", resume_line(log)])
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert corpus(out, langs) == corpus(tmp_path / "one", langs)
+    assert resumed.returncode == 0 and f"({done} done)" in resumed.stderr, resumed.stderr[-3000:]
+    assert corpus(out, langs) == one
+    if name == "weak":  # samples: another seed's differ, so the seed is what made these alike
+        assert generate(capsys, cases[name], tmp_path / "seed4", *flags, "--seed", "4")[0] == 0
+        assert corpus(tmp_path / "seed4", langs) != one
 
 
 # ------------------------------------------------------------------------------------------ bad input, faults
