@@ -11,6 +11,7 @@ import gzip
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -36,6 +37,7 @@ from tests.helpers import (
     run_script,
     save_checkpoint,
     snapshot,
+    write_tatoeba,
 )
 
 TOY_CHARS = "我是学生喜欢习男"
@@ -116,6 +118,9 @@ def test_the_corpus_is_translate_many_line_by_line(cases, capsys, tmp_path, name
     assert record["options"]["beam_size"] == 4 and record["model"][0]["size"] == Path(ckpt).stat().st_size
     assert record["counts"]["lines"] == len(sources) and not (out / "shards").exists()
     warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    progress = [line for line in err.splitlines() if line.startswith("generating: ")]
+    assert progress and re.fullmatch(rf"generating: {len(todo)}/{len(todo)} sentences \| [\d.,]+ sentences/s \| [\d,]+ tok/s"
+                                     r" \| elapsed [\d:]+ \| eta [\d:]+", progress[-1]), err  # fmt: skip
     if name == "toy":  # said once, with the counts; the lines kept in place
         assert len(warnings) == 1 and "1 empty lines" in warnings[0] and "1 lines longer" in warnings[0], err
         assert record["counts"]["empty"] == record["counts"]["over_long"] == 1
@@ -150,6 +155,21 @@ def test_the_ctranslate2_export_goes_the_same_way(cases, capsys, tmp_path, train
     translator = CTranslate2Translator(model)
     expected = iter(translator.translate_many([s for s in sources if s], options=translator.options.replace(beam_size=4)))
     assert lines_of(tmp_path / "out" / "train.en") == [next(expected) if s else "" for s in sources]
+
+
+def test_a_corpus_split_is_read_as_the_data_module_reads_it(cases, capsys, tmp_path):
+    from datamodules.sources import TatoebaFile
+
+    pairs = [(f"line {i}", line) for i, line in enumerate(toy_lines(40, seed=5)) if line]  # (English, Chinese)
+    write_tatoeba(tmp_path / "data" / "cmn.txt", pairs)
+    argv = ["--data-dir", str(tmp_path / "data"), "--format", "tatoeba", "--src-lang", "cmn", "--tgt-lang", "en"]
+    code, _, err = run_script(capsys, "generate", "--ckpt", cases["toy"][0], *argv, "--output", str(tmp_path / "out"))
+    assert code == 0, err
+    split = list(TatoebaFile(tmp_path / "data", "cmn", "en", val_fraction=0.05, test_fraction=0.05, split_seed=42).pairs("train"))
+    assert lines_of(tmp_path / "out" / "train.cmn") == [s for s, _ in split]
+    assert lines_of(tmp_path / "out" / "train.ref.en") == [t for _, t in split]
+    translator = Translator.from_checkpoint(cases["toy"][0])
+    assert lines_of(tmp_path / "out" / "train.en") == translator.translate_many([s for s, _ in split], beam_size=4)
 
 
 def test_fit_s_data_module_reads_the_output_folder(cases, capsys, tmp_path):
