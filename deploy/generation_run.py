@@ -123,15 +123,11 @@ class Generation(L.LightningModule):
         self.sampler, self.every_s = sampler, every_s
         self.open: dict[int, list[str]] = {}
         self.total = sum(1 for n in plan.lengths if n)
-        self.written: set[int] = set()
 
     def setup(self, stage: str) -> None:
         done = complete_shards(self.folder, len(self.plan.shards)) if self.trainer.is_global_zero else None
-        done = self.trainer.strategy.broadcast(done, src=0)
-        self.written = set(done)
-        self.sampler.assign(
-            [k for k in range(len(self.plan.shards)) if k not in self.written], self.global_rank, self.trainer.world_size
-        )
+        done = set(self.trainer.strategy.broadcast(done, src=0))
+        self.sampler.assign([k for k in range(len(self.plan.shards)) if k not in done], self.global_rank, self.trainer.world_size)
         self.at_start, self.started, self.printed = self._done(), time.monotonic(), time.monotonic()
 
     def on_predict_start(self) -> None:
@@ -150,7 +146,6 @@ class Generation(L.LightningModule):
         if b == self.plan.shards[shard][-1]:
             write_shard(self.folder, shard, self.open)
             self.open = {}
-            self.written.add(shard)
             self._progress(force=True)
         else:
             self._progress()

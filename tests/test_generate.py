@@ -33,6 +33,7 @@ from tests.helpers import (
     TINY,
     TOY_MODEL,
     assert_one_line_error,
+    can_mount,
     run,
     run_script,
     save_checkpoint,
@@ -296,6 +297,43 @@ def test_a_full_disk_keeps_the_shards_written_and_resumes(cases, capsys, tmp_pat
     assert generate(capsys, cases["toy"], out, "--max-tokens", "24", "--resume")[0] == 0
     assert generate(capsys, cases["toy"], tmp_path / "straight", "--max-tokens", "24")[0] == 0
     assert corpus(out, ("zh", "en")) == corpus(tmp_path / "straight", ("zh", "en"))
+
+
+# A disk of 12 pages: the plan and some shards fit (a file takes a page at least), the rest do not.
+SMALL_DISK = """set -e
+mount -t tmpfs -o size=48k small "$PLACE"
+set +e
+"$@"
+status=$?
+cp -a "$PLACE"/. "$AFTER"/
+exit $status
+"""
+
+
+def test_a_disk_that_fills_up_mid_run_keeps_the_shards_written_and_resumes(cases, capsys, tmp_path):
+    if not can_mount():
+        pytest.skip("no private mount namespace here (unshare -m and mount need root with CAP_SYS_ADMIN)")
+    place, after, flags = tmp_path / "place", tmp_path / "after", ["--shard-size", "1", "--max-tokens", "8"]
+    place.mkdir(), after.mkdir()
+    ckpt, args, _ = cases["toy"]
+    command = [
+        sys.executable,
+        str(ROOT / "scripts" / "generate.py"),
+        "--ckpt",
+        ckpt,
+        *args,
+        "--output",
+        str(place / "out"),
+        *flags,
+    ]
+    result = run(["unshare", "-m", "sh", "-c", SMALL_DISK, "sh", *command], env={**ENV, "PLACE": str(place), "AFTER": str(after)})
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert_one_line_error(result, "cannot write", "/shards/", "no space left on device (ENOSPC)")
+    kept = sorted(p.name for p in (after / "out" / "shards").iterdir())
+    assert "plan.json" in kept and len(kept) > 2 and not any(name.startswith(".") for name in kept)
+    assert generate(capsys, cases["toy"], after / "out", *flags, "--resume")[0] == 0
+    assert generate(capsys, cases["toy"], tmp_path / "straight", *flags)[0] == 0
+    assert corpus(after / "out", ("zh", "en")) == corpus(tmp_path / "straight", ("zh", "en"))
 
 
 @pytest.mark.parametrize(
