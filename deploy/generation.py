@@ -17,6 +17,8 @@ where a run was stopped. The final files are written (atomically) once every sha
 
 from __future__ import annotations
 
+import bisect
+import functools
 import hashlib
 import json
 import os
@@ -43,8 +45,12 @@ class Plan:
     shards: list[range]
     lengths: list[int]  # each line's source tokens (0: an empty line, not decoded)
 
+    @functools.cached_property
+    def _starts(self) -> list[int]:
+        return [r.start for r in self.shards]
+
     def shard_of(self, batch: int) -> int:
-        return next(k for k, r in enumerate(self.shards) if batch in r)
+        return bisect.bisect_right(self._starts, batch) - 1
 
     def lines_of(self, shard: int) -> list[int]:
         return [i for b in self.shards[shard] for i in self.batches[b]]

@@ -96,6 +96,27 @@ def corpus(out: Path, langs) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.suffix.lstrip(".") in langs}
 
 
+# ------------------------------------------------------------------------------------------ the plan
+
+
+@pytest.mark.parametrize("max_tokens, batch_size, shard_size", [(20, None, 10), (64, 3, 1), (7, None, 1000)])
+def test_the_plan_holds_every_line_once_within_the_budget(max_tokens, batch_size, shard_size):
+    from deploy.generation import make_plan
+
+    rng = random.Random(0)
+    lengths = [rng.choice([0, 1, 2, 3, 5, 8, 13]) for _ in range(300)]
+    plan = make_plan(lengths, max_tokens, batch_size, shard_size)
+    flat = [i for batch in plan.batches for i in batch]
+    assert flat == sorted((i for i, n in enumerate(lengths) if n), key=lambda i: (lengths[i], i))  # each once, shortest first
+    for batch in plan.batches:
+        assert len(batch) * max(lengths[i] for i in batch) <= max_tokens or len(batch) == 1
+        assert batch_size is None or len(batch) <= batch_size
+    assert [b for r in plan.shards for b in r] == list(range(len(plan.batches)))
+    assert all(len(plan.lines_of(k)) >= shard_size for k in range(len(plan.shards) - 1))
+    assert all(plan.shard_of(b) == k for k, r in enumerate(plan.shards) for b in r)
+    assert make_plan(lengths, max_tokens, batch_size, shard_size) == plan  # from the input and the settings alone
+
+
 # ------------------------------------------------------------------------------------------ the oracle
 
 
