@@ -154,8 +154,8 @@ class Generation(L.LightningModule):
         self.trainer.strategy.barrier("generation")  # every rank's shards written before rank 0 reads them
 
     def _done(self) -> tuple[int, int]:
-        """Lines and source tokens in the shards written so far (by any rank)."""
-        lines = [i for k in complete_shards(self.folder, len(self.plan.shards)) for i in self.plan.lines_of(k)]
+        """Lines and source tokens decoded so far: in the shards written (by any rank) and in this rank's open one."""
+        lines = [i for k in complete_shards(self.folder, len(self.plan.shards)) for i in self.plan.lines_of(k)] + list(self.open)
         return len(lines), sum(self.plan.lengths[i] for i in lines)
 
     def _progress(self, force: bool = False) -> None:
