@@ -127,10 +127,10 @@ def main(argv: list[str] | None = None) -> None:
     started, script = time.time(), sys.argv[0] if argv is None else "scripts/generate.py"
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    job = prepare(args, resume_command(argv, script))
     from deploy.generation_run import stopping_at_shards
 
-    with stopping_at_shards():
+    with stopping_at_shards():  # a signal from here on stops the run before its next shard, with its line
+        job = prepare(args, resume_command(argv, script))
         processes = decode(args, job)
     if processes is None:  # not rank 0: rank 0 puts the output together
         return
