@@ -1,5 +1,5 @@
-"""Decoding a whole corpus (scripts/generate.py): what is read, how it is cut into batches and shards, how the shards
-are written and put together, and the record of what made the output.
+"""Decoding a whole corpus (scripts/generate.py): how the input (generation_input.py) is cut into batches and shards,
+how the shards are written and put together, and the record of what made the output.
 
     DIR/<prefix>.<src>       the source lines as read (each N times with --nbest N)
     DIR/<prefix>.<tgt>       the outputs, line i beside line i: the corpus scripts/fit.py reads (format aligned)

@@ -15,11 +15,12 @@ DIR/<prefix>` reads, in either direction (`--data.src_lang`/`--data.tgt_lang` pi
 `<src>`, it is back-translation), and generation.json: the model, options, command, counts and time.
 
 Lines are decoded in length-sorted batches of at most `--max-tokens` padded source tokens, planned from the
-input alone, and written in shards of about `--shard-size` lines, each whole; `--devices N` (and `--num-nodes`)
-run Lightning's prediction on N processes (DDP), which take the shards in turn. The output is byte-identical
-whatever the number of processes, and after a stop and `--resume`: a SIGKILL loses the shards under way only;
-SIGTERM, SIGINT or `--max-time` stop at the next shard with one line giving the command that resumes.
-Sampling draws each batch from `--seed` and the batch's number (seed 0 when none is given).
+input, the model's tokenizer and these flags alone, and written in shards of about `--shard-size` lines, each
+whole; `--devices N` (and `--num-nodes`) run Lightning's prediction on N processes (DDP), which take the shards
+in turn. The output is byte-identical whatever the number of processes, and after a stop and `--resume`: a
+SIGKILL loses the shards under way only; SIGTERM, SIGINT or `--max-time` stop once the shard under way is
+written, with one line giving the command that resumes (printed when the run starts, too). Sampling draws each
+batch from `--seed` and the batch's number (seed 0 when none is given).
 
 Empty lines stay in place (their outputs are empty lines) and over-long ones are truncated to the model's length,
 said once with their counts. An existing output without --resume or --force, a resume with another model, input
