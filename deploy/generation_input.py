@@ -1,0 +1,69 @@
+"""What scripts/generate.py decodes: a text file (with its references, if given), or a split of a corpus read through
+the data module's own sources (datamodules/sources.py), and the languages that name the output files."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+from common.errors import DataNotFoundError, InputError
+from datamodules.corpus import ParallelCorpusDataModule
+from datamodules.corpus_readers import iter_aligned, iter_lines
+from datamodules.sources import SPLITS, corpus_source
+
+from .model_card import _data_settings, _run_record
+
+
+def add_input_arguments(parser) -> None:
+    group = parser.add_argument_group("input: a file, or a corpus's split")
+    group.add_argument("--src", help="sentences to decode, one a line (plain or .gz)")
+    group.add_argument("--ref", help="their references, line-aligned with --src: written beside the outputs")
+    group.add_argument("--data-dir", help="a corpus folder, read as --data.data_dir is by scripts/fit.py")
+    group.add_argument("--format", default="aligned", choices=["aligned", "tatoeba", "hf"], help="the corpus's format")
+    group.add_argument("--split", default="train", choices=SPLITS, help="the corpus's split to decode (default: train)")
+    group.add_argument("--dataset", help="--format hf: a Hugging Face dataset (default: local files in --data-dir)")
+    group.add_argument("--dataset-config", help="--format hf: the dataset's configuration")
+    group.add_argument("--src-lang", help="the input's language (default: from the run that made the model, or --src's name)")
+    group.add_argument("--tgt-lang", help="the outputs' language (default: from the run that made the model)")
+
+
+def languages(args) -> tuple[str, str]:
+    """The source and target languages, for the files' names: as given, else the training run's (its config.yaml,
+    beside or above the checkpoint), else the source's from --src's name (train.de.gz: de)."""
+    run = _data_settings(_run_record(Path(args.ckpt[0])).get("config", "")) if args.engine == "torch" else {}
+    named = re.fullmatch(r".*\.([A-Za-z_-]{2,8})", Path(args.src).name.removesuffix(".gz")) if args.src else None
+    src = args.src_lang or run.get("src_lang") or (named.group(1) if named else None)
+    tgt = args.tgt_lang or run.get("tgt_lang")
+    if not src or not tgt:
+        missing = " and ".join(flag for flag, lang in (("--src-lang", src), ("--tgt-lang", tgt)) if not lang)
+        raise InputError(f"give {missing}: the output files are named by language (DIR/PREFIX.LANG)")
+    if src == tgt:
+        raise InputError(f"--src-lang and --tgt-lang are both {src!r}: the two files would be one")
+    return src, tgt
+
+
+def read_input(args) -> tuple[list[str], list[str] | None, str]:
+    """The source lines, the references (None without), and a description of where they came from."""
+    if bool(args.src) == bool(args.data_dir):
+        raise InputError("give the input as --src FILE or as --data-dir DIR (with --format and --split), one of them")
+    if args.src:
+        for flag, path in (("--src", args.src), ("--ref", args.ref)):
+            if path and not Path(path).is_file():
+                raise DataNotFoundError(f"{flag} file not found: {path}")
+        if args.ref:
+            pairs = list(iter_aligned(Path(args.src), Path(args.ref)))
+            return [s for s, _ in pairs], [t for _, t in pairs], args.src
+        sources = list(iter_lines(Path(args.src)))
+        if not sources:
+            raise InputError(f"{args.src} is empty: nothing to generate")
+        return sources, None, args.src
+    if args.ref:
+        raise InputError("--ref goes with --src: a corpus's split has its references")
+    src_lang, tgt_lang = languages(args)
+    defaults = {k: p.default for k, p in inspect.signature(ParallelCorpusDataModule.__init__).parameters.items() if k != "self"}
+    settings = {**defaults, "data_dir": args.data_dir, "format": args.format, "src_lang": src_lang, "tgt_lang": tgt_lang}
+    settings.update(dataset=args.dataset, dataset_config=args.dataset_config)
+    source = corpus_source(settings)
+    pairs = list(source.pairs(args.split))
+    return [s for s, _ in pairs], [t for _, t in pairs], source.describe(args.split)

@@ -1,0 +1,182 @@
+"""The processes of scripts/generate.py: Lightning's prediction loop, on one process or under DDP, over the shards of
+a plan (deploy/generation.py). Each rank takes the shards not yet written round-robin (the list of written ones is
+rank 0's, broadcast, so that every rank sees the same), decodes each shard's planned batches, and writes the shard
+whole as soon as its last batch is done. A stop (SIGTERM, SIGINT, the time limit) ends each rank once the shard it
+is decoding is written; a SIGKILL loses that shard only, which the resumed run decodes again."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from datamodules.progress import clock, eta
+
+from .generation import Plan, complete_shards, write_shard
+
+_stop: dict[str, object] = {"why": None, "signum": None}  # why the run stops early, set by a signal or the time limit
+
+
+def stop_reason() -> tuple[str | None, int | None]:
+    return _stop["why"], _stop["signum"]  # type: ignore[return-value]
+
+
+def _on_signal(signum: int, frame) -> None:
+    if _stop["why"] is None:
+        _stop["why"], _stop["signum"] = signal.Signals(signum).name, signum
+
+
+def catch_signals(children=()) -> dict:
+    """SIGTERM and SIGINT end the run at the next shard; they reach Lightning's child processes too (a signal sent to
+    rank 0 alone, as schedulers may). Returns the handlers it replaced."""
+
+    def handle(signum, frame):
+        _on_signal(signum, frame)
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    return {signum: signal.signal(signum, handle) for signum in (signal.SIGTERM, signal.SIGINT)}
+
+
+@contextlib.contextmanager
+def stopping_at_shards():
+    """Signals caught (`catch_signals`) within the block, and no stop left over from an earlier run in this process."""
+    _stop.update(why=None, signum=None)
+    before = catch_signals()
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
+def batch_seed(seed: int, batch: int) -> int:
+    """The sampling seed of planned batch `batch`: a function of the run's seed and the batch alone."""
+    return int(np.random.SeedSequence([seed, batch]).generate_state(1)[0] >> 1)
+
+
+def decode(engine, sentences: list[str], options, ensemble=()) -> list[list[str]]:
+    """Each sentence's `options.nbest` outputs, best first: the same call as `translate` makes."""
+    extra = {"ensemble": list(ensemble)} if ensemble else {}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="sentence .* truncated")  # counted once, before the run
+        if options.nbest == 1:
+            return [[text] for text in engine.translate(sentences, options=options, **extra)]
+        return [[h.text for h in row] for row in engine.translate(sentences, nbest=options.nbest, options=options, **extra)]
+
+
+class PlannedBatches(Dataset):
+    """Planned batch b: (b, its line numbers, their sentences)."""
+
+    def __init__(self, plan: Plan, sources: list[str]):
+        self.plan, self.sources = plan, sources
+
+    def __len__(self) -> int:
+        return len(self.plan.batches)
+
+    def __getitem__(self, b: int):
+        lines = self.plan.batches[b]
+        return b, lines, [self.sources[i] for i in lines]
+
+
+class ShardSampler(Sampler[int]):
+    """This rank's batch numbers: the batches of its shards, shard after shard; none after a stop."""
+
+    def __init__(self, plan: Plan, max_time: float | None, started: float):
+        self.plan, self.max_time, self.started = plan, max_time, started
+        self.shards: list[int] = []
+
+    def assign(self, remaining: list[int], rank: int, world: int) -> None:
+        self.shards = remaining[rank::world]
+
+    def __iter__(self):
+        for k in self.shards:
+            if self.max_time is not None and time.monotonic() - self.started >= self.max_time and _stop["why"] is None:
+                _stop["why"] = "the time limit (--max-time)"
+            if _stop["why"] is not None:
+                return
+            yield from self.plan.shards[k]
+
+    def __len__(self) -> int:
+        return sum(len(self.plan.shards[k]) for k in self.shards)
+
+
+class Generation(L.LightningModule):
+    """Decodes planned batches with an engine (this project's `Translator` or CTranslate2's) and writes each shard
+    once its batches are done. The torch engine's networks are submodules, so Lightning puts them on the rank's
+    device (no DDP wrapper: prediction trains nothing)."""
+
+    def __init__(self, engine, options, plan: Plan, folder: Path, sampler: ShardSampler, ensemble=(), every_s: float = 30.0):
+        super().__init__()
+        nets = [m.net for m in (engine, *ensemble) if isinstance(getattr(m, "net", None), nn.Module)]
+        self.nets = nn.ModuleList(nets)
+        self.engine, self.ensemble, self.options, self.plan, self.folder = engine, list(ensemble), options, plan, folder
+        self.sampler, self.every_s = sampler, every_s
+        self.open: dict[int, list[str]] = {}
+        self.total = sum(1 for n in plan.lengths if n)
+
+    def setup(self, stage: str) -> None:
+        done = complete_shards(self.folder, len(self.plan.shards)) if self.trainer.is_global_zero else None
+        done = set(self.trainer.strategy.broadcast(done, src=0))
+        self.sampler.assign([k for k in range(len(self.plan.shards)) if k not in done], self.global_rank, self.trainer.world_size)
+        self.at_start, self.started, self.printed = self._done(), time.monotonic(), time.monotonic()
+
+    def on_predict_start(self) -> None:
+        launcher = self.trainer.strategy.launcher
+        catch_signals(getattr(launcher, "procs", ()))  # again: Lightning put its SIGTERM handler in front of ours
+
+    def predict_step(self, batch, batch_idx: int) -> None:
+        b, lines, sentences = batch
+        shard = self.plan.shard_of(b)
+        if _stop["why"] is not None and b == self.plan.shards[shard][0]:  # a shard the stop came before: not begun
+            return
+        options = self.options
+        if options.sampling:
+            options = options.replace(seed=batch_seed(options.seed, b))
+        self.open.update(zip(lines, decode(self.engine, sentences, options, self.ensemble)))
+        if b == self.plan.shards[shard][-1]:
+            write_shard(self.folder, shard, self.open)
+            self.open = {}
+            self._progress(force=True)
+        else:
+            self._progress()
+
+    def on_predict_end(self) -> None:
+        self.trainer.strategy.barrier("generation")  # every rank's shards written before rank 0 reads them
+
+    def _done(self) -> tuple[int, int]:
+        """Lines and source tokens decoded so far: in the shards written (by any rank) and in this rank's open one."""
+        lines = [i for k in complete_shards(self.folder, len(self.plan.shards)) for i in self.plan.lines_of(k)] + list(self.open)
+        return len(lines), sum(self.plan.lengths[i] for i in lines)
+
+    def _progress(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self.trainer.is_global_zero or not (force or now - self.printed >= self.every_s):
+            return
+        self.printed = now
+        (lines, tokens), (lines0, tokens0), elapsed = self._done(), self.at_start, now - self.started
+        parts = [f"generating: {lines:,}/{self.total:,} sentences"]
+        if elapsed > 0:
+            parts += [f"{(lines - lines0) / elapsed:,.1f} sentences/s", f"{(tokens - tokens0) / elapsed:,.0f} tok/s"]
+        parts.append(f"elapsed {clock(elapsed)}")
+        left = eta(lines - lines0, self.total - lines0, elapsed)
+        if left is not None:
+            parts.append(f"eta {left}")
+        print(" | ".join(parts), file=sys.stderr, flush=True)
+
+
+def _as_is(batch):
+    return batch
+
+
+def loader(plan: Plan, sources: list[str], sampler: ShardSampler) -> DataLoader:
+    return DataLoader(PlannedBatches(plan, sources), batch_size=None, sampler=sampler, collate_fn=_as_is)

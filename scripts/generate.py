@@ -1,0 +1,252 @@
+"""Decode a whole corpus with a trained model into a new parallel corpus (distillation, back-translation).
+
+    .venv/bin/python scripts/generate.py --ckpt CKPT --src train.de.gz --output distilled --beam-size 4
+    .venv/bin/python scripts/generate.py --ckpt CKPT --data-dir data/multi30k --format aligned --split train \
+        --src-lang de --tgt-lang en --output distilled --devices 4 --accelerator cpu    # 4 processes (DDP)
+    .venv/bin/python scripts/generate.py --ckpt EN_DE --src mono.en --tgt-lang de --output bt \
+        --sampling --sampling-topk 10 --seed 1 --tag '<BT>'                            # sampled back-translation
+    .venv/bin/python scripts/generate.py --engine ctranslate2 --model EXPORT ...      # scripts/export.py's
+
+The input is a text file, plain or .gz, one sentence a line (`--ref`: its references, copied beside it), or a
+split of a corpus as the data module reads it (`--data-dir`, `--format`, `--split`). The output folder holds
+`<prefix>.<src>` (the source lines) and `<prefix>.<tgt>` (the outputs; N lines a source line with `--nbest N`,
+the source repeated beside them): the files `scripts/fit.py --data.format aligned --data.train_prefix
+DIR/<prefix>` reads, in either direction (`--data.src_lang`/`--data.tgt_lang` pick it: trained from `<tgt>` to
+`<src>`, it is back-translation), and generation.json: the model, options, command, counts and time.
+
+Lines are decoded in length-sorted batches of at most `--max-tokens` padded source tokens, planned from the
+input, the model's tokenizer and these flags alone, and written in shards of about `--shard-size` lines, each
+whole; `--devices N` (and `--num-nodes`) run Lightning's prediction on N processes (DDP), which take the shards
+in turn. The output is byte-identical whatever the number of processes, and after a stop and `--resume`: a
+SIGKILL loses the shards under way only; SIGTERM, SIGINT or `--max-time` stop once the shard under way is
+written, with one line giving the command that resumes (printed when the run starts, too). Sampling draws each
+batch from `--seed` and the batch's number (seed 0 when none is given).
+
+Empty lines stay in place (their outputs are empty lines) and over-long ones are truncated to the model's length,
+said once with their counts. An existing output without --resume or --force, a resume with another model, input
+or options, conflicting options, a checkpoint that does not translate: one line, exit status 2, nothing touched;
+a full disk or an unwritable folder: one line, status 1, the shards written so far kept for --resume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shlex
+import sys
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
+
+from common.environment import require_environment  # noqa: E402
+
+require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+
+from common.checkpoints import add_weights_argument  # noqa: E402
+from common.errors import InputError  # noqa: E402
+from common.exits import EXIT_NOTHING_TO_DO, exit_on_user_error  # noqa: E402
+from deploy import generation as gen  # noqa: E402
+from deploy.engines import add_engine_arguments, add_search_arguments, check_engine_arguments, decoding_options  # noqa: E402
+from deploy.generation_input import add_input_arguments, languages, read_input  # noqa: E402
+from training.signals import chosen_environment, program  # noqa: E402
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    add_engine_arguments(parser)
+    add_weights_argument(parser, "decode with")
+    add_input_arguments(parser)
+    out = parser.add_argument_group("output")
+    out.add_argument("--output", required=True, metavar="DIR", help="the folder of the new corpus")
+    out.add_argument("--prefix", default="train", help="the files' names: DIR/PREFIX.LANG (default: train)")
+    out.add_argument("--tag", default="", help="a word put before every output (tagged back-translation)")
+    out.add_argument("--resume", action="store_true", help="go on with DIR's shards (the same model, input, options)")
+    out.add_argument("--force", action="store_true", help="replace DIR's output (this script's files only)")
+    work = parser.add_argument_group("batches and processes")
+    work.add_argument("--max-tokens", type=int, default=4096, help="padded source tokens a batch (default: 4096)")
+    work.add_argument("--batch-size", type=int, default=None, help="sentences a batch, at most (default: no limit)")
+    work.add_argument("--shard-size", type=int, default=2000, help="sentences a shard, about (default: 2000)")
+    work.add_argument("--devices", "--trainer.devices", dest="devices", type=int, default=1, help="processes a node")
+    work.add_argument("--num-nodes", "--trainer.num_nodes", dest="num_nodes", type=int, default=1, help="nodes")
+    work.add_argument("--accelerator", "--trainer.accelerator", dest="accelerator", default=None,
+                      help="Lightning's accelerator (default: gpu with --device cuda, else cpu)")  # fmt: skip
+    work.add_argument("--strategy", "--trainer.strategy", dest="strategy", default=None,
+                      help="Lightning's strategy (default: ddp with several processes)")  # fmt: skip
+    work.add_argument("--max-time", default=None, help="stop after this long: seconds, or DD:HH:MM:SS")
+    work.add_argument("--log-every", type=float, default=30.0, help="a progress line at least this often, in seconds")
+    add_search_arguments(parser, "nbest")
+    args = parser.parse_args(argv)
+    check_engine_arguments(parser, args)
+    options(args)  # bad values and combinations refused before anything loads
+    for flag in ("max_tokens", "shard_size", "devices", "num_nodes"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.batch_size is not None and args.batch_size < 1:
+        parser.error("--batch-size must be at least 1")
+    if args.resume and args.force:
+        raise InputError("--resume goes on with an output, --force replaces it: give one of them")
+    args.max_time = seconds(args.max_time) if args.max_time is not None else None
+    return args
+
+
+def options(args: argparse.Namespace, engine=None):
+    """The run's options over the engine's defaults; sampling is seeded (0 unless --seed), so that it resumes."""
+    opts = decoding_options(args, engine.options if engine is not None else None, "nbest")
+    return opts.replace(seed=0) if opts.sampling and opts.seed is None else opts
+
+
+def seconds(text: str) -> float:
+    """`--max-time`: seconds, or DD:HH:MM:SS (`--trainer.max_time`'s form; leading fields may be left out)."""
+    try:
+        parts = [float(p) for p in text.split(":")]
+    except ValueError:
+        parts = []
+    if not 1 <= len(parts) <= 4 or any(p < 0 for p in parts):
+        raise InputError(f"--max-time {text!r}: give seconds (3600) or DD:HH:MM:SS (00:01:00:00)")
+    return sum(p * unit for p, unit in zip(reversed(parts), (1, 60, 3600, 86400)))
+
+
+def resume_command(argv: list[str], script: str) -> str:
+    kept = [a for a in argv if a not in ("--force", "--resume")]
+    env = [f"{name}={shlex.quote(value)}" for name, value in chosen_environment().items()]
+    return " ".join([*env, shlex.join([program(sys.executable or "python"), script, *kept, "--resume"])])
+
+
+def quiet_lightning() -> None:
+    """Lightning's notes about devices and workers say nothing about the output: left off standard error."""
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    for message in (".*does not have many workers.*", ".*GPU available but not used.*", ".*predict returned None.*"):
+        warnings.filterwarnings("ignore", message=message)
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> None:
+    started, script = time.time(), sys.argv[0] if argv is None else "scripts/generate.py"
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    from deploy.generation_run import stopping_at_shards
+
+    with stopping_at_shards():  # a signal from here on stops the run before its next shard, with its line
+        job = prepare(args, resume_command(argv, script))
+        processes = decode(args, job)
+    if processes is None:  # not rank 0: rank 0 puts the output together
+        return
+    counts = gen.assemble(job.folder, job.plan, job.sources, job.refs, job.names, job.opts.nbest, args.tag)
+    record = {
+        "model": job.models,
+        "engine": args.engine,
+        "options": job.opts.as_dict(),
+        "command": shlex.join([program(sys.executable or "python"), script, *argv]),
+        "input": job.described,
+        "files": [str(p) for p in job.names],
+        "counts": {**job.counts, **counts},
+        "batches": len(job.plan.batches),
+        "shards": len(job.plan.shards),
+        "processes": processes,
+    }
+    gen.write_record(job.folder, record, started)
+    print(
+        f"wrote {counts['outputs']:,} lines to {job.names[1]} and {job.names[0]} ({json.dumps(record['counts'])})",
+        file=sys.stderr,
+    )
+
+
+def prepare(args: argparse.Namespace, resume: str) -> argparse.Namespace:
+    """The model, the input, the plan; on rank 0, the output folder made ready (or refused) and the input's
+    empty and over-long lines said once."""
+    from deploy.engines import load_ensemble, load_translator
+
+    if args.engine == "torch":
+        args.accelerator = args.accelerator or ("gpu" if args.device.startswith("cuda") else "cpu")
+        args.device = "cpu"  # loaded here, put on each process's device by Lightning
+    job = argparse.Namespace(folder=Path(args.output), resume=resume)
+    job.engine = load_translator(args)
+    job.ensemble = load_ensemble(args, job.engine)
+    job.opts = opts = options(args, job.engine)
+    if opts.nbest > 1 and not opts.sampling and opts.nbest > opts.beam_size:
+        raise InputError(f"--nbest {opts.nbest} is more than --beam-size {opts.beam_size}: a beam keeps that many at most")
+    src_lang, tgt_lang = languages(args)
+    job.sources, job.refs, job.described = read_input(args)
+    max_len = job.engine.net.max_len if args.engine == "torch" else job.engine.meta["max_len"]
+    lengths, over = gen.measure(job.engine.src_tokenizer, job.sources, max_len)
+    empty = sum(1 for s in job.sources if not s)
+    if empty == len(job.sources):
+        raise InputError(f"{job.described} has no sentence (only empty lines): nothing to generate")
+    job.counts = {"lines": len(job.sources), "empty": empty, "over_long": over}
+    job.plan = plan = gen.make_plan(lengths, args.max_tokens, args.batch_size, args.shard_size)
+    job.models = gen.model_record(args.ckpt if args.engine == "torch" else [args.model])
+    job.names = gen.outputs_of(job.folder, args.prefix, src_lang, tgt_lang, job.refs is not None)
+    if not gen.launching_process():
+        return job
+    if args.resume and (job.folder / gen.RECORD).is_file() and not (job.folder / gen.SHARDS).exists():
+        print(f"nothing to generate: {job.folder} is complete ({gen.RECORD})", file=sys.stderr)
+        raise SystemExit(EXIT_NOTHING_TO_DO)
+    planned = {
+        "input": gen.digest([job.sources, job.refs]),
+        "plan": plan.digest(),
+        "shards": len(plan.shards),
+        "model": [m["sha256"] for m in job.models],
+        "engine": args.engine,
+        "options": opts.as_dict(),
+        "files": [args.prefix, src_lang, tgt_lang, args.tag],
+    }
+    done = gen.prepare_folder(job.folder, planned, job.names, args.resume, args.force)
+    said = [f"{empty:,} empty lines (kept: their outputs are empty)"] * bool(empty)
+    said += [f"{over:,} lines longer than the model's {max_len} tokens (truncated)"] * bool(over)
+    if said:
+        print(f"warning: {job.described}: {' and '.join(said)}", file=sys.stderr, flush=True)
+    print(
+        f"generating {len(job.sources) - empty:,} sentences in {len(plan.shards)} shards ({len(done)} done) into "
+        f"{job.folder}; if stopped, resume with: {resume}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return job
+
+
+def decode(args: argparse.Namespace, job: argparse.Namespace) -> int | None:
+    """Every shard not yet written, decoded by Lightning's prediction on the processes asked for. On rank 0, the
+    number of processes once every shard is written, or a stop's one line and exit; elsewhere None."""
+    import lightning as L
+
+    from deploy.generation_run import Generation, ShardSampler, loader, stop_reason
+
+    quiet_lightning()
+    sampler = ShardSampler(job.plan, args.max_time, time.monotonic())
+    world = args.devices * args.num_nodes
+    trainer = L.Trainer(
+        accelerator=args.accelerator or "cpu",
+        devices=args.devices,
+        num_nodes=args.num_nodes,
+        strategy=args.strategy or ("ddp" if world > 1 else "auto"),
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+        default_root_dir=str(job.folder),
+    )
+    module = Generation(job.engine, job.opts, job.plan, job.folder, sampler, job.ensemble, args.log_every)
+    trainer.predict(module, loader(job.plan, job.sources, sampler), return_predictions=False)
+    if not trainer.is_global_zero:
+        return None
+    shards = len(job.plan.shards)
+    written = len(gen.complete_shards(job.folder, shards))
+    if written == shards:
+        return trainer.world_size
+    why, signum = stop_reason()
+    print(
+        f"stopped by {why or 'an error on another process'}: {written} of {shards} shards written in "
+        f"{job.folder / gen.SHARDS}; resume with: {job.resume}",
+        file=sys.stderr,
+        flush=True,
+    )
+    raise SystemExit(128 + signum if signum else 0 if why else 1)
+
+
+if __name__ == "__main__":
+    main()
