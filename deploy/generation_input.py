@@ -25,7 +25,7 @@ def add_input_arguments(parser) -> None:
     group.add_argument("--dataset", help="--format hf: a Hugging Face dataset (default: local files in --data-dir)")
     group.add_argument("--dataset-config", help="--format hf: the dataset's configuration")
     group.add_argument("--src-lang", help="the input's language (default: from the run that made the model, or --src's name)")
-    group.add_argument("--tgt-lang", help="the outputs' language (default: from the run that made the model)")
+    # --tgt-lang, the outputs' language, is the decoding flag (deploy.engines): a multilingual model is asked for it
 
 
 def languages(args) -> tuple[str, str]:

@@ -75,7 +75,7 @@ class DecodingOptions:
     alignment_layer: int | None = _option(None, "--alignment-layer", "the decoder layer of --print-alignment (default: the last)")
     use_cache: bool = True  # a key/value cache (False: every step reruns the whole prefix, as a reference)
     tgt_lang: str | None = _option(
-        None, "--tgt-lang", "a multilingual model's target language (fr: its >>fr<< token starts each source)", type=str
+        None, "--tgt-lang", "the target language (fr; a multilingual model: its >>fr<< token starts each source)", type=str
     )
     static_cache: str | None = _option(
         None,

@@ -94,8 +94,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def options(args: argparse.Namespace, engine=None):
-    """The run's options over the engine's defaults; sampling is seeded (0 unless --seed), so that it resumes."""
+    """The run's options over the engine's defaults; sampling is seeded (0 unless --seed), so that it resumes.
+    `--tgt-lang` names the output files; only a multilingual model is also asked for that language by its tag."""
     opts = decoding_options(args, engine.options if engine is not None else None, "nbest")
+    if engine is not None and not engine.languages:
+        opts = opts.replace(tgt_lang=None)
     return opts.replace(seed=0) if opts.sampling and opts.seed is None else opts
 
 
