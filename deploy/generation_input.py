@@ -12,7 +12,7 @@ from datamodules.corpus import ParallelCorpusDataModule
 from datamodules.corpus_readers import iter_aligned, iter_lines
 from datamodules.sources import SPLITS, corpus_source
 
-from .model_card import _data_settings, _run_record
+from .model_card import data_settings, run_record
 
 
 def add_input_arguments(parser) -> None:
@@ -31,7 +31,7 @@ def add_input_arguments(parser) -> None:
 def languages(args) -> tuple[str, str]:
     """The source and target languages, for the files' names: as given, else the training run's (its config.yaml,
     beside or above the checkpoint), else the source's from --src's name (train.de.gz: de)."""
-    run = _data_settings(_run_record(Path(args.ckpt[0])).get("config", "")) if args.engine == "torch" else {}
+    run = data_settings(run_record(Path(args.ckpt[0])).get("config", "")) if args.engine == "torch" else {}
     named = re.fullmatch(r".*\.([A-Za-z_-]{2,8})", Path(args.src).name.removesuffix(".gz")) if args.src else None
     src = args.src_lang or run.get("src_lang") or (named.group(1) if named else None)
     tgt = args.tgt_lang or run.get("tgt_lang")

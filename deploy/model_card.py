@@ -11,7 +11,7 @@ from inference.languages import target_languages
 from models.config import Seq2SeqConfig
 
 
-def _run_record(ckpt: Path | None) -> dict:
+def run_record(ckpt: Path | None) -> dict:
     """What the training run left beside its checkpoint: its summary.json (the test scores) and config.yaml."""
     record: dict = {}
     if ckpt is None:
@@ -33,10 +33,10 @@ def model_card(
     """README.md: what the model is, how to load it, its recipe and data, its test BLEU (from the run's summary.json
     beside `ckpt`), its checkpoint (`meta`: `checkpoint_meta`) and the commands that made it."""
     hp, c, opts = model.hparams, model.net.config, model.translator.options
-    record = _run_record(ckpt)
+    record = run_record(ckpt)
     summary = record.get("summary") or {}
     meta = meta or {}
-    data = _data_settings(record.get("config", ""))
+    data = data_settings(record.get("config", ""))
     languages = [lang for lang in (data.get("src_lang"), data.get("tgt_lang")) if lang]
     targets = list(target_languages(model.src_tokenizer))  # a multilingual model's: a >>xx<< token starts a source
     tag = f">>{targets[0]}<< " if targets else ""
@@ -125,7 +125,7 @@ def model_card(
     return "\n".join(front + lines) + "\n"
 
 
-def _data_settings(config_yaml: str) -> dict:
+def data_settings(config_yaml: str) -> dict:
     """The data settings worth a card (languages, corpus, vocabulary) from a run's config.yaml."""
     if not config_yaml:
         return {}
