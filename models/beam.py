@@ -18,7 +18,10 @@ A sentence is done once its N-th best finished hypothesis beats anything a live 
 log-probs are <= 0 (the forced `<eos>`'s too), so a live score can only fall, and with alpha >= 0
 its penalised score is at most score / lp(max_len), the length every hypothesis ends within. Later
 finished hypotheses can then never enter the N best, so stopping here returns exactly what running
-to `max_len` would. The search stops when every sentence is done, or at `max_len`.
+to `max_len` would. A done sentence's rows leave the batch (beams, finished lists, key/value caches, memory,
+prefix: `StepScorer.keep`), so that the others' steps no longer decode it; the search stops when every sentence is
+done, or at `max_len`. Each sentence's output is thus its batch-of-one output (tests/test_beam_shrink.py). A static
+cache (models.static_cache) keeps its rows: its captured step has fixed shapes.
 
 With beam_size=1 and length_penalty=0 beam search is exactly `greedy_decode`.
 """
@@ -110,6 +113,7 @@ def beam_search_nbest(
     fin_score = torch.full((B, N), NEG_INF, device=device)  # (B, N) penalised scores, best first
     fin_len = torch.zeros(B, N, dtype=torch.long, device=device)  # (B, N) lengths, incl. bos and eos
     best_possible = length_penalty_factor(max_len, length_penalty)  # largest lp a live beam reaches
+    ids, out = list(range(B)), [[] for _ in range(B)]  # ids[b]: row b's sentence; out: each sentence's n-best
 
     for t in range(1, max_len + 1):  # t = tokens generated after this step
         flat_seqs = live_seqs.view(B * K, t)
@@ -141,22 +145,55 @@ def beam_search_nbest(
         not_live = is_eos | ~in_top_k if t == max_len - 1 else is_eos
         live_scores, keep = top.masked_fill(not_live, NEG_INF).topk(K, dim=1)  # (B, K)
         live_seqs, live_tok = cand_seqs[batch, keep], cand_tok[batch, keep]  # (B, K, t+1), (B, K, t)
-        scorer.reorder((batch * K + parent.gather(1, keep)).view(-1))  # (B*K,) surviving rows
+        rows = batch * K + parent.gather(1, keep)  # (B, K) each surviving beam's row
 
         # Done: the N-th best finished hypothesis is at least the best any live one can become.
-        if (fin_score[:, N - 1] >= live_scores[:, 0] / best_possible).all():
+        done = fin_score[:, N - 1] >= live_scores[:, 0] / best_possible  # (B,)
+        if done.all():
             break
+        if not done.any() or not scorer.can_drop_rows:
+            scorer.reorder(rows.view(-1))
+            continue
+        state = (live_seqs, live_tok, live_scores, fin_seqs, fin_tok, fin_score, fin_len)
+        finished = done.nonzero()[:, 0].tolist()
+        for b, hyps in zip(finished, _nbest(*state, finished, N, length_penalty)):
+            out[ids[b]] = hyps
+        alive = done.logical_not().nonzero()[:, 0]  # (B',) the sentences still searched
+        live_seqs, live_tok, live_scores, fin_seqs, fin_tok, fin_score, fin_len = (x[alive] for x in state)
+        ids, B = [ids[b] for b in alive.tolist()], alive.numel()
+        batch = torch.arange(B, device=device)[:, None]  # (B', 1)
+        scorer.keep(rows[alive].view(-1))  # their surviving beams (a beam's row holds its sentence's memory)
+        prefix = None if prefix is None else prefix.index_select(0, rows[alive].view(-1))  # (B'*K, P)
 
-    # The N best finished hypotheses; with max_len 0, the empty live one.
+    state = (live_seqs, live_tok, live_scores, fin_seqs, fin_tok, fin_score, fin_len)
+    for b, hyps in enumerate(_nbest(*state, range(B), N, length_penalty)):
+        out[ids[b]] = hyps
+    return out
+
+
+def _nbest(
+    live_seqs: torch.Tensor,  # (B, K, t) `<bos>` first
+    live_tok: torch.Tensor,  # (B, K, t-1)
+    live_scores: torch.Tensor,  # (B, K) total log-probs, -inf for no beam
+    fin_seqs: torch.Tensor,  # (B, N, t) `<pad>` first
+    fin_tok: torch.Tensor,  # (B, N, t-1)
+    fin_score: torch.Tensor,  # (B, N) penalised, best first
+    fin_len: torch.Tensor,  # (B, N) lengths, incl. bos and eos
+    which: Sequence[int],  # the sentences to return
+    N: int,
+    length_penalty: float,
+) -> list[list[Hypothesis]]:
+    """The N best finished hypotheses of each sentence in `which`; where fewer finished (`max_len` 0: none), its
+    best live ones complete the list."""
     out = []
     fin_score, fin_len, live_scores = fin_score.tolist(), fin_len.tolist(), live_scores.tolist()
-    for b in range(B):
+    for b in which:
         hyps = [
             Hypothesis(fin_seqs[b, i, 1 : fin_len[b][i]].tolist(), fin_tok[b, i, : fin_len[b][i] - 1].tolist(), fin_score[b][i])
             for i in range(N)
             if fin_score[b][i] > NEG_INF
         ]
-        for k in range(K):
+        for k in range(live_seqs.size(1)):
             if len(hyps) == N or live_scores[b][k] == NEG_INF:
                 break
             hyps.append(hypothesis(live_seqs[b, k, 1:].tolist(), live_tok[b, k].tolist(), length_penalty))

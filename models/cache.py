@@ -6,7 +6,8 @@ The decoder's attention knows one interface, whatever the cache:
   - `memory(layer)` / `store_memory(layer, k, v)`: cross-attention's keys/values, projected from the source once;
   - `offset` (the position of the first new token: an int, or a tensor) and `self_mask(T)` (what the new queries
     may see), from which the network places its positions (models.positional, models.relative);
-  - `reorder(index)`: keep rows `index` (beam search's surviving beams); `nbytes(kind)`: its memory.
+  - `reorder(index)`: keep rows `index` (beam search's surviving beams; fewer rows, finished sentences dropped,
+    where `can_drop_rows`); `nbytes(kind)`: its memory.
 
 `DynamicCache` grows by the new tokens at every step (a `torch.cat` per layer): new shapes every step.
 `StaticCache` holds (N, Hkv, L, Dh) buffers allocated once and written in place at its position, a tensor, so
@@ -42,6 +43,8 @@ class _Cache:
 
 class DynamicCache(_Cache):
     """Self-attention keys/values grown by the new tokens at every step; cross-attention's stored once."""
+
+    can_drop_rows = True
 
     def __init__(self, num_layers: int):
         self.keys: list[torch.Tensor | None] = [None] * num_layers  # per layer (B, Hkv, T, Dh)
@@ -83,7 +86,7 @@ class DynamicCache(_Cache):
         self.memory_keys[layer], self.memory_values[layer] = k, v
 
     def reorder(self, index: torch.Tensor) -> None:
-        """Keep batch rows `index` (beam search: the beams that survive a step)."""
+        """Keep batch rows `index` (beam search: the beams that survive a step, and only the unfinished sentences')."""
         for tensors in (self.keys, self.values, self.memory_keys, self.memory_values):
             for i, t in enumerate(tensors):
                 if t is not None:
@@ -97,6 +100,8 @@ class StaticCache(_Cache):
     The position written next is `position`, a (1,) tensor, set by the owner between steps (`start_step`), so that
     the step itself reads no Python number that changes with t. Attention reads the whole (N, Hkv, L, Dh) buffer;
     `self_mask` hides the positions after each query's own (those not written yet get weight exactly 0)."""
+
+    can_drop_rows = False  # its rows are a captured step's shape
 
     def __init__(self, num_layers: int, rows: int, kv_heads: int, length: int, head_dim: int, source_length: int, device, dtype):
         # Zeros, not empty: the masked positions get weight 0, and 0 × a NaN left in memory would be NaN.

@@ -80,24 +80,33 @@ def greedy_decode(
     """(B, S) source ids → (B, ≤ max_len + 1) target ids starting with `<bos>`; each row ends with `<eos>` (forced
     as its `max_len`-th token where it came no sooner) and is padded with `net.pad_id` after it. Stops when every
     row has ended. With `use_cache` each step feeds only the newest token and the decoder's key/value cache holds
-    the rest."""
-    memory, src_pad = net.encode(src)
+    the rest. A row that has ended leaves the decoded batch (its memory and cache rows with it), unless the cache
+    keeps its rows (a static cache's captured step has fixed shapes)."""
+    memory, src_pad = net.encode(src)  # (B, S, D), (B, S)
     B = src.size(0)
     max_len = min(max_len, net.max_len - 1)
     ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
-    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+    rows = torch.arange(B, device=src.device)  # (B',) the rows still decoded
+    finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B',)
     cache = net.new_cache() if use_cache else None
+    can_drop_rows = cache is None or cache.can_drop_rows
     specials = special_ids(net.pad_id, bos_id, src.device)
     for t in range(1, max_len + 1):  # t = tokens generated after this step
-        step_input = ys[:, -1:] if use_cache else ys
-        logits = no_specials(net.decode(step_input, memory, src_pad, cache)[:, -1], specials)  # (B, V)
+        step_input = ys[rows, -1:] if use_cache else ys[rows]
+        logits = no_specials(net.decode(step_input, memory, src_pad, cache)[:, -1], specials)  # (B', V)
         if t == max_len:
             logits = only_eos(logits, eos_id)
-        next_token = logits.argmax(dim=-1).masked_fill(finished, net.pad_id)
+        next_token = ys.new_full((B,), net.pad_id)  # (B,)
+        next_token[rows] = logits.argmax(dim=-1).masked_fill(finished, net.pad_id)
         ys = torch.cat([ys, next_token[:, None]], dim=1)
-        finished |= next_token.eq(eos_id)
+        finished |= next_token[rows].eq(eos_id)
         if finished.all():
             break
+        if can_drop_rows and finished.any():
+            left = finished.logical_not().nonzero()[:, 0]  # (B'',) of the B' rows
+            rows, finished, memory, src_pad = rows[left], finished[left], memory[left], src_pad[left]
+            if cache is not None:
+                cache.reorder(left)
     return ys
 
 
@@ -176,3 +185,14 @@ class StepScorer:
         for _, _, cache in self.states:
             if cache is not None:
                 cache.reorder(index)
+
+    @property
+    def can_drop_rows(self) -> bool:
+        """Whether `keep` may take fewer rows than there are (a static cache's captured step has fixed shapes)."""
+        return all(cache is None or cache.can_drop_rows for _, _, cache in self.states)
+
+    def keep(self, index: torch.Tensor) -> None:
+        """Keep rows `index`, fewer than there are (finished sentences leave the batch): of every cache, memory
+        and source padding mask."""
+        self.states = [(m.index_select(0, index), p.index_select(0, index), c) for m, p, c in self.states]
+        self.reorder(index)

@@ -68,6 +68,8 @@ class SearchCache:
     def __init__(self):
         self.state: _StepState | None = None
 
+    can_drop_rows = False  # its rows are a captured step's shape
+
     def reorder(self, index: torch.Tensor) -> None:
         self.state.cache.reorder(index)
 

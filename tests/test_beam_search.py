@@ -167,6 +167,8 @@ def test_wide_beam_is_exact_search_on_real_net(length_penalty, use_cache):
 class PrefixCache:
     """Stand-in for `models.cache.DynamicCache`: remembers each row's prefix; `reorder` selects rows."""
 
+    can_drop_rows = True
+
     def __init__(self):
         self.tokens = None
 
