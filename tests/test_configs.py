@@ -250,3 +250,22 @@ def test_a_setting_in_the_old_flat_spelling_gets_one_line_naming_the_new_one(tmp
 def test_an_option_that_is_no_setting_keeps_jsonargparses_error():
     result = run([*FIT, "--model.init_args.no_such_option", "1"])
     assert result.returncode == 2 and "no_such_option" in result.stderr and "init_args.net." not in result.stderr
+
+
+def test_the_distillation_student_is_about_a_quarter_of_the_teacher():
+    """configs/distillation/multi30k_student.yaml on top of the Multi30k recipe: the same recipe with a network of
+    20-35 % of the teacher's parameters (the distillation recipe's "about a quarter"), and nothing else changed but
+    the run's folder and time limit."""
+    teacher = yaml.safe_load((ROOT / "configs/multi30k.yaml").read_text())
+    layer = yaml.safe_load((ROOT / "configs/distillation/multi30k_student.yaml").read_text())
+    assert set(layer) == {"trainer", "model"} and set(layer["trainer"]) == {"max_time", "default_root_dir"}
+    assert set(layer["model"]) == {"init_args"} and set(layer["model"]["init_args"]) == {"net"}
+    vocab = {"src_vocab_size": 8000, "tgt_vocab_size": 8000, "pad_id": 0}
+
+    def parameters(net: dict) -> int:
+        config = Seq2SeqConfig(**{**Seq2SeqSettings(**net).as_dict(), **vocab})
+        return sum(p.numel() for p in Seq2SeqNet(config).parameters())
+
+    big = teacher["model"]["init_args"]["net"]
+    small = {**big, **layer["model"]["init_args"]["net"]}
+    assert 0.20 < parameters(small) / parameters(big) < 0.35
