@@ -31,6 +31,7 @@ a full disk or an unwritable folder: one line, status 1, the shards written so f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import shlex
@@ -119,11 +120,20 @@ def resume_command(argv: list[str], script: str) -> str:
     return " ".join([*env, shlex.join([program(sys.executable or "python"), script, *kept, "--resume"])])
 
 
-def quiet_lightning() -> None:
-    """Lightning's notes about devices and workers say nothing about the output: left off standard error."""
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-    for message in (".*does not have many workers.*", ".*GPU available but not used.*", ".*predict returned None.*"):
-        warnings.filterwarnings("ignore", message=message)
+@contextlib.contextmanager
+def quiet_lightning():
+    """Lightning's notes about devices and workers say nothing about the output: left off standard error while
+    the prediction runs, and only then (a caller in the same process, a test say, keeps its logging)."""
+    logger = logging.getLogger("lightning.pytorch")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            for message in (".*does not have many workers.*", ".*GPU available but not used.*", ".*predict returned None.*"):
+                warnings.filterwarnings("ignore", message=message)
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 @exit_on_user_error
@@ -218,23 +228,23 @@ def decode(args: argparse.Namespace, job: argparse.Namespace) -> int | None:
 
     from deploy.generation_run import Generation, ShardSampler, loader, stop_reason
 
-    quiet_lightning()
     sampler = ShardSampler(job.plan, args.max_time, time.monotonic())
     world = args.devices * args.num_nodes
-    trainer = L.Trainer(
-        accelerator=args.accelerator or "cpu",
-        devices=args.devices,
-        num_nodes=args.num_nodes,
-        strategy=args.strategy or ("ddp" if world > 1 else "auto"),
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        use_distributed_sampler=False,
-        default_root_dir=str(job.folder),
-    )
-    module = Generation(job.engine, job.opts, job.plan, job.folder, sampler, job.ensemble, args.log_every)
-    trainer.predict(module, loader(job.plan, job.sources, sampler), return_predictions=False)
+    with quiet_lightning():
+        trainer = L.Trainer(
+            accelerator=args.accelerator or "cpu",
+            devices=args.devices,
+            num_nodes=args.num_nodes,
+            strategy=args.strategy or ("ddp" if world > 1 else "auto"),
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            use_distributed_sampler=False,
+            default_root_dir=str(job.folder),
+        )
+        module = Generation(job.engine, job.opts, job.plan, job.folder, sampler, job.ensemble, args.log_every)
+        trainer.predict(module, loader(job.plan, job.sources, sampler), return_predictions=False)
     if not trainer.is_global_zero:
         return None
     shards = len(job.plan.shards)
