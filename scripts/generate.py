@@ -208,8 +208,8 @@ def prepare(args: argparse.Namespace, resume: str) -> argparse.Namespace:
         "files": [args.prefix, src_lang, tgt_lang, args.tag],
     }
     done = gen.prepare_folder(job.folder, planned, job.names, args.resume, args.force)
-    said = [f"{empty:,} empty lines (kept: their outputs are empty)"] * bool(empty)
-    said += [f"{over:,} lines longer than the model's {max_len} tokens (truncated)"] * bool(over)
+    said = [f"{empty:,} empty line{'s' * (empty != 1)} (kept: their outputs are empty)"] * bool(empty)
+    said += [f"{over:,} line{'s' * (over != 1)} longer than the model's {max_len} tokens (truncated)"] * bool(over)
     if said:
         print(f"warning: {job.described}: {' and '.join(said)}", file=sys.stderr, flush=True)
     print(
