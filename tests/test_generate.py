@@ -144,7 +144,7 @@ def test_the_corpus_is_translate_many_line_by_line(cases, capsys, tmp_path, name
     assert progress and re.fullmatch(rf"generating: {len(todo)}/{len(todo)} sentences \| [\d.,]+ sentences/s \| [\d,]+ tok/s"
                                      r" \| elapsed [\d:]+ \| eta [\d:]+", progress[-1]), err  # fmt: skip
     if name == "toy":  # said once, with the counts; the lines kept in place
-        assert len(warnings) == 1 and "1 empty lines" in warnings[0] and "1 lines longer" in warnings[0], err
+        assert len(warnings) == 1 and "1 empty line (" in warnings[0] and "1 line longer" in warnings[0], err
         assert record["counts"]["empty"] == record["counts"]["over_long"] == 1
     else:
         assert not warnings and lines_of(out / "train.ref.en") == lines_of(args[3])
