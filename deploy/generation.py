@@ -59,6 +59,17 @@ class Plan:
         return digest([self.batches, [[r.start, r.stop] for r in self.shards]])
 
 
+def lines_digest(*columns: list[str] | None) -> str:
+    """The sha256 of the input's columns (sources, references), fed line by line: a WMT-sized corpus is never
+    built into one string to be hashed."""
+    h = hashlib.sha256()
+    for column in columns:
+        for line in column or ():
+            h.update(line.encode("utf-8") + b"\n")
+        h.update(b"\0")
+    return h.hexdigest()
+
+
 def make_plan(lengths: list[int], max_tokens: int, batch_size: int | None, shard_size: int) -> Plan:
     """The batches and shards of lines of `lengths` tokens (0: skipped), as the module's docstring says."""
     order = sorted((i for i, n in enumerate(lengths) if n), key=lambda i: (lengths[i], i))
@@ -149,8 +160,6 @@ def prepare_folder(folder: Path, plan_record: dict, outputs: list[Path], resume:
         raise InputError(
             f"{folder} holds an output already ({found[0].name}): add --resume to go on with it or --force to replace it"
         )
-    if resume and (folder / RECORD).is_file() and not (folder / SHARDS).exists():
-        raise InputError(f"{folder} is complete already ({RECORD}): nothing to resume; --force decodes it again")
     if resume and plan_file.is_file():
         before = json.loads(plan_file.read_text(encoding="utf-8"))
         changed = [k for k in sorted(set(before) | set(plan_record)) if before.get(k) != plan_record.get(k)]

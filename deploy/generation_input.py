@@ -43,8 +43,9 @@ def languages(args) -> tuple[str, str]:
     return src, tgt
 
 
-def read_input(args) -> tuple[list[str], list[str] | None, str]:
-    """The source lines, the references (None without), and a description of where they came from."""
+def read_input(args, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str] | None, str]:
+    """The source lines, the references (None without), and a description of where they came from (a corpus
+    split is read in the direction `src_lang` → `tgt_lang`, `languages(args)`)."""
     if bool(args.src) == bool(args.data_dir):
         raise InputError("give the input as --src FILE or as --data-dir DIR (with --format and --split), one of them")
     if args.src:
@@ -60,7 +61,6 @@ def read_input(args) -> tuple[list[str], list[str] | None, str]:
         return sources, None, args.src
     if args.ref:
         raise InputError("--ref goes with --src: a corpus's split has its references")
-    src_lang, tgt_lang = languages(args)
     defaults = {k: p.default for k, p in inspect.signature(ParallelCorpusDataModule.__init__).parameters.items() if k != "self"}
     settings = {**defaults, "data_dir": args.data_dir, "format": args.format, "src_lang": src_lang, "tgt_lang": tgt_lang}
     settings.update(dataset=args.dataset, dataset_config=args.dataset_config)

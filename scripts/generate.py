@@ -53,7 +53,7 @@ from common.exits import EXIT_NOTHING_TO_DO, exit_on_user_error  # noqa: E402
 from deploy import generation as gen  # noqa: E402
 from deploy.engines import add_engine_arguments, add_search_arguments, check_engine_arguments, decoding_options  # noqa: E402
 from deploy.generation_input import add_input_arguments, languages, read_input  # noqa: E402
-from training.signals import chosen_environment, program  # noqa: E402
+from training.signals import program, resume_command  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -114,12 +114,6 @@ def seconds(text: str) -> float:
     return sum(p * unit for p, unit in zip(reversed(parts), (1, 60, 3600, 86400)))
 
 
-def resume_command(argv: list[str], script: str) -> str:
-    kept = [a for a in argv if a not in ("--force", "--resume")]
-    env = [f"{name}={shlex.quote(value)}" for name, value in chosen_environment().items()]
-    return " ".join([*env, shlex.join([program(sys.executable or "python"), script, *kept, "--resume"])])
-
-
 @contextlib.contextmanager
 def quiet_lightning():
     """Lightning's notes about devices and workers say nothing about the output: left off standard error while
@@ -144,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     from deploy.generation_run import stopping_at_shards
 
     with stopping_at_shards():  # a signal from here on stops the run before its next shard, with its line
-        job = prepare(args, resume_command(argv, script))
+        job = prepare(args, resume_command(argv, script, switch="--resume", dropped=("--force",)))
         processes = decode(args, job)
     if processes is None:  # not rank 0: rank 0 puts the output together
         return
@@ -180,10 +174,8 @@ def prepare(args: argparse.Namespace, resume: str) -> argparse.Namespace:
     job.engine = load_translator(args)
     job.ensemble = load_ensemble(args, job.engine)
     job.opts = opts = options(args, job.engine)
-    if opts.nbest > 1 and not opts.sampling and opts.nbest > opts.beam_size:
-        raise InputError(f"--nbest {opts.nbest} is more than --beam-size {opts.beam_size}: a beam keeps that many at most")
     src_lang, tgt_lang = languages(args)
-    job.sources, job.refs, job.described = read_input(args)
+    job.sources, job.refs, job.described = read_input(args, src_lang, tgt_lang)
     max_len = job.engine.net.max_len if args.engine == "torch" else job.engine.meta["max_len"]
     lengths, over = gen.measure(job.engine.src_tokenizer, job.sources, max_len)
     empty = sum(1 for s in job.sources if not s)
@@ -191,15 +183,15 @@ def prepare(args: argparse.Namespace, resume: str) -> argparse.Namespace:
         raise InputError(f"{job.described} has no sentence (only empty lines): nothing to generate")
     job.counts = {"lines": len(job.sources), "empty": empty, "over_long": over}
     job.plan = plan = gen.make_plan(lengths, args.max_tokens, args.batch_size, args.shard_size)
-    job.models = gen.model_record(args.ckpt if args.engine == "torch" else [args.model])
     job.names = gen.outputs_of(job.folder, args.prefix, src_lang, tgt_lang, job.refs is not None)
     if not gen.launching_process():
         return job
+    job.models = gen.model_record(args.ckpt if args.engine == "torch" else [args.model])  # reads each file whole
     if args.resume and (job.folder / gen.RECORD).is_file() and not (job.folder / gen.SHARDS).exists():
         print(f"nothing to generate: {job.folder} is complete ({gen.RECORD})", file=sys.stderr)
         raise SystemExit(EXIT_NOTHING_TO_DO)
     planned = {
-        "input": gen.digest([job.sources, job.refs]),
+        "input": gen.lines_digest(job.sources, job.refs),
         "plan": plan.digest(),
         "shards": len(plan.shards),
         "model": [m["sha256"] for m in job.models],

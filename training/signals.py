@@ -168,23 +168,29 @@ def resume_command(
     script: str = "scripts/fit.py",
     settings: dict[str, str] | None = None,
     environment: dict[str, str] | None = None,
+    switch: str | None = None,
+    dropped: tuple[str, ...] = (),
 ) -> str:
     """The command that resumes a run started with `args`: the interpreter that runs this process (the
     README's `.venv/bin/python` rather than whatever `python` means in the user's shell), the environment
     settings `environment` (`chosen_environment()` as the run started; now when None), the same arguments but
-    for `settings` ({flag: value}, in place of any value given), then `--ckpt_path last`."""
-    settings = {**(settings or {}), "--ckpt_path": "last"}
+    for `settings` ({flag: value}, in place of any value given), then `--ckpt_path last`. A script resumed by a
+    flag of its own (`switch`: scripts/generate.py's `--resume`) gets that flag instead, and loses the flags
+    without a value in `dropped` (its `--force`)."""
+    settings = {**(settings or {}), **({} if switch else {"--ckpt_path": "last"})}
     kept, skip = [], False
     for arg in args:
         if skip:
             skip = False
+        elif arg == switch or arg in dropped:
+            continue
         elif arg in settings:
             skip = True
         elif arg.split("=", 1)[0] not in settings:
             kept.append(arg)
     environment = chosen_environment() if environment is None else environment
     env = [f"{name}={shlex.quote(value)}" for name, value in environment.items()]
-    given = [word for flag, value in settings.items() for word in (flag, value)]
+    given = [word for flag, value in settings.items() for word in (flag, value)] + [switch] * bool(switch)
     return " ".join([*env, shlex.join([program(sys.executable or "python"), script, *kept, *given])])
 
 
