@@ -149,9 +149,10 @@ def beam_search_nbest(
 
         # Done: the N-th best finished hypothesis is at least the best any live one can become.
         done = fin_score[:, N - 1] >= live_scores[:, 0] / best_possible  # (B,)
-        if done.all():
+        n_done = int(done.sum())  # the step's one wait for the device
+        if n_done == B:
             break
-        if not done.any() or not scorer.can_drop_rows:
+        if n_done == 0 or not scorer.can_drop_rows:
             scorer.reorder(rows.view(-1))
             continue
         state = (live_seqs, live_tok, live_scores, fin_seqs, fin_tok, fin_score, fin_len)

@@ -31,6 +31,7 @@ class _Cache:
     values: list
     memory_keys: list
     memory_values: list
+    can_drop_rows = True  # a search may keep fewer rows (`reorder`) as sentences finish; not a captured step's
 
     def memory(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.memory_keys[layer], self.memory_values[layer]
@@ -43,8 +44,6 @@ class _Cache:
 
 class DynamicCache(_Cache):
     """Self-attention keys/values grown by the new tokens at every step; cross-attention's stored once."""
-
-    can_drop_rows = True
 
     def __init__(self, num_layers: int):
         self.keys: list[torch.Tensor | None] = [None] * num_layers  # per layer (B, Hkv, T, Dh)

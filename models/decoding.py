@@ -100,9 +100,10 @@ def greedy_decode(
         next_token[rows] = logits.argmax(dim=-1).masked_fill(finished, net.pad_id)
         ys = torch.cat([ys, next_token[:, None]], dim=1)
         finished |= next_token[rows].eq(eos_id)
-        if finished.all():
+        n_finished = int(finished.sum())  # the step's one wait for the device
+        if n_finished == len(finished):
             break
-        if can_drop_rows and finished.any():
+        if can_drop_rows and n_finished:
             left = finished.logical_not().nonzero()[:, 0]  # (B'',) of the B' rows
             rows, finished, memory, src_pad = rows[left], finished[left], memory[left], src_pad[left]
             if cache is not None:
