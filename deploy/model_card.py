@@ -7,6 +7,7 @@ import contextlib
 import json
 from pathlib import Path
 
+from datamodules.languages import target_tag
 from inference.languages import target_languages
 from models.config import Seq2SeqConfig
 
@@ -39,7 +40,7 @@ def model_card(
     data = data_settings(record.get("config", ""))
     languages = [lang for lang in (data.get("src_lang"), data.get("tgt_lang")) if lang]
     targets = list(target_languages(model.src_tokenizer))  # a multilingual model's: a >>xx<< token starts a source
-    tag = f">>{targets[0]}<< " if targets else ""
+    tag = target_tag(targets[0]) + " " if targets else ""
     front = ["---", "library_name: transformers", "pipeline_tag: translation", "tags:", "- translation", "- marian"]
     if languages:
         front += ["language:", *[f"- {lang}" for lang in languages]]
