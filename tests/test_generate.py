@@ -136,6 +136,7 @@ def test_the_corpus_is_translate_many_line_by_line(cases, capsys, tmp_path, name
     expected = iter(translator.translate_many(todo, options=options))
     assert lines_of(out / f"train.{src}") == sources
     assert lines_of(out / f"train.{tgt}") == [next(expected) if s else "" for s in sources]
+    assert len(set(lines_of(out / f"train.{tgt}"))) > 2  # the model says different things to different lines
     record = json.loads((out / "generation.json").read_text())
     assert record["options"]["beam_size"] == 4 and record["model"][0]["size"] == Path(ckpt).stat().st_size
     assert record["counts"]["lines"] == len(sources) and not (out / "shards").exists()
@@ -210,6 +211,7 @@ def test_fit_s_data_module_reads_the_output_folder(cases, capsys, tmp_path):
     )
     words = lambda line: " ".join(line.split())  # noqa: E731  (word vocabularies split at any white space)
     written = sorted((words(s), words(t)) for s, t in zip(lines_of(out / "train.de"), lines_of(out / "train.en")) if s and t)
+    assert len(written) == sum(1 for s in lines_of(out / "train.de") if s) and len({t for _, t in written}) > 1
     assert read == written
 
 
@@ -251,6 +253,8 @@ def test_two_processes_stopped_then_resumed_give_one_process_s_corpus(cases, cap
     langs, flags = cases[name][2], [*flags, "--shard-size", "8"]
     assert generate(capsys, cases[name], tmp_path / "one", *flags)[0] == 0
     one = corpus(tmp_path / "one", langs)
+    outputs = next(v for k, v in one.items() if k.endswith(f".{langs[1]}")).decode().splitlines()
+    assert len(set(outputs)) > 1, outputs  # outputs that differ: a line misplaced by a resume would show
     if name == "multi30k":
         two = run([sys.executable, str(ROOT / "scripts" / "generate.py"), "--ckpt", cases[name][0], *cases[name][1],
                    "--output", str(tmp_path / "two"), *flags, "--devices", "2", "--accelerator", "cpu"])  # fmt: skip

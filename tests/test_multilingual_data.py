@@ -163,8 +163,13 @@ def test_validation_and_test_log_every_direction_and_their_mean(tmp_path):
     model = Seq2SeqTransformer(tokenizers=dm.tokenizers, net=net, attention_maps=0, bleu_val_sentences=3, eval_beam_size=1)
     trainer = quiet_trainer(tmp_path, limit_val_batches=1, limit_test_batches=1)
     for stage, run_stage in (("val", trainer.validate), ("test", trainer.test)):
+        # An untrained model scores 0 everywhere: the outputs here are each source's own reference, but for fr-en
+        # nothing, so each direction's score says whose hypotheses it was given.
+        answers = {src: "" if s.name == "fr-en" else ref for s in dm.eval_sets(stage) for src, ref in s.pairs}
+        model._translate_shared = lambda sources, beam_size: [answers[src] for src in sources]
         metrics = run_stage(model, datamodule=dm, verbose=False)[0]
         names = ["de-en", "fr-en", "en-cs"] + (["fr-cs"] if stage == "test" else [])
+        assert metrics[f"{stage}/bleu/de-en"] == pytest.approx(100) and metrics[f"{stage}/bleu/fr-en"] == 0
         for metric in ("bleu", "chrf"):
             assert {f"{stage}/{metric}/{n}" for n in names} <= set(metrics), sorted(metrics)
             mean = sum(metrics[f"{stage}/{metric}/{n}"] for n in names[:3]) / 3
@@ -230,6 +235,7 @@ def test_evaluate_pair_tags_each_source_line_as_the_data_module_does(tmp_path, c
     src = str(data / "test_2016_flickr.de.gz")
     code, out, _ = run_script(capsys, "evaluate", *common, "--src", src, "--pair", "de-en", "--hyp-out", str(tmp_path / "a"))
     assert code == 0 and "SacreBLEU" in out
+    assert len(set((tmp_path / "a").read_text().splitlines())) > 1  # outputs that depend on the source's ids
     code, _, _ = run_script(capsys, "evaluate", *common, "--src", str(tagged_by_module), "--hyp-out", str(tmp_path / "b"))
     assert code == 0 and (tmp_path / "a").read_text() == (tmp_path / "b").read_text()
     code, _, _ = run_script(capsys, "evaluate", *common, "--src", src, "--tgt-lang", "en", "--hyp-out", str(tmp_path / "c"))

@@ -150,9 +150,11 @@ def test_a_missing_unknown_or_needless_target_language_is_one_line(marian, spm_m
     with pytest.raises(InputError, match=r"^tgt_lang='fr': this model translates into one language"):
         bilingual.translate(sources, tgt_lang="fr")
     assert len(bilingual.translate(sources)) == len(sources)
-    # A translator's own default target language serves every call.
+    # A translator's own default target language serves every call, and it is that language, not another.
     french = Translator.from_pretrained(folder, DecodingOptions(tgt_lang="fr"))
-    assert french.translate(sources) == translator.translate(sources, tgt_lang="fr")
+    in_french = translator.translate(sources, tgt_lang="fr", nbest=1)
+    assert [h[0].tokens for h in french.translate(sources, nbest=1)] == [h[0].tokens for h in in_french]
+    assert [h[0].score for h in in_french] != [h[0].score for h in translator.translate(sources, tgt_lang="de", nbest=1)]
 
 
 def test_the_scripts_take_tgt_lang(marian, sources, tmp_path, capsys):
