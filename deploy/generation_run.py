@@ -74,8 +74,11 @@ def decode(engine, sentences: list[str], options, ensemble=()) -> list[list[str]
         return [[h.text for h in row] for row in engine.translate(sentences, nbest=options.nbest, options=options, **extra)]
 
 
+IDLE = -1  # the one item of a rank with no shard left: Lightning refuses a process an empty loader
+
+
 class PlannedBatches(Dataset):
-    """Planned batch b: (b, its line numbers, their sentences)."""
+    """Planned batch b: (b, its line numbers, their sentences); IDLE: nothing."""
 
     def __init__(self, plan: Plan, sources: list[str]):
         self.plan, self.sources = plan, sources
@@ -84,12 +87,13 @@ class PlannedBatches(Dataset):
         return len(self.plan.batches)
 
     def __getitem__(self, b: int):
-        lines = self.plan.batches[b]
+        lines = self.plan.batches[b] if b != IDLE else []
         return b, lines, [self.sources[i] for i in lines]
 
 
 class ShardSampler(Sampler[int]):
-    """This rank's batch numbers: the batches of its shards, shard after shard; none after a stop."""
+    """This rank's batch numbers: the batches of its shards, shard after shard; none after a stop; IDLE alone when
+    it has no shard (more processes than shards left)."""
 
     def __init__(self, plan: Plan, max_time: float | None, started: float):
         self.plan, self.max_time, self.started = plan, max_time, started
@@ -99,6 +103,8 @@ class ShardSampler(Sampler[int]):
         self.shards = remaining[rank::world]
 
     def __iter__(self):
+        if not self.shards:
+            yield IDLE
         for k in self.shards:
             if self.max_time is not None and time.monotonic() - self.started >= self.max_time and _stop["why"] is None:
                 _stop["why"] = "the time limit (--max-time)"
@@ -107,7 +113,7 @@ class ShardSampler(Sampler[int]):
             yield from self.plan.shards[k]
 
     def __len__(self) -> int:
-        return sum(len(self.plan.shards[k]) for k in self.shards)
+        return sum(len(self.plan.shards[k]) for k in self.shards) or 1
 
 
 class Generation(L.LightningModule):
@@ -136,6 +142,8 @@ class Generation(L.LightningModule):
 
     def predict_step(self, batch, batch_idx: int) -> None:
         b, lines, sentences = batch
+        if b == IDLE:
+            return
         shard = self.plan.shard_of(b)
         if _stop["why"] is not None and b == self.plan.shards[shard][0]:  # a shard the stop came before: not begun
             return

@@ -237,6 +237,20 @@ def resume_line(log: Path) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_more_processes_than_shards_left(cases, capsys, tmp_path):
+    """One shard for two processes (a small input, or a resume near the end): the idle process waits for the other
+    rather than failing on an empty loader, and the corpus is one process's."""
+    ckpt, args, langs = cases["multi30k"]
+    assert generate(capsys, cases["multi30k"], tmp_path / "one", "--beam-size", "2")[0] == 0
+    two = run([sys.executable, str(ROOT / "scripts" / "generate.py"), "--ckpt", ckpt, *args, "--output", str(tmp_path / "two"),
+               "--beam-size", "2", "--devices", "2", "--accelerator", "cpu"])  # fmt: skip
+    assert two.returncode == 0, two.stderr[-3000:]
+    record = json.loads((tmp_path / "two" / "generation.json").read_text())
+    assert record["processes"] == 2 and record["shards"] == 1
+    assert corpus(tmp_path / "two", langs) == corpus(tmp_path / "one", langs)
+
+
 @pytest.mark.parametrize(
     "name, flags, stop",
     [
