@@ -166,7 +166,7 @@ def test_validation_and_test_log_every_direction_and_their_mean(tmp_path):
         # An untrained model scores 0 everywhere: the outputs here are each source's own reference, but for fr-en
         # nothing, so each direction's score says whose hypotheses it was given.
         answers = {src: "" if s.name == "fr-en" else ref for s in dm.eval_sets(stage) for src, ref in s.pairs}
-        model._translate_shared = lambda sources, beam_size: [answers[src] for src in sources]
+        model._translate_shared = lambda sources, beam_size, answers=answers: [answers[src] for src in sources]
         metrics = run_stage(model, datamodule=dm, verbose=False)[0]
         names = ["de-en", "fr-en", "en-cs"] + (["fr-cs"] if stage == "test" else [])
         assert metrics[f"{stage}/bleu/de-en"] == pytest.approx(100) and metrics[f"{stage}/bleu/fr-en"] == 0
