@@ -120,7 +120,10 @@ class MultilingualCorpusDataModule(SplitLoaders, L.LightningDataModule):
             no_more_than("max_len", "max_tokens"),
         )
         self.directions = parse_directions(pairs, "pairs")
-        self.test_only = [d for d in parse_directions(test_pairs, "test_pairs") if d not in self.directions] if test_pairs else []
+        self.test_only = parse_directions(test_pairs, "test_pairs") if test_pairs else []
+        for src, tgt in self.test_only:
+            if (src, tgt) in self.directions:  # scored twice, and no longer zero-shot: a slip in the recipe
+                raise HyperparameterError(f"test_pairs: {src}-{tgt} is also in pairs (trained); test_pairs are never trained")
         targets, sources = {t for _, t in self.directions}, {s for s, _ in self.directions}
         for src, tgt in self.test_only:
             if tgt not in targets or (source_tags and src not in sources):

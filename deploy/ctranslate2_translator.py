@@ -102,7 +102,7 @@ class CTranslate2Translator:
         """A sentence's source tokens, after `tgt_lang`'s tag for a multilingual model, `<eos>` last."""
         if not isinstance(sentence, str) or not sentence.strip():
             raise InputError("an empty sentence: there is nothing to translate")
-        ids = with_target_tag(self.languages, tgt_lang, self.src_tokenizer.encode(sentence))
+        ids = with_target_tag(self.languages, tgt_lang, sentence, self.src_tokenizer.encode(sentence))
         framed = frame_source(ids, self.meta["max_len"], self.src_tokenizer.eos_id)
         return [self.src_vocab[i] for i in framed]
 

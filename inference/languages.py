@@ -34,12 +34,19 @@ def target_languages(tokenizer) -> dict[str, int]:
     return {m.group(1): i for i, token in enumerate(tokens_of(tokenizer)) if token and (m := _TAG.match(token))}
 
 
-def with_target_tag(languages: dict[str, int], tgt_lang: str | None, ids: list[int], index: int = 0) -> list[int]:
-    """A source sentence's own ids (`ids`, sentence number `index`) after `tgt_lang`'s tag for a multilingual model
-    (`languages`: `target_languages`). Ids that already start with a tag, typed into the text, are kept as they
-    are; a `tgt_lang` that asks for another language than that tag is one `InputError` line."""
+def with_target_tag(languages: dict[str, int], tgt_lang: str | None, sentence: str, ids: list[int], index: int = 0) -> list[int]:
+    """A source sentence's own ids (`ids` of the text `sentence`, number `index`) after `tgt_lang`'s tag for a
+    multilingual model (`languages`: `target_languages`). Ids that already start with a tag, typed into the text,
+    are kept as they are; a `tgt_lang` that asks for another language than that tag, or a typed tag the model
+    does not know (which its tokenizer would split into pieces), is one `InputError` line."""
     typed = next((lang for lang, i in languages.items() if ids and ids[0] == i), None)
     if typed is None:
+        first = sentence.split(maxsplit=1)[0] if sentence.strip() else ""
+        if languages and (unknown := _TAG.match(first)):
+            raise InputError(
+                f"sentence {index} starts with {first}: no target language {unknown.group(1)!r} in this model, "
+                f"which knows {', '.join(languages)}"
+            )
         return source_tag(languages, tgt_lang) + ids
     if tgt_lang not in (None, typed):
         raise InputError(f"sentence {index} starts with {tag(typed)} but tgt_lang={tgt_lang!r}: give the language once")

@@ -104,7 +104,7 @@ class Translator:
         for i, sentence in enumerate(sentences):
             if not isinstance(sentence, str) or not sentence.strip():
                 raise InputError(f"sentence {i} is empty: there is nothing to translate")
-            encoded = with_target_tag(self.languages, tgt_lang, self.src_tokenizer.encode(sentence), i)
+            encoded = with_target_tag(self.languages, tgt_lang, sentence, self.src_tokenizer.encode(sentence), i)
             if len(encoded) + 1 > self.net.max_len:
                 warnings.warn(
                     f"sentence {i} has {len(encoded)} tokens; truncated to the model's max_len={self.net.max_len}",

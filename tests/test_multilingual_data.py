@@ -199,6 +199,11 @@ def test_a_test_pair_into_a_language_never_written_is_refused(tmp_path):
         MultilingualCorpusDataModule(data_dir=str(tmp_path), pairs=["de-en", "fr-en"], test_pairs=["de-fr"])
 
 
+def test_a_test_pair_that_is_also_trained_is_refused(tmp_path):
+    with pytest.raises(HyperparameterError, match=r"^test_pairs: fr-en is also in pairs \(trained\); test_pairs are never trained$"):
+        module(tmp_path, test_pairs=["fr-cs", "fr-en"])
+
+
 def test_a_language_with_no_files_names_them(tmp_path):
     dm = MultilingualCorpusDataModule(data_dir=str(write_corpus(tmp_path / "m30k")), pairs=["de-en", "it-en"], download=False)
     with pytest.raises(DataNotFoundError) as err:
