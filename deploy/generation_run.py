@@ -25,21 +25,32 @@ from .generation import Plan, complete_shards, write_shard
 _stop: dict[str, object] = {"why": None, "signum": None}  # why the run stops early, set by a signal or the time limit
 
 
+class StoppedAtOnce(BaseException):
+    """A second SIGTERM or SIGINT (Ctrl-C pressed twice): the run ends now rather than after the shards under way,
+    which are lost as a SIGKILL loses them; the shards written are whole (each is written atomically). A
+    BaseException, as KeyboardInterrupt, so that no `except Exception` on the way swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
 def stop_reason() -> tuple[str | None, int | None]:
     return _stop["why"], _stop["signum"]  # type: ignore[return-value]
 
 
-def _on_signal(signum: int, frame) -> None:
-    if _stop["why"] is None:
-        _stop["why"], _stop["signum"] = signal.Signals(signum).name, signum
-
-
 def catch_signals(children=()) -> dict:
-    """SIGTERM and SIGINT end the run at the next shard; they reach Lightning's child processes too (a signal sent to
-    rank 0 alone, as schedulers may). Returns the handlers it replaced."""
+    """The first SIGTERM or SIGINT ends the run at the next shard, and reaches Lightning's child processes too (a
+    signal sent to rank 0 alone, as schedulers may); a second ends it at once (`StoppedAtOnce`), children killed.
+    Returns the handlers it replaced."""
 
     def handle(signum, frame):
-        _on_signal(signum, frame)
+        if _stop["signum"] is not None:
+            for child in children:
+                if child.poll() is None:
+                    child.kill()  # one may wait in a collective for this process, which no longer answers
+            raise StoppedAtOnce(signum)
+        _stop["why"], _stop["signum"] = signal.Signals(signum).name, signum  # a signal after the time limit wins
         for child in children:
             if child.poll() is None:
                 child.send_signal(signum)

@@ -34,7 +34,9 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import shlex
+import signal
 import sys
 import time
 import warnings
@@ -135,11 +137,21 @@ def main(argv: list[str] | None = None) -> None:
     started, script = time.time(), sys.argv[0] if argv is None else "scripts/generate.py"
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    from deploy.generation_run import stopping_at_shards
+    from deploy.generation_run import StoppedAtOnce, stopping_at_shards
 
-    with stopping_at_shards():  # a signal from here on stops the run before its next shard, with its line
-        job = prepare(args, resume_command(argv, script, switch="--resume", dropped=("--force",)))
-        processes = decode(args, job)
+    resume = resume_command(argv, script, switch="--resume", dropped=("--force",))
+    try:
+        with stopping_at_shards():  # a signal from here on stops the run before its next shard, with its line
+            job = prepare(args, resume)
+            processes = decode(args, job)
+    except StoppedAtOnce as stop:
+        if os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0":  # one line, rank 0's
+            name = signal.Signals(stop.signum).name
+            print(
+                f"stopped at once by a second signal ({name}): the shards written are kept; resume with: {resume}",
+                file=sys.stderr,
+            )
+        raise SystemExit(128 + stop.signum) from None
     if processes is None:  # not rank 0: rank 0 puts the output together
         return
     counts = gen.assemble(job.folder, job.plan, job.sources, job.refs, job.names, job.opts.nbest, args.tag)

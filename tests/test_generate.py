@@ -237,7 +237,6 @@ def resume_line(log: Path) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_more_processes_than_shards_left(cases, capsys, tmp_path):
     """One shard for two processes (a small input, or a resume near the end): the idle process waits for the other
     rather than failing on an empty loader, and the corpus is one process's."""
@@ -257,13 +256,15 @@ def test_more_processes_than_shards_left(cases, capsys, tmp_path):
         ("toy", ["--beam-size", "4", "--max-tokens", "24"], signal.SIGKILL),
         ("multi30k", ["--beam-size", "4", "--max-tokens", "100"], signal.SIGKILL),
         ("weak", ["--sampling", "--sampling-topk", "5", "--nbest", "2", "--seed", "3", "--max-tokens", "24"], signal.SIGTERM),
+        ("toy", ["--beam-size", "4", "--max-tokens", "24"], "twice"),
     ],
-    ids=["toy-sigkill", "multi30k-sigkill", "sampling-sigterm"],
+    ids=["toy-sigkill", "multi30k-sigkill", "sampling-sigterm", "toy-two-signals"],
 )
 def test_two_processes_stopped_then_resumed_give_one_process_s_corpus(cases, capsys, tmp_path, name, flags, stop):
     """SIGKILL to both processes (the process group), or SIGTERM to rank 0 alone (which passes it on: both stop
-    once their shard is written, with one line and the command that resumes), then that command, printed when the
-    run started: the corpus of one uninterrupted process, byte for byte."""
+    once their shard is written, with one line and the command that resumes), or two signals (SIGINT, then SIGTERM:
+    the second stops both processes at once, the shards under way lost), then that command, printed when the run
+    started: the corpus of one uninterrupted process, byte for byte."""
     langs, flags = cases[name][2], [*flags, "--shard-size", "8"]
     assert generate(capsys, cases[name], tmp_path / "one", *flags)[0] == 0
     one = corpus(tmp_path / "one", langs)
@@ -281,6 +282,13 @@ def test_two_processes_stopped_then_resumed_give_one_process_s_corpus(cases, cap
     if stop == signal.SIGKILL:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    elif stop == "twice":
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(HANG_TIMEOUT) == 128 + signal.SIGTERM, log.read_text()[-3000:]
+        stopped = [line for line in log.read_text().splitlines() if line.startswith("stopped")]
+        assert stopped == [line for line in stopped if line.startswith("stopped at once by a second signal (SIGTERM)")]
+        assert len(stopped) == 1 and "Traceback" not in log.read_text(), log.read_text()[-3000:]
     else:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(HANG_TIMEOUT) == 128 + signal.SIGTERM, log.read_text()[-3000:]

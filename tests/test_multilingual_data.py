@@ -200,7 +200,9 @@ def test_a_test_pair_into_a_language_never_written_is_refused(tmp_path):
 
 
 def test_a_test_pair_that_is_also_trained_is_refused(tmp_path):
-    with pytest.raises(HyperparameterError, match=r"^test_pairs: fr-en is also in pairs \(trained\); test_pairs are never trained$"):
+    with pytest.raises(
+        HyperparameterError, match=r"^test_pairs: fr-en is also in pairs \(trained\); test_pairs are never trained$"
+    ):
         module(tmp_path, test_pairs=["fr-cs", "fr-en"])
 
 

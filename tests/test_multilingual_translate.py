@@ -144,7 +144,9 @@ def test_a_missing_unknown_or_needless_target_language_is_one_line(marian, spm_m
     with pytest.raises(InputError, match="must be a language's name"):
         translator.translate(sources, tgt_lang=">>fr<<")
     # A tag typed into the text that the model lacks is named, not taken for a missing target language.
-    with pytest.raises(InputError, match=r"^sentence 1 starts with >>es<<: no target language 'es' in this model, which knows fr, de, cs$"):
+    with pytest.raises(
+        InputError, match=r"^sentence 1 starts with >>es<<: no target language 'es' in this model, which knows fr, de, cs$"
+    ):
         translator.translate([sources[0], f">>es<< {sources[1]}"], tgt_lang="fr")
     bilingual_dir = tmp_path / "opus-mt-en-fr"
     make_marian(bilingual_dir, spm_models, CONFIG)
