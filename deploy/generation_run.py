@@ -140,6 +140,8 @@ class Generation(L.LightningModule):
         self.sampler, self.every_s = sampler, every_s
         self.open: dict[int, list[str]] = {}
         self.total = sum(1 for n in plan.lengths if n)
+        # Lines and source tokens of each shard, once: progress lines sum them rather than a WMT-sized plan's lines.
+        self.shard_sizes = [(len(ls), sum(plan.lengths[i] for i in ls)) for ls in map(plan.lines_of, range(len(plan.shards)))]
 
     def setup(self, stage: str) -> None:
         done = complete_shards(self.folder, len(self.plan.shards)) if self.trainer.is_global_zero else None
@@ -174,8 +176,8 @@ class Generation(L.LightningModule):
 
     def _done(self) -> tuple[int, int]:
         """Lines and source tokens decoded so far: in the shards written (by any rank) and in this rank's open one."""
-        lines = [i for k in complete_shards(self.folder, len(self.plan.shards)) for i in self.plan.lines_of(k)] + list(self.open)
-        return len(lines), sum(self.plan.lengths[i] for i in lines)
+        done = [self.shard_sizes[k] for k in complete_shards(self.folder, len(self.plan.shards))]
+        return sum(n for n, _ in done) + len(self.open), sum(t for _, t in done) + sum(self.plan.lengths[i] for i in self.open)
 
     def _progress(self, force: bool = False) -> None:
         now = time.monotonic()
