@@ -6,8 +6,9 @@ The decoder's attention knows one interface, whatever the cache:
   - `memory(layer)` / `store_memory(layer, k, v)`: cross-attention's keys/values, projected from the source once;
   - `offset` (the position of the first new token: an int, or a tensor) and `self_mask(T)` (what the new queries
     may see), from which the network places its positions (models.positional, models.relative);
-  - `reorder(index)`: keep rows `index` (beam search's surviving beams; fewer rows, finished sentences dropped,
-    where `can_drop_rows`); `nbytes(kind)`: its memory.
+  - `reorder(index)`: rows `index` in place of the rows (beam search's surviving beams, each from its own
+    sentence's beams); `keep(index)`: fewer rows, finished sentences dropped, where `can_drop_rows`;
+    `nbytes(kind)`: its memory.
 
 `DynamicCache` grows by the new tokens at every step (a `torch.cat` per layer): new shapes every step.
 `StaticCache` holds (N, Hkv, L, Dh) buffers allocated once and written in place at its position, a tensor, so
@@ -85,8 +86,17 @@ class DynamicCache(_Cache):
         self.memory_keys[layer], self.memory_values[layer] = k, v
 
     def reorder(self, index: torch.Tensor) -> None:
-        """Keep batch rows `index` (beam search: the beams that survive a step, and only the unfinished sentences')."""
-        for tensors in (self.keys, self.values, self.memory_keys, self.memory_values):
+        """Rows `index` in place of the rows (beam search: the beams that survive a step). Only self-attention's
+        keys/values move: a beam's parent is a beam of the same sentence, whose memory rows are the same."""
+        self._select(index, (self.keys, self.values))
+
+    def keep(self, index: torch.Tensor) -> None:
+        """Keep batch rows `index`, fewer than there are (finished sentences leave the batch): memory's too."""
+        self._select(index, (self.keys, self.values, self.memory_keys, self.memory_values))
+
+    @staticmethod
+    def _select(index: torch.Tensor, groups) -> None:
+        for tensors in groups:
             for i, t in enumerate(tensors):
                 if t is not None:
                     tensors[i] = t.index_select(0, index)

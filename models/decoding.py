@@ -107,7 +107,7 @@ def greedy_decode(
             left = finished.logical_not().nonzero()[:, 0]  # (B'',) of the B' rows
             rows, finished, memory, src_pad = rows[left], finished[left], memory[left], src_pad[left]
             if cache is not None:
-                cache.reorder(left)
+                cache.keep(left)
     return ys
 
 
@@ -196,4 +196,6 @@ class StepScorer:
         """Keep rows `index`, fewer than there are (finished sentences leave the batch): of every cache, memory
         and source padding mask."""
         self.states = [(m.index_select(0, index), p.index_select(0, index), c) for m, p, c in self.states]
-        self.reorder(index)
+        for _, _, cache in self.states:
+            if cache is not None:
+                cache.keep(index)

@@ -165,7 +165,7 @@ def test_wide_beam_is_exact_search_on_real_net(length_penalty, use_cache):
 
 
 class PrefixCache:
-    """Stand-in for `models.cache.DynamicCache`: remembers each row's prefix; `reorder` selects rows."""
+    """Stand-in for `models.cache.DynamicCache`: remembers each row's prefix; `reorder` and `keep` select rows."""
 
     can_drop_rows = True
 
@@ -178,6 +178,8 @@ class PrefixCache:
 
     def reorder(self, index: torch.Tensor) -> None:
         self.tokens = self.tokens.index_select(0, index)
+
+    keep = reorder
 
 
 class TableNet(nn.Module):

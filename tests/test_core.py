@@ -92,9 +92,13 @@ def test_cache_reorder_selects_rows():
     memory = model.encode(torch.randn(3, 4, D))
     cache = model.new_cache()
     model.decode(torch.randn(3, 2, D), memory, cache=cache)
-    before = cache.keys[1].clone()
-    cache.reorder(torch.tensor([2, 2, 0]))
+    before, memory_before = cache.keys[1].clone(), cache.memory_keys[1].clone()
+    cache.reorder(torch.tensor([2, 2, 0]))  # beams: self-attention's rows move, the memory's stay
     torch.testing.assert_close(cache.keys[1], before[[2, 2, 0]])
+    torch.testing.assert_close(cache.memory_keys[1], memory_before)
+    cache.keep(torch.tensor([2, 0]))  # finished sentences leave: every row of theirs goes
+    torch.testing.assert_close(cache.keys[1], before[[0, 2]])
+    torch.testing.assert_close(cache.memory_keys[1], memory_before[[2, 0]])
 
 
 def greedy_one_by_one(net: Seq2SeqNet, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int) -> list[list[int]]:
