@@ -269,3 +269,19 @@ def test_the_distillation_student_is_about_a_quarter_of_the_teacher():
     big = teacher["model"]["init_args"]["net"]
     small = {**big, **layer["model"]["init_args"]["net"]}
     assert 0.20 < parameters(small) / parameters(big) < 0.35
+
+
+def test_the_back_translation_models_are_the_students_network_with_more_dropout():
+    """configs/backtranslation/multi30k_10k.yaml: the four models of the back-translation recipe are the distillation
+    student's network (a model sized for the data) with dropout 0.3 for 10k pairs, and the command line takes it
+    on top of the Multi30k recipe."""
+    student = yaml.safe_load((ROOT / "configs/distillation/multi30k_student.yaml").read_text())
+    path = ROOT / "configs/backtranslation/multi30k_10k.yaml"
+    layer = yaml.safe_load(path.read_text())
+    assert set(layer) == {"trainer", "model"} and set(layer["trainer"]) == {"max_time", "default_root_dir"}
+    net = layer["model"]["init_args"]["net"]
+    assert net == {**student["model"]["init_args"]["net"], "dropout": 0.3}
+    result = run([*FIT, "--config", str(ROOT / "configs/multi30k.yaml"), "--config", str(path), "--print_config"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    printed = yaml.safe_load(result.stdout)["model"]["init_args"]["net"]
+    assert {k: printed[k] for k in net} == net
