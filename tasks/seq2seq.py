@@ -48,7 +48,7 @@ class Seq2SeqTransformer(L.LightningModule):
         warmup_steps: int = 4000,
         lr_schedule: Schedule = "inverse_sqrt",
         bleu_every_n_epochs: int = 1,
-        bleu_val_sentences: int | None = None,
+        bleu_val_sentences: int | None = None,  # validation BLEU on the first N sentences (of each direction, multilingual)
         attention_maps: int = 3,
         attention_raw_pieces: bool = False,
         eval_beam_size: int = 4,
