@@ -445,6 +445,18 @@ def ct2_decoders(args, ours, src, ct2_dir: str) -> dict:
     return {f"CTranslate2 {kind} (our weights)": run_ct2(kind) for kind in kinds}
 
 
+def ct2_cannot_run(ct2_dir: str, device: str) -> str | None:
+    """Why CTranslate2 cannot translate on `device` (a wheel built for another CUDA than the machine's: its
+    libraries load at the first translation, not at import), or None when it can."""
+    import ctranslate2
+
+    try:
+        ctranslate2.Translator(ct2_dir, device=device).translate_batch([["a"]], max_decoding_length=1)
+    except (RuntimeError, OSError, ValueError) as e:
+        return str(e).splitlines()[0] if str(e) else type(e).__name__
+    return None
+
+
 def run_decode(args, ours, sources: dict[int, torch.Tensor], missing: list[str]) -> dict:
     """Greedy and beam 4 at every batch size of `sources` ({batch: (batch, S) ids}); results per beam, each row
     with its batch."""
@@ -456,6 +468,11 @@ def run_decode(args, ours, sources: dict[int, torch.Tensor], missing: list[str])
 
             ct2_dir = str(export_ctranslate2(ours.cpu().eval(), f"{tmp}/ct2"))
             ours.to(args.device)
+            reason = ct2_cannot_run(ct2_dir, args.device)
+            if reason:
+                print(f"peers: CTranslate2 cannot run on {args.device} here ({reason}): its rows left out", file=sys.stderr)
+                missing.append("ctranslate2")
+                ct2_dir = None
         for src in sources.values():
             decoders = decode_contenders(args, ours, src, ct2_dir, missing)
             for beam in (1, 4):

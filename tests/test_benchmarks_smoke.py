@@ -134,6 +134,35 @@ def test_peers_without_the_optional_peers_leave_their_rows_out(tmp_path, capsys,
     ]
 
 
+def test_peers_leave_out_a_ctranslate2_that_cannot_run_on_the_device(tmp_path, capsys, monkeypatch):
+    """A CTranslate2 wheel built for another CUDA imports, then fails at its first translation (libcublas.so.12 on a
+    CUDA 13 node): one line, its rows left out, the other decoders' tables kept."""
+    ctranslate2 = pytest.importorskip("ctranslate2", reason="pip install -e '.[bench]'")
+    peers = importlib.import_module("peers")
+    monkeypatch.setattr(peers, "missing_peers", lambda: ["transformers", "x_transformers"])
+
+    class TranslatorWithoutItsLibraries(ctranslate2.Translator):
+        def translate_batch(self, *args, **kwargs):
+            raise RuntimeError("Library libcublas.so.12 is not found or cannot be loaded")
+
+    export = importlib.import_module("deploy.ctranslate2").export_ctranslate2
+
+    def export_then_lose_the_libraries(*args, **kwargs):  # the export verifies itself on the CPU, as on a GPU node
+        exported = export(*args, **kwargs)
+        monkeypatch.setattr(ctranslate2, "Translator", TranslatorWithoutItsLibraries)
+        return exported
+
+    monkeypatch.setattr("deploy.ctranslate2.export_ctranslate2", export_then_lose_the_libraries)
+    out = tmp_path / "peers.json"
+    peers.main(["--tiny", "--task", "decode", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert all([r["name"] for r in rows] == ["ours"] for rows in data["decode"]["results"].values())
+    named = [line for line in capsys.readouterr().err.splitlines() if "CTranslate2" in line]
+    assert named == [
+        "peers: CTranslate2 cannot run on cpu here (Library libcublas.so.12 is not found or cannot be loaded): its rows left out"
+    ]
+
+
 def test_peers_real_batches_are_the_samplers_median_batch():
     from types import SimpleNamespace
 

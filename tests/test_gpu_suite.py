@@ -169,6 +169,11 @@ def test_the_fit_line_names_what_was_trained_and_scored():
         "Multi30k test_2016_flickr: **40.12 BLEU** (nrefs:1|tok:13a), the best checkpoint (val/bleu 39.9); "
         "3000 steps in 3.9 min of training, 4.8 min wall time."
     )
+    killed_after_its_test = scored | {"status": "timed out", "detail": "stopped at its 290 s limit"}
+    assert fit_line(killed_after_its_test).startswith("Multi30k test_2016_flickr: **40.12 BLEU** (nrefs:1|tok:13a)")
+    assert fit_line(killed_after_its_test).endswith(
+        "4.8 min wall time; the step timed out (stopped at its 290 s limit) after writing its summary."
+    )
 
 
 def test_the_hardware_line_names_cuda_only_on_a_gpu():
