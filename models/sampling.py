@@ -49,13 +49,16 @@ def sample(
     specials = special_ids(pad, bos_id, device)
     ys = torch.full((B * n, 1), bos_id, dtype=torch.long, device=device)  # (B*n, t)
     tok = torch.zeros(B * n, 0, device=device)  # (B*n, t-1) each token's log-prob
-    finished = torch.zeros(B * n, dtype=torch.bool, device=device)
+    rows = torch.arange(B * n, device=device)  # (N,) the rows still drawn
+    finished = torch.zeros(B * n, dtype=torch.bool, device=device)  # (N,)
+    can_drop_rows = scorer.can_drop_rows
     for t in range(1, max_len + 1):  # t = tokens generated after this step
-        logp = no_specials(scorer.log_probs(ys), specials)
-        logp = only_eos(logp, eos_id) if t == max_len else constraints.apply(logp, ys, eos_id, prefix)  # (B*n, V)
+        logp = no_specials(scorer.log_probs(ys[rows]), specials)
+        row_prefix = None if prefix is None else prefix[rows]
+        logp = only_eos(logp, eos_id) if t == max_len else constraints.apply(logp, ys[rows], eos_id, row_prefix)  # (N, V)
         logits = logp / temperature
         if top_k:
-            kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (B*n, 1)
+            kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (N, 1)
             logits = logits.masked_fill(logits < kth, NEG_INF)
         if top_p < 1:
             sorted_logits, order = logits.sort(dim=-1, descending=True)
@@ -63,13 +66,21 @@ def sample(
             outside = probs.cumsum(-1) - probs >= top_p  # the mass before a token already reaches top_p
             logits = logits.scatter(-1, order, sorted_logits.masked_fill(outside, NEG_INF))
         probs = logits.softmax(-1).masked_fill(finished[:, None], 0.0)
-        probs[finished, pad] = 1.0
-        next_token = torch.multinomial(probs, 1, generator=generator)  # (B*n, 1)
-        token_logp = logp.gather(1, next_token).masked_fill(finished[:, None], 0.0)
-        ys, tok = torch.cat([ys, next_token], dim=1), torch.cat([tok.to(logp.dtype), token_logp], dim=1)
-        finished |= next_token[:, 0].eq(eos_id)
-        if finished.all():
+        probs[finished, pad] = 1.0  # rows that ended but stay (a cache that keeps its rows) draw padding
+        drawn = torch.multinomial(probs, 1, generator=generator)[:, 0]  # (N,)
+        next_token = ys.new_full((B * n,), pad)  # (B*n,)
+        next_token[rows] = drawn
+        token_logp = logp.new_zeros(B * n)  # (B*n,)
+        token_logp[rows] = logp.gather(1, drawn[:, None])[:, 0].masked_fill(finished, 0.0)
+        ys, tok = torch.cat([ys, next_token[:, None]], dim=1), torch.cat([tok.to(logp.dtype), token_logp[:, None]], dim=1)
+        finished |= drawn.eq(eos_id)
+        n_finished = int(finished.sum())
+        if n_finished == len(finished):
             break
+        if can_drop_rows and n_finished:
+            left = finished.logical_not().nonzero()[:, 0]  # (N',) of the N rows
+            rows, finished = rows[left], finished[left]
+            scorer.keep(left)
     out = []
     for b in range(B):
         hyps = []

@@ -167,6 +167,38 @@ def test_sampled_first_tokens_follow_the_softmax(kwargs):
     assert counts[~keep].sum() == 0
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_second_tokens_drawn_after_finished_rows_left_follow_each_rows_own_softmax(use_cache):
+    """Rows whose first token is <eos> leave the batch (their memory and cache rows with them): every row still
+    drawn keeps its own sentence and prefix. For each (sentence, first token), the second tokens' frequencies are
+    within 5 standard errors of the softmax after that prefix; a row paired with another row's memory or cache
+    would draw from another sentence's or prefix's distribution."""
+    n, vocab = 6000, 8
+    net, src = search_net(5, tgt_vocab=vocab, eos_bias=1.0), search_sources(seed=5, lengths=(4, 6))
+    sizes = []
+    decode = net.decode
+    net.decode = lambda tgt, *args, **kwargs: sizes.append(tgt.size(0)) or decode(tgt, *args, **kwargs)
+    out = sample(net, src, BOS, EOS, 3, num_samples=n, generator=torch.Generator().manual_seed(7), use_cache=use_cache)
+    del net.decode
+    assert sizes[0] == 2 * n and 0 < sizes[1] < 2 * n  # rows that ended at their first token left
+    memory, src_pad = net.encode(src)
+    checked = 0
+    for b, hyps in enumerate(out):
+        for first in range(vocab):
+            seconds = [h.tokens[1] for h in hyps if h.tokens[0] == first and len(h.tokens) > 1]
+            if first in SPECIALS or len(seconds) < 500:
+                continue
+            with torch.no_grad():
+                logits = net.decode(torch.tensor([[BOS, first]]), memory[b : b + 1], src_pad[b : b + 1])[0, -1]
+            logits[list(SPECIALS)] = float("-inf")
+            expected = logits.softmax(-1)
+            freq = torch.bincount(torch.tensor(seconds), minlength=vocab).double() / len(seconds)
+            se = (expected * (1 - expected) / len(seconds)).sqrt()
+            assert ((freq - expected).abs() <= 5 * se + 1e-12).all(), (b, first, freq, expected)
+            checked += 1
+    assert checked >= 4
+
+
 def test_sample_scores_are_the_models_log_probs():
     net, src = search_net(0), search_sources(seed=0)
     out = sample(net, src, BOS, EOS, 12, num_samples=3, temperature=1.3, top_k=5, generator=torch.Generator().manual_seed(0))
