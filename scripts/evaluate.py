@@ -6,7 +6,10 @@
 
 Files may be gzip (name ending in .gz) or plain text; line i of --ref translates line i of --src. A multilingual
 model's direction is `--pair de-en`: the target's tag (`>>en<<`) is put in front of every source line
-(datamodules/languages.py), `--source-tag` adds the source's too.
+(datamodules/languages.py), `--source-tag` adds the source's too. `--language-text fr=FILE` (one for each language
+the outputs may be in, the target's among them) also prints the share of outputs in the target language
+(tasks.metrics.LanguageIdentifier): a zero-shot direction answering in English scores low for another reason than
+a poor translation.
 The metrics are wired exactly as during training (tasks/metrics.py): cased BLEU with the 13a
 tokenizer (zh for Chinese references), then the same BLEU lowercased, labelled as such, because many
 papers and tutorials report that one. A checkpoint of a run with `--ema_decay` holds the averaged
@@ -63,6 +66,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="a multilingual model's direction (de-en): the target's tag (>>en<<) goes in front of every source line",
     )
     parser.add_argument("--source-tag", action="store_true", help="with --pair: the source's tag too, for a model trained so")
+    parser.add_argument(
+        "--language-text",
+        action="append",
+        default=[],
+        metavar="LANG=FILE",
+        help="with --pair or --tgt-lang, once per language (the target's among them): sentences in that language, "
+        "from which each output's language is identified; prints the share of outputs in the target language",
+    )
     parser.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (default: 64)")
     parser.add_argument("--hyp-out", default=None, help="also write the translations to this file")
     parser.add_argument(
@@ -80,7 +91,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--batch-size must be at least 1")
     if args.source_tag and not args.pair:
         parser.error("--source-tag needs --pair")
+    target = args.pair.rsplit("-", 1)[-1] if args.pair else args.tgt_lang
+    if args.language_text and not target:
+        parser.error("--language-text needs the target language: --pair SRC-TGT or --tgt-lang")
+    args.language_text = language_texts(parser, args.language_text, target)
     return args
+
+
+def language_texts(parser: argparse.ArgumentParser, given: list[str], target: str | None) -> dict[str, str]:
+    """--language-text LANG=FILE, each given once, the target language among them: {lang: file}."""
+    texts: dict[str, str] = {}
+    for item in given:
+        lang, sep, file = item.partition("=")
+        if not sep or not lang or not file:
+            parser.error(f"--language-text {item!r}: give LANG=FILE (fr=data/multi30k/val.fr.gz)")
+        if lang in texts:
+            parser.error(f"--language-text: {lang} given twice")
+        texts[lang] = file
+    if texts and (len(texts) < 2 or target not in texts):
+        parser.error(f"--language-text: give at least two languages, the target ({target}) among them")
+    return texts
 
 
 @exit_on_user_error
@@ -96,6 +126,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     blank = [i + 1 for i, (s, _) in enumerate(pairs) if not s]
     if blank:
         raise InputError(f"{args.src}, line {blank[0]}: empty source sentence ({len(blank)} in all)")
+    for lang, file in args.language_text.items():
+        if not Path(file).is_file():
+            raise DataNotFoundError(f"--language-text {lang}: file not found: {file}")
+    identifier = language_identifier(args.language_text)  # before decoding: an empty file costs no translation
 
     from tasks.metrics import corpus_scores
 
@@ -131,8 +165,34 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         print(
             f"lowercased BLEU (not comparable with the cased score): {lowercased['bleu']:.2f}  ({lowercased['bleu_signature']})"
         )
+        if identifier is not None:
+            print(on_target_line(identifier, hyps, direction[1] if direction else args.tgt_lang))
         sys.stdout.flush()
     return scores
+
+
+def language_identifier(texts: dict[str, str]):
+    """A `LanguageIdentifier` of --language-text's files, or None without them."""
+    if not texts:
+        return None
+    from datamodules.corpus_readers import iter_lines
+    from tasks.metrics import LanguageIdentifier
+
+    examples = {lang: [line for line in iter_lines(Path(file)) if line.strip()] for lang, file in texts.items()}
+    empty = [lang for lang, lines in examples.items() if not lines]
+    if empty:
+        raise InputError(f"--language-text {empty[0]}: {texts[empty[0]]} holds no sentence")
+    return LanguageIdentifier(examples)
+
+
+def on_target_line(identifier, hyps: list[str], target: str) -> str:
+    from tasks.metrics import on_target_percent
+
+    found = identifier.languages_of(hyps)
+    others = sorted(((lang, n) for lang, n in found.items() if lang != target), key=lambda item: -item[1])
+    off = ", ".join(f"{lang or 'empty'} {100 * n / len(hyps):.1f}%" for lang, n in others) or "none"
+    among = ", ".join(sorted(identifier.log_probs))
+    return f"on target: {on_target_percent(found, target):.1f}% of outputs in {target} (among {among}; off target: {off})"
 
 
 if __name__ == "__main__":

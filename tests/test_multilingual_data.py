@@ -170,6 +170,8 @@ def test_validation_and_test_log_every_direction_and_their_mean(tmp_path):
         metrics = run_stage(model, datamodule=dm, verbose=False)[0]
         names = ["de-en", "fr-en", "en-cs"] + (["fr-cs"] if stage == "test" else [])
         assert metrics[f"{stage}/bleu/de-en"] == pytest.approx(100) and metrics[f"{stage}/bleu/fr-en"] == 0
+        # into English and Czech: each direction's share of outputs in its target language (empty ones are in none)
+        assert metrics[f"{stage}/on_target/de-en"] == 100 and metrics[f"{stage}/on_target/fr-en"] == 0
         for metric in ("bleu", "chrf"):
             assert {f"{stage}/{metric}/{n}" for n in names} <= set(metrics), sorted(metrics)
             mean = sum(metrics[f"{stage}/{metric}/{n}"] for n in names[:3]) / 3
@@ -253,6 +255,45 @@ def test_evaluate_pair_tags_each_source_line_as_the_data_module_does(tmp_path, c
     assert code == 2 and "starts with >>en<< but tgt_lang='cs': give the language once" in err
     code, _, err = run_script(capsys, "evaluate", *common, "--src", src, "--pair", "de_en")
     assert code == 2 and err.strip() == "error: --pair 'de_en' is not SRC-TGT, two language codes joined by '-' (e.g. de-en)"
+
+
+def test_evaluate_prints_the_share_of_outputs_in_the_target_language(tmp_path, capsys):
+    """`--language-text LANG=FILE` per language: the line gives the share of --hyp-out's lines that
+    tasks.metrics.LanguageIdentifier, trained on those files, names the target language; misuse is one line each."""
+    from tasks.metrics import LanguageIdentifier
+
+    dm = module(tmp_path)
+    net = Seq2SeqSettings(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32, max_len=24)
+    ckpt = str(save_checkpoint(Seq2SeqTransformer(tokenizers=dm.tokenizers, net=net, max_len_b=4), tmp_path / "m.ckpt"))
+    data = Path(dm.hparams.data_dir)
+    texts = {lang: str(data / f"val.{lang}.gz") for lang in ("de", "en")}
+    common = ["--ckpt", ckpt, "--ref", str(data / "test_2016_flickr.en.gz"), "--src", str(data / "test_2016_flickr.de.gz")]
+    common += ["--beam-size", "1", "--pair", "de-en"]
+    languages = [f"--language-text={lang}={file}" for lang, file in texts.items()]
+    code, out, err = run_script(capsys, "evaluate", *common, *languages, "--hyp-out", str(tmp_path / "hyps"))
+    assert code == 0, err
+    hyps = (tmp_path / "hyps").read_text(encoding="utf-8").splitlines()
+    identifier = LanguageIdentifier({lang: read_lines(file) for lang, file in texts.items()})
+    found = identifier.languages_of(hyps)
+    (line,) = [line for line in out.splitlines() if line.startswith("on target: ")]
+    assert line.startswith(f"on target: {100 * found['en'] / len(hyps):.1f}% of outputs in en (among de, en; off target: ")
+    missing = str(tmp_path / "none.fr")
+    for flags, message in (
+        ([f"--language-text=de={texts['de']}", f"--language-text=fr={texts['de']}"], "the target (en) among them"),
+        ([f"--language-text=en={texts['en']}"], "give at least two languages"),
+        (["--language-text", "en"], "give LANG=FILE"),
+        ([*languages, f"--language-text=fr={missing}"], f"--language-text fr: file not found: {missing}"),
+    ):
+        code, _, err = run_script(capsys, "evaluate", *common, *flags)
+        assert code == 2 and message in err.strip().splitlines()[-1], (flags, err)  # argparse's usage, then the line
+    no_target = [a for a in common if a not in ("--pair", "de-en")]
+    code, _, err = run_script(capsys, "evaluate", *no_target, *languages)
+    assert code == 2 and "--language-text needs the target language" in err
+
+
+def read_lines(path: str) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [line.strip() for line in f if line.strip()]
 
 
 def test_a_resumed_epoch_goes_on_where_it_stopped(tmp_path):
