@@ -91,7 +91,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--batch-size must be at least 1")
     if args.source_tag and not args.pair:
         parser.error("--source-tag needs --pair")
-    target = args.pair.rsplit("-", 1)[-1] if args.pair else args.tgt_lang
+    target = parse_direction(args.pair, "--pair")[1] if args.pair else args.tgt_lang
     if args.language_text and not target:
         parser.error("--language-text needs the target language: --pair SRC-TGT or --tgt-lang")
     args.language_text = language_texts(parser, args.language_text, target)

@@ -21,6 +21,8 @@ import torch
 from sacrebleu.metrics import BLEU, CHRF
 from torchmetrics import Metric
 
+from datamodules.languages import parse_direction
+
 
 def default_bleu_tokenize(refs: Sequence[str]) -> str:
     """SacreBLEU's tokenizer for these references: "zh" when they are mostly Chinese characters
@@ -55,9 +57,9 @@ class LanguageIdentifier:
     """Which of a few languages a sentence is written in: naive Bayes over its character 1- to 3-grams (lowercased,
     with the sentence's edges as spaces), each language's n-gram probabilities add-one smoothed from its example
     sentences. On Multi30k's four languages, trained on 100 validation sentences of each, it names the language of
-    all 4,000 test_2016_flickr sentences (tests/test_language_id.py trains on 1,014). A zero-shot direction's outputs in the wrong
-    language (English for de→fr, say) are what it is for: their BLEU alone cannot tell a wrong language from a poor
-    translation."""
+    all 4,000 test_2016_flickr sentences (tests/test_language_id.py trains on 1,014). A zero-shot direction's
+    outputs in the wrong language (English for de→fr, say) are what it is for: their BLEU alone cannot tell a wrong
+    language from a poor translation."""
 
     ORDERS = (1, 2, 3)
 
@@ -141,7 +143,7 @@ def scores_by_set(stage: str, sets: Sequence, hyps: Sequence[str]) -> tuple[dict
             signatures.setdefault(f"{stage}/{metric}_signature", scores[f"{metric}_signature"])
         on_target = ""
         if identifier is not None:
-            percent = on_target_percent(identifier.languages_of(set_hyps), target_language(name))
+            percent = on_target_percent(identifier.languages_of(set_hyps), parse_direction(name)[1])
             values[f"{stage}/on_target{tail}"] = percent
             on_target = f" {stage}/on_target{tail}={percent:.1f}%"
         note = "" if in_mean else ", not in the mean"
@@ -158,17 +160,13 @@ def scores_by_set(stage: str, sets: Sequence, hyps: Sequence[str]) -> tuple[dict
     return values, lines, signatures
 
 
-def target_language(set_name: str) -> str:
-    return set_name.rsplit("-", 1)[-1]
-
-
 def identifier_of_targets(sets: Sequence) -> LanguageIdentifier | None:
     """A `LanguageIdentifier` of the named sets' target languages, from their references; None when there are
     fewer than two (a bilingual corpus, a many-to-one model)."""
     examples: dict[str, set[str]] = {}
     for name, pairs, _ in sets:
         if name:
-            examples.setdefault(target_language(name), set()).update(r for _, r in pairs)
+            examples.setdefault(parse_direction(name)[1], set()).update(r for _, r in pairs)
     if len(examples) < 2:
         return None
     return LanguageIdentifier({lang: sorted(refs) for lang, refs in examples.items()})
