@@ -21,12 +21,17 @@ from inference.options import CHECKPOINT_DEFAULTS, DecodingOptions
 from inference.translator import Translator
 from models.checks import OPTIMISER, at_least, check_hparams, fraction, one_of
 from models.config import Seq2SeqSettings
+from models.diagnostics import position_similarity
 
 from .fast_paths import compile_net, mark_bucketed
 from .figures import attached_trainer, attention_figure, save_and_log_figure
 from .loading import load_task
 from .metrics import TokenMean, scores_by_set
 from .schedules import Schedule, adamw_with_warmup
+
+# val/encoder_similarity above this: a collapsed encoder (1.000 and 0.986 where the many-to-many collapsed; 0.09 to 0.20 in
+# trained Multi30k models, 0.62 a thousand steps into a healthy run; docs/results.md)
+COLLAPSED_ENCODER = 0.95
 
 SUMMARY_SAMPLES = 10  # validation sentences the best checkpoint translates in the run's summary
 
@@ -183,6 +188,10 @@ class Seq2SeqTransformer(L.LightningModule):
 
     def validation_step(self, batch: Seq2SeqBatch, batch_idx: int) -> None:
         self._step(batch, "val", self.val_acc)
+        if batch_idx == 0:  # one batch says it: a collapsed encoder gives every sentence's positions one vector
+            similarity = position_similarity(*self.net.encode(batch[0]))
+            self._encoder_similarity = float(similarity)
+            self.log("val/encoder_similarity", similarity, on_step=False, on_epoch=True, sync_dist=True, batch_size=1)
 
     def test_step(self, batch: Seq2SeqBatch, batch_idx: int) -> None:
         self._step(batch, "test", self.test_acc)
@@ -241,6 +250,7 @@ class Seq2SeqTransformer(L.LightningModule):
             rank_zero_info(f"epoch {self.current_epoch} step {self.global_step}: {line}")
 
     def on_validation_epoch_end(self) -> None:
+        self._warn_if_the_encoder_collapsed()
         if not self._bleu_due():
             return
         sets = self._sets("val", self.hparams.bleu_val_sentences)  # None: the whole split
@@ -248,6 +258,17 @@ class Seq2SeqTransformer(L.LightningModule):
         if self.hparams.attention_maps > 0 and sets:
             sources = [s for s, _ in sets[0][1][: self.hparams.attention_maps]]
             self.plot_attention(sources, f"attention/epoch{self.current_epoch}")
+
+    def _warn_if_the_encoder_collapsed(self) -> None:
+        similarity = getattr(self, "_encoder_similarity", None)
+        trainer = attached_trainer(self)
+        if similarity is None or trainer is None or trainer.sanity_checking or not similarity > COLLAPSED_ENCODER:
+            return
+        rank_zero_info(
+            f"warning: epoch {self.current_epoch} step {self.global_step}: val/encoder_similarity={similarity:.3f}: the "
+            "encoder gives nearly the same vector at every source position, so the decoder cannot read the source "
+            '(a learning rate too high for the data is one cause: docs/results.md, "Many languages in one model")'
+        )
 
     def on_test_epoch_end(self) -> None:
         self._score(self._sets("test"), "test", beam_size=self.hparams.eval_beam_size)
