@@ -273,6 +273,7 @@ def test_evaluate_prints_the_share_of_outputs_in_the_target_language(tmp_path, c
     code, out, err = run_script(capsys, "evaluate", *common, *languages, "--hyp-out", str(tmp_path / "hyps"))
     assert code == 0, err
     hyps = (tmp_path / "hyps").read_text(encoding="utf-8").splitlines()
+    assert sum(bool(h.strip()) for h in hyps) > len(hyps) // 2  # outputs to identify, not empty lines
     identifier = LanguageIdentifier({lang: read_lines(file) for lang, file in texts.items()})
     found = identifier.languages_of(hyps)
     (line,) = [line for line in out.splitlines() if line.startswith("on target: ")]
