@@ -5,10 +5,12 @@ scored by itself (and their mean), and bad input in one line each (all on CPU, o
 from __future__ import annotations
 
 import gzip
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from sacrebleu.metrics import BLEU, CHRF
 
 from common.errors import CorpusFormatError, DataNotFoundError, HyperparameterError
@@ -18,7 +20,9 @@ from datamodules.pair_sampling import TemperatureBatchSampler
 from models.config import Seq2SeqSettings
 from tasks import Seq2SeqTransformer
 from tasks.metrics import scores_by_set
+from tests import multilingual_ddp, token_loss_ddp
 from tests.helpers import FIT, ROOT, assert_one_line_error, quiet_trainer, run, run_script, save_checkpoint
+from tests.test_token_loss import assert_close
 
 LANGS = ("de", "en", "fr", "cs")
 SPLIT_SIZES = {"train": 120, "val": 9, "test": 7}
@@ -138,6 +142,23 @@ def test_shards_are_disjoint_and_equal_across_ranks():
             assert dealt == [whole[i % len(whole)] for i in range(3 * n)]
             seen = [i for b in whole for i in b]
             assert sorted(seen) == list(range(sum(map(len, lengths))))  # every example once, before the repeats
+
+
+def test_two_ddp_processes_train_as_one_process_accumulating_their_batches(tmp_path):
+    """Token-exact under DDP, as the bilingual path: on two gloo processes rank r trains on batch r of the one
+    process's sequence, and the step's gradient is the one process's over those two batches accumulated."""
+    data = write_corpus(tmp_path / "m30k")
+    dm = multilingual_ddp.data_module(str(data))
+    dm.prepare_data()  # once, before the processes start, as fit's rank 0 does
+    out = tmp_path / "ddp.pt"
+    result = run([sys.executable, str(ROOT / "tests" / "multilingual_ddp.py"), str(data), str(out)])
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = torch.load(out)
+    net = multilingual_ddp.model(dm)
+    token_loss_ddp.trainer(accumulate_grad_batches=2).fit(net, datamodule=dm)
+    assert len(net.seen) == 2 and net.seen[0] != net.seen[1]
+    assert saved["batches"] == [[net.seen[0]], [net.seen[1]]]
+    assert_close(saved["grads"], net.captured)
 
 
 def test_each_direction_is_scored_and_the_mean_is_their_mean():
