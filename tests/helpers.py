@@ -671,3 +671,10 @@ def trained_toy_model():
     model = Seq2SeqTransformer(tokenizers=dm.tokenizers, bleu_every_n_epochs=0, **TOY_MODEL)
     quiet_trainer(max_epochs=14, gradient_clip_val=1.0).fit(model, datamodule=dm)
     return model.eval()
+
+
+def assert_close(got: dict, expected: dict) -> None:
+    """Two {name: gradient} maps hold the same names and, within float32 rounding, the same values."""
+    assert got.keys() == expected.keys()
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=1e-5, atol=1e-6, msg=name)

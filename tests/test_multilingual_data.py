@@ -21,8 +21,7 @@ from models.config import Seq2SeqSettings
 from tasks import Seq2SeqTransformer
 from tasks.metrics import scores_by_set
 from tests import multilingual_ddp, token_loss_ddp
-from tests.helpers import FIT, ROOT, assert_one_line_error, quiet_trainer, run, run_script, save_checkpoint
-from tests.test_token_loss import assert_close
+from tests.helpers import FIT, ROOT, assert_close, assert_one_line_error, quiet_trainer, run, run_script, save_checkpoint
 
 LANGS = ("de", "en", "fr", "cs")
 SPLIT_SIZES = {"train": 120, "val": 9, "test": 7}

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from tests.helpers import HANG_TIMEOUT, ROOT, run
+from tests.helpers import HANG_TIMEOUT, ROOT, assert_close, run
 from tests.token_loss_ddp import loader, model, trainer, uneven_batches
 
 
@@ -17,12 +17,6 @@ def union_gradients(pieces) -> dict[str, torch.Tensor]:
     net = model()
     trainer().fit(net, train_dataloaders=loader([[row for piece in pieces for row in piece]]))
     return net.captured
-
-
-def assert_close(got: dict, expected: dict) -> None:
-    assert got.keys() == expected.keys()
-    for name in expected:
-        torch.testing.assert_close(got[name], expected[name], rtol=1e-5, atol=1e-6, msg=name)
 
 
 @pytest.mark.parametrize("sizes", [(1, 5, 3), (4, 1)])
