@@ -22,8 +22,11 @@ PAIRS = ["de-en", "fr-en", "en-cs"]
 class BatchAndGradCapture(GradCapture):
     """GradCapture that also keeps the (source, target) ids of every training batch it is given."""
 
+    def on_fit_start(self) -> None:
+        self.seen = []
+
     def on_train_batch_start(self, batch, batch_idx) -> None:
-        self.seen = [*getattr(self, "seen", []), (batch.src.tolist(), batch.tgt.tolist())]
+        self.seen.append((batch.src.tolist(), batch.tgt.tolist()))
 
 
 def data_module(data_dir: str) -> MultilingualCorpusDataModule:

@@ -157,6 +157,7 @@ def test_two_ddp_processes_train_as_one_process_accumulating_their_batches(tmp_p
     token_loss_ddp.trainer(accumulate_grad_batches=2).fit(net, datamodule=dm)
     assert len(net.seen) == 2 and net.seen[0] != net.seen[1]
     assert saved["batches"] == [[net.seen[0]], [net.seen[1]]]
+    assert sum(g.abs().sum() for g in net.captured.values()) > 0  # a step that learns something, not zeros on both sides
     assert_close(saved["grads"], net.captured)
 
 
