@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.errors import InputError
+from common.errors import DataFormatError, InputError
 from common.files import atomic_write_text, remove_stale_temporaries
 from datamodules.cache import digest
 from datamodules.samplers import pack_sorted
@@ -116,9 +116,22 @@ def write_shard(folder: Path, shard: int, outputs: dict[int, list[str]]) -> None
     atomic_write_text(shard_path(folder, shard), text)
 
 
-def read_shard(folder: Path, shard: int) -> dict[int, list[str]]:
-    with open(shard_path(folder, shard), encoding="utf-8") as f:
-        return {i: outputs for i, outputs in map(json.loads, f)}
+def read_shard(folder: Path, plan: Plan, shard: int, nbest: int) -> dict[int, list[str]]:
+    """A written shard's outputs, refused unless they are its planned lines' `nbest` outputs each: an output put
+    together from a shard that lacks lines would give those lines empty outputs, silently."""
+    path = shard_path(folder, shard)
+    try:
+        with open(path, encoding="utf-8") as f:
+            outputs = {i: row for i, row in map(json.loads, f)}
+        whole = sorted(outputs) == sorted(plan.lines_of(shard)) and all(len(row) == nbest for row in outputs.values())
+    except (ValueError, TypeError):  # not JSON, or not [line, [output, ...]] rows
+        whole = False
+    if not whole:
+        raise DataFormatError(
+            f"{path} is not the {nbest}-best outputs of its {len(plan.lines_of(shard))} planned lines: remove it and "
+            "resume with --resume to decode them again"
+        )
+    return outputs
 
 
 # ------------------------------------------------------------------------------------------ the output folder
@@ -184,7 +197,7 @@ def assemble(
     """The final files from the shards, in input order (`names`: source, outputs, references); the counts."""
     outputs: dict[int, list[str]] = {}
     for k in range(len(plan.shards)):
-        outputs.update(read_shard(folder, k))
+        outputs.update(read_shard(folder, plan, k, nbest))
     src, hyp, ref, empty_outputs = [], [], [], 0
     for i, line in enumerate(sources):
         row = outputs.get(i, [""] * nbest)

@@ -139,6 +139,7 @@ class Generation(L.LightningModule):
         self.engine, self.ensemble, self.options, self.plan, self.folder = engine, list(ensemble), options, plan, folder
         self.sampler, self.every_s = sampler, every_s
         self.open: dict[int, list[str]] = {}
+        self.skipping = False  # the shard under way is left to the resume: a stop came before its first batch
         self.total = sum(1 for n in plan.lengths if n)
         # Lines and source tokens of each shard, once: progress lines sum them rather than a WMT-sized plan's lines.
         self.shard_sizes = [(len(ls), sum(plan.lengths[i] for i in ls)) for ls in map(plan.lines_of, range(len(plan.shards)))]
@@ -158,7 +159,11 @@ class Generation(L.LightningModule):
         if b == IDLE:
             return
         shard = self.plan.shard_of(b)
-        if _stop["why"] is not None and b == self.plan.shards[shard][0]:  # a shard the stop came before: not begun
+        if b == self.plan.shards[shard][0]:
+            # Decided once a shard, at its first batch: a stop that comes later, even before a batch the sampler has
+            # already chosen, lets the shard finish; one that came before skips all of it, not its first batch alone.
+            self.skipping = _stop["why"] is not None
+        if self.skipping:
             return
         options = self.options
         if options.sampling:

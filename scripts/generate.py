@@ -212,6 +212,8 @@ def prepare(args: argparse.Namespace, resume: str) -> argparse.Namespace:
         "files": [args.prefix, src_lang, tgt_lang, args.tag],
     }
     done = gen.prepare_folder(job.folder, planned, job.names, args.resume, args.force)
+    for k in done:  # a resume checks the shards it keeps before it decodes the others
+        gen.read_shard(job.folder, plan, k, opts.nbest)
     said = [f"{empty:,} empty line{'s' * (empty != 1)} (kept: their outputs are empty)"] * bool(empty)
     said += [f"{over:,} line{'s' * (over != 1)} longer than the model's {max_len} tokens (truncated)"] * bool(over)
     if said:

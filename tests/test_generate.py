@@ -308,6 +308,87 @@ def test_two_processes_stopped_then_resumed_give_one_process_s_corpus(cases, cap
 # ------------------------------------------------------------------------------------------ bad input, faults
 
 
+@pytest.mark.parametrize("when", ["fetched", "decoding"])
+@pytest.mark.parametrize("stop_at", [1, 2, 3])
+def test_a_stop_finishes_the_shard_begun_and_begins_no_other(cases, capsys, tmp_path, monkeypatch, when, stop_at):
+    """A stop (the first SIGTERM's handler) that comes once the loop has fetched planned batch `stop_at` (the window
+    between the sampler's choice of a batch and its decoding) or while it is decoded: the shard under way is
+    finished or, not begun, left whole to the resume; no batch is decoded for a shard that is not written, every
+    shard written holds all its lines, and the resumed corpus is one uninterrupted run's. Shards of several
+    batches, so that the stop falls on a shard's first, middle and last batches."""
+    import deploy.generation_run as generation_run
+
+    flags = ["--sampling", "--sampling-topk", "5", "--seed", "3", "--max-tokens", "16", "--shard-size", "8"]
+    assert generate(capsys, cases["weak"], tmp_path / "one", *flags)[0] == 0
+    record = json.loads((tmp_path / "one" / "generation.json").read_text())
+    assert record["batches"] >= 2 * record["shards"] > 2, record
+    fetched, decoded = [], []
+    fetch, decode = generation_run.PlannedBatches.__getitem__, generation_run.decode
+
+    def stop(calls: list, at: str) -> None:
+        if when == at and len(calls) == stop_at:
+            generation_run._stop.update(why="SIGTERM", signum=signal.SIGTERM)
+
+    def fetch_then_stop(self, b):
+        fetched.append(b)
+        stop(fetched, "fetched")
+        return fetch(self, b)
+
+    def decode_then_stop(engine, sentences, options, ensemble=()):
+        decoded.append(len(sentences))
+        stop(decoded, "decoding")
+        return decode(engine, sentences, options, ensemble)
+
+    monkeypatch.setattr(generation_run.PlannedBatches, "__getitem__", fetch_then_stop)
+    monkeypatch.setattr(generation_run, "decode", decode_then_stop)
+    out = tmp_path / "stopped"
+    code, err = generate(capsys, cases["weak"], out, *flags)
+    assert code == 128 + signal.SIGTERM and "stopped by SIGTERM" in err, err
+    shards = sorted((out / "shards").glob("*.jsonl"))
+    assert len(shards) < record["shards"]
+    assert sum(len(p.read_text().splitlines()) for p in shards) == sum(decoded), decoded
+    monkeypatch.undo()
+    assert generate(capsys, cases["weak"], out, *flags, "--resume")[0] == 0
+    assert corpus(out, ("zh", "en")) == corpus(tmp_path / "one", ("zh", "en"))
+
+
+@pytest.mark.parametrize("damage", ["a line dropped", "an output dropped", "not JSON"])
+def test_a_resume_refuses_a_shard_that_is_not_its_planned_lines(cases, capsys, tmp_path, monkeypatch, damage):
+    """A written shard that lacks a line or an output, or is not JSON (edited, or written by a faulty run): a
+    resume refuses it in one line that names it, before it decodes anything, rather than put together a corpus
+    whose missing lines are empty; removed, the resume decodes it again and the corpus is one run's."""
+    import deploy.generation_run as generation_run
+
+    flags = ["--nbest", "2", "--beam-size", "2", "--max-tokens", "24", "--shard-size", "8"]
+    assert generate(capsys, cases["toy"], tmp_path / "one", *flags)[0] == 0
+    decode = generation_run.decode
+
+    def decode_then_stop(*args, **kwargs):
+        generation_run._stop.update(why="SIGTERM", signum=signal.SIGTERM)
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(generation_run, "decode", decode_then_stop)
+    out = tmp_path / "out"
+    assert generate(capsys, cases["toy"], out, *flags)[0] == 128 + signal.SIGTERM
+    monkeypatch.undo()
+    (shard,) = (out / "shards").glob("*.jsonl")
+    rows = shard.read_text().splitlines()
+    line, outputs = json.loads(rows[-1])
+    rows = {
+        "a line dropped": rows[:-1],
+        "an output dropped": [*rows[:-1], json.dumps([line, outputs[:1]])],
+        "not JSON": [*rows[:-1], rows[-1][:-3]],
+    }[damage]
+    shard.write_text("".join(f"{row}\n" for row in rows))
+    before = snapshot(out)
+    code, err = generate(capsys, cases["toy"], out, *flags, "--resume")
+    assert code == 2 and err.strip().splitlines()[-1].startswith(f"error: {shard} is not the 2-best outputs"), err
+    assert "Traceback" not in err and snapshot(out) == before
+    shard.unlink()
+    assert generate(capsys, cases["toy"], out, *flags, "--resume")[0] == 0
+    assert corpus(out, ("zh", "en")) == corpus(tmp_path / "one", ("zh", "en"))
+
+
 def test_a_time_limit_stops_and_a_resume_with_other_options_is_refused(cases, capsys, tmp_path):
     out = tmp_path / "out"
     code, err = generate(capsys, cases["toy"], out, "--max-time", "0")
