@@ -119,17 +119,17 @@ def write_shard(folder: Path, shard: int, outputs: dict[int, list[str]]) -> None
 def read_shard(folder: Path, plan: Plan, shard: int, nbest: int) -> dict[int, list[str]]:
     """A written shard's outputs, refused unless they are its planned lines' `nbest` outputs each: an output put
     together from a shard that lacks lines would give those lines empty outputs, silently."""
-    path = shard_path(folder, shard)
+    path, lines = shard_path(folder, shard), sorted(plan.lines_of(shard))
     try:
         with open(path, encoding="utf-8") as f:
             outputs = {i: row for i, row in map(json.loads, f)}
-        whole = sorted(outputs) == sorted(plan.lines_of(shard)) and all(len(row) == nbest for row in outputs.values())
+        whole = sorted(outputs) == lines and all(len(row) == nbest for row in outputs.values())
     except (ValueError, TypeError):  # not JSON, or not [line, [output, ...]] rows
         whole = False
     if not whole:
         raise DataFormatError(
-            f"{path} is not the {nbest}-best outputs of its {len(plan.lines_of(shard))} planned lines: remove it and "
-            "resume with --resume to decode them again"
+            f"{path} is not the {nbest}-best outputs of its {len(lines)} planned lines: remove it and resume with "
+            "--resume to decode them again"
         )
     return outputs
 
