@@ -322,6 +322,8 @@ def test_a_stop_finishes_the_shard_begun_and_begins_no_other(cases, capsys, tmp_
     assert generate(capsys, cases["weak"], tmp_path / "one", *flags)[0] == 0
     record = json.loads((tmp_path / "one" / "generation.json").read_text())
     assert record["batches"] >= 2 * record["shards"] > 2, record
+    samples = lines_of(tmp_path / "one" / "train.en")
+    assert record["counts"]["empty_outputs"] == 0 and len(set(samples)) > len(samples) // 2, samples  # varied, none empty
     fetched, decoded = [], []
     fetch, decode = generation_run.PlannedBatches.__getitem__, generation_run.decode
 
@@ -361,6 +363,7 @@ def test_a_resume_refuses_a_shard_that_is_not_its_planned_lines(cases, capsys, t
 
     flags = ["--nbest", "2", "--beam-size", "2", "--max-tokens", "24", "--shard-size", "8"]
     assert generate(capsys, cases["toy"], tmp_path / "one", *flags)[0] == 0
+    assert json.loads((tmp_path / "one" / "generation.json").read_text())["counts"]["empty_outputs"] == 0
     decode = generation_run.decode
 
     def decode_then_stop(*args, **kwargs):
