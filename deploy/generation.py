@@ -127,9 +127,10 @@ def read_shard(folder: Path, plan: Plan, shard: int, nbest: int) -> dict[int, li
     except (ValueError, TypeError):  # not JSON, or not [line, [output, ...]] rows
         whole = False
     if not whole:
+        outputs_of = "outputs" if nbest == 1 else f"{nbest}-best outputs"
         raise DataFormatError(
-            f"{path} is not the {nbest}-best outputs of its {len(lines)} planned lines: remove it and resume with "
-            "--resume to decode them again"
+            f"{path} does not hold the {outputs_of} of its {len(lines)} planned lines (edited or cut short): remove "
+            "it and resume again to decode them"
         )
     return outputs
 

@@ -385,7 +385,7 @@ def test_a_resume_refuses_a_shard_that_is_not_its_planned_lines(cases, capsys, t
     shard.write_text("".join(f"{row}\n" for row in rows))
     before = snapshot(out)
     code, err = generate(capsys, cases["toy"], out, *flags, "--resume")
-    assert code == 2 and err.strip().splitlines()[-1].startswith(f"error: {shard} is not the 2-best outputs"), err
+    assert code == 2 and err.strip().splitlines()[-1].startswith(f"error: {shard} does not hold the 2-best outputs"), err
     assert "Traceback" not in err and snapshot(out) == before
     shard.unlink()
     assert generate(capsys, cases["toy"], out, *flags, "--resume")[0] == 0
