@@ -19,6 +19,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from datamodules.progress import clock, eta
+from training.signals import resend_when_swallowed
 
 from .generation import Plan, complete_shards, write_shard
 
@@ -55,7 +56,13 @@ def catch_signals(children=()) -> dict:
             if child.poll() is None:
                 child.send_signal(signum)
 
+    if not _resent["installed"]:  # a second signal's StoppedAtOnce raised in a finalizer would be dropped
+        resend_when_swallowed(StoppedAtOnce)
+        _resent["installed"] = True
     return {signum: signal.signal(signum, handle) for signum in (signal.SIGTERM, signal.SIGINT)}
+
+
+_resent = {"installed": False}
 
 
 @contextlib.contextmanager

@@ -433,6 +433,63 @@ def test_sigterm_during_a_checkpoint_save(tmp_path, times):
     assert torch.load(tmp_path / "version_1" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 16
 
 
+# A signal that lands while a finalizer runs: the handler's exception cannot leave a finalizer, and Python would
+# print it as "Exception ignored in ..." with a traceback and drop it. The program is training/signals.py's (or
+# generate's) handling alone, the signal sent from within a finalizer so that it lands there every time.
+FINALIZER_PROGRAM = """
+import os, signal, sys
+class Finalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        sum(range(1000))
+{body}
+"""
+TRAINING = """
+from training import signals
+signals.install()
+with signals.exit_on_stop("RESUME"):
+    if sys.argv[1] == "second":
+        signals.defer_while_training()
+        os.kill(os.getpid(), signal.SIGTERM)  # the first, noted while training
+    Finalized()
+    for _ in range(3 * 10**6):
+        pass
+    print("not stopped", file=sys.stderr)
+"""
+GENERATION = """
+from deploy.generation_run import StoppedAtOnce, stopping_at_shards
+try:
+    with stopping_at_shards():
+        os.kill(os.getpid(), signal.SIGTERM)  # the first: the run stops at its next shard
+        Finalized()
+        for _ in range(3 * 10**6):
+            pass
+        print("not stopped", file=sys.stderr)
+except StoppedAtOnce as stop:
+    print("stopped at once", file=sys.stderr)
+    sys.exit(128 + stop.signum)
+"""
+
+
+@pytest.mark.parametrize(
+    "body, signal_count, line",
+    [
+        (TRAINING, "first", "stopped by SIGTERM before the first training step; no checkpoint was written"),
+        (TRAINING, "second", "stopped by SIGTERM before the first training step; no checkpoint was written"),
+        (GENERATION, "second", "stopped at once"),
+    ],
+    ids=["fit-outside-training", "fit-second-while-training", "generate-second"],
+)
+def test_a_signal_that_lands_in_a_finalizer_still_stops_the_run(body, signal_count, line):
+    """Outside training a first signal, while training a second one, raise the stop at once; landed in a
+    finalizer (Lightning's and torch's free objects all the time), the stop is raised at the next point that can
+    raise it: status 143 and the one line, nothing printed by the finalizer, the run not going on."""
+    program = FINALIZER_PROGRAM.format(body=body)
+    result = run([sys.executable, "-c", program, signal_count])
+    assert result.returncode == 143, result.stderr[-3000:]
+    assert result.stderr.splitlines() == [line], result.stderr[-3000:]
+
+
 @pytest.mark.slow
 def test_sigterm_at_random_moments_leaves_whole_checkpoints(tmp_path):
     # A checkpoint every step, so that many signals land in a save; one signal, or two in quick

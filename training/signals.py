@@ -18,6 +18,8 @@ Ctrl-C into exit status 1 after stopping wherever the step was. Here:
   before.
 - `exit_on_stop(resume)`, around everything scripts/fit.py runs: `Stopped` becomes one line on stderr
   (`stop_message`: where it stopped, the checkpoint, the command that resumes) and the exit status.
+- A stop raised while a finalizer runs (a handler runs wherever the main thread is) would be printed and
+  dropped by Python; `resend_when_swallowed` sends its signal again instead.
 - Lightning's handler for SLURM's requeue signal (SIGUSR1) is never touched. Its SIGTERM handler
   (which also runs the requeue's "bypass") is replaced while training: it would stop mid-validation.
 
@@ -33,6 +35,7 @@ import os
 import shlex
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -93,10 +96,47 @@ def install() -> None:
         signal.signal(signum, _handle)
     if not _children_shielded:
         os.register_at_fork(after_in_child=_shield_child)
+        resend_when_swallowed(Stopped, _stop_again)
         _children_shielded = True
 
 
 _children_shielded = False
+
+
+def resend_when_swallowed(kind: type[BaseException], before: Callable[[BaseException], None] = lambda stop: None) -> None:
+    """A handler runs wherever the main thread is, a finalizer or a weakref callback included (Lightning's and
+    torch's free objects all the time), and an exception raised there cannot leave it: Python prints it with its
+    traceback ("Exception ignored in ...") and drops it, and the stop is lost. Installed in `sys.unraisablehook`
+    for the exceptions of `kind` (which carry the `signum` that raised them): such a one is sent again instead,
+    after `before(it)`, and its handler raises it at the next point that can raise it; nothing is printed. Sent
+    by a thread a moment later: sent from the hook, the handler would run within the hook, where it cannot raise
+    either (one that lands in another finalizer comes back here, and is sent again)."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        stop = unraisable.exc_value
+        if not isinstance(stop, kind) or getattr(stop, "signum", None) is None:
+            previous(unraisable)
+            return
+        before(stop)
+        while True:
+            try:
+                sender = threading.Timer(0.01, os.kill, (os.getpid(), stop.signum))
+                sender.daemon = True
+                sender.start()
+                return
+            except kind:  # sent, and raised here, before the hook returned: send it again
+                continue
+
+    sys.unraisablehook = hook
+
+
+def _stop_again(stop: BaseException) -> None:
+    """Before a swallowed `Stopped` is sent again: it set the signals to be ignored (`ignore_further`), and its
+    handler must now raise it at once rather than note it."""
+    global _stopping, _received
+    _stopping, _received = False, stop.signum
+    install()
 
 
 def _shield_child() -> None:
