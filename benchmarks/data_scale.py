@@ -96,7 +96,7 @@ def child_prepare(args, folder: Path) -> dict:
 
 
 def child_start(args, folder: Path, started: float) -> dict:
-    import datamodules  # noqa: F401 (torch, lightning, tokenizers: what any training process has loaded)
+    import datamodules.corpus  # noqa: F401 (torch, lightning, tokenizers: what any training process has loaded)
 
     imports_s = time.monotonic() - started
     base = memory()

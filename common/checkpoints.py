@@ -12,13 +12,12 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-import torch
-
 from .errors import CheckpointError
 from .exits import fault_reason
 
 if TYPE_CHECKING:
     import lightning as L
+    import torch
 
 M = TypeVar("M", bound="L.LightningModule")
 
@@ -70,6 +69,8 @@ def read_checkpoint(path: str | Path, verify: bool = True) -> dict:
         raise CheckpointError(f"{path} is a folder, not a checkpoint file: {hint}")
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path} (no such checkpoint file)")
+    import torch  # here: a script's --weights flag (add_weights_argument) is made before torch loads
+
     try:
         is_zip = zipfile.is_zipfile(path)
         # mmap: only what is looked at is read, so checking a big checkpoint costs little. torch's old

@@ -20,8 +20,6 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-import torch
-
 from .errors import OutputError
 from .exits import USER_ERRORS, torch_write_error, write_fault
 
@@ -197,6 +195,8 @@ def atomic_torch_save(obj, path: str | Path) -> Path:
     """`torch.save(obj, path)` through `atomic_output`: the old file or the whole new one, never half of
     one; a full disk or file-size limit is an `OutputError` naming `path` (torch's writer would turn it
     into "RuntimeError: ... unexpected pos")."""
+    import torch  # here: what else this module does needs no torch (a script's input, before its arguments load it)
+
     with atomic_output(path) as tmp, open(tmp, "wb") as f:
         torch.save(obj, f)  # a file object: the OSError a write raises stays as the RuntimeError's context
     return Path(path)

@@ -32,7 +32,6 @@ import numpy as np
 from common.errors import DataFormatError, InputError
 from common.files import atomic_write_text, remove_stale_temporaries
 from datamodules.cache import digest
-from datamodules.samplers import pack_sorted
 
 RECORD, SHARDS, PLAN = "generation.json", "shards", "plan.json"
 
@@ -72,6 +71,8 @@ def lines_digest(*columns: list[str] | None) -> str:
 
 def make_plan(lengths: list[int], max_tokens: int, batch_size: int | None, shard_size: int) -> Plan:
     """The batches and shards of lines of `lengths` tokens (0: skipped), as the module's docstring says."""
+    from datamodules.samplers import pack_sorted  # torch's sampler classes: here, not before generate.py's arguments
+
     order = sorted((i for i, n in enumerate(lengths) if n), key=lambda i: (lengths[i], i))
     sorted_lengths = np.asarray([lengths[i] for i in order], dtype=np.int64)
     packed = np.split(np.asarray(order, dtype=np.int64), pack_sorted(sorted_lengths, max_tokens)) if order else []

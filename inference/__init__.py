@@ -2,7 +2,7 @@
 the one way from a checkpoint (or a Marian model, marian.py) to a network (networks.py). Beside deploy/, above the
 training layer (which imports none of it) and below the tasks, whose validation BLEU goes through a Translator."""
 
-from .options import DecodingOptions
-from .translator import Translator
+from common.lazy import lazy_exports
 
-__all__ = ["DecodingOptions", "Translator"]
+# Each name from its module, imported when first used: the scripts' decoding flags (options.py) load no torch.
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {"options": ("DecodingOptions",), "translator": ("Translator",)})

@@ -1,29 +1,19 @@
 """The Transformer core in plain PyTorch, and the networks of each task built on it."""
 
-from .attention import MultiHeadAttention
-from .beam import beam_search
-from .cache import DynamicCache, StaticCache
-from .config import MnistNetConfig, MnistNetSettings, Seq2SeqConfig, Seq2SeqSettings, TransformerConfig
-from .decoding import greedy_decode
-from .mnist_net import MnistNet
-from .positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
-from .seq2seq import Seq2SeqNet
-from .transformer import Transformer
+from common.lazy import lazy_exports
 
-__all__ = [
-    "DynamicCache",
-    "MnistNet",
-    "MnistNetConfig",
-    "MnistNetSettings",
-    "LearnedPositionalEncoding",
-    "MultiHeadAttention",
-    "Seq2SeqConfig",
-    "Seq2SeqNet",
-    "Seq2SeqSettings",
-    "SinusoidalPositionalEncoding",
-    "StaticCache",
-    "Transformer",
-    "TransformerConfig",
-    "beam_search",
-    "greedy_decode",
-]
+# Each name from its module, imported when first used: `import models.checks` (a script's argument checks) loads no torch.
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "attention": ("MultiHeadAttention",),
+        "beam": ("beam_search",),
+        "cache": ("DynamicCache", "StaticCache"),
+        "config": ("MnistNetConfig", "MnistNetSettings", "Seq2SeqConfig", "Seq2SeqSettings", "TransformerConfig"),
+        "decoding": ("greedy_decode",),
+        "mnist_net": ("MnistNet",),
+        "positional": ("LearnedPositionalEncoding", "SinusoidalPositionalEncoding"),
+        "seq2seq": ("Seq2SeqNet",),
+        "transformer": ("Transformer",),
+    },
+)

@@ -107,3 +107,30 @@ def probability_mass(value: Any) -> str | None:
 
 def integer(value: Any) -> str | None:
     return None if isinstance(value, int) and not isinstance(value, bool) else "must be an integer"
+
+
+# ---------------------------------------------------------------------------------------------- the searches'
+# Here, without torch, so that a script's decoding flags are checked before torch loads (inference/options.py).
+
+# What the searches' arguments may hold, written once: each search (models/decoding.py, beam.py, sampling.py)
+# checks its own, and inference.options.DecodingOptions, the options a user gives, takes these entries as its own.
+SEARCH_CHECKS = {
+    "beam_size": at_least(1),
+    "nbest": at_least(1),
+    "length_penalty": finite_at_least(0),
+    "temperature": finite_above(0),
+    "top_k": at_least(0),
+    "top_p": probability_mass,
+    "min_len": at_least(0),
+    "no_repeat_ngram_size": at_least(0),
+}
+STATIC_CACHE_MODES = ("eager", "compile", "cuda-graph")  # how models/static_cache.py runs its decode step
+
+
+def nbest_fits_the_beam(h) -> str | bool:
+    """A beam holds at most `beam_size` hypotheses (samples are drawn as many as asked)."""
+    return (
+        h.get("sampling")
+        or h["nbest"] <= h["beam_size"]
+        or f"nbest={h['nbest']} is larger than beam_size={h['beam_size']}: a beam holds at most beam_size hypotheses"
+    )

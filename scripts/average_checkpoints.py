@@ -25,13 +25,10 @@ from common.environment import require_environment  # noqa: E402
 
 require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
 
-import torch  # noqa: E402
-
 from common.checkpoints import add_weights_argument, read_checkpoint  # noqa: E402
 from common.errors import CheckpointError  # noqa: E402
 from common.exits import exit_on_user_error  # noqa: E402
 from common.files import atomic_output  # noqa: E402
-from training.averaging import average_checkpoints, last_checkpoints  # noqa: E402
 
 
 @exit_on_user_error
@@ -43,10 +40,13 @@ def main(argv: list[str] | None = None) -> Path:
     add_weights_argument(parser, "average")
     parser.add_argument("--force", action="store_true", help="replace --out if it exists")
     args = parser.parse_args(argv)
+    if args.last is not None and (len(args.inputs) != 1 or args.last < 2):
+        parser.error("--last N takes one directory and N of at least 2")
+    import torch  # once the arguments are read: --help and an argument error answer before torch loads
+
+    from training.averaging import average_checkpoints, last_checkpoints
 
     if args.last is not None:
-        if len(args.inputs) != 1 or args.last < 2:
-            parser.error("--last N takes one directory and N of at least 2")
         paths = last_checkpoints(args.inputs[0], args.last)
     else:
         paths = [Path(p) for p in args.inputs]

@@ -42,8 +42,7 @@ require_environment()  # another Python than the project's: one line naming .ven
 
 from common.checkpoints import add_weights_argument, load_checkpoint, load_training_weights, read_checkpoint  # noqa: E402
 from common.exits import exit_on_user_error  # noqa: E402
-from deploy.ctranslate2 import QUANTIZATIONS, export_ctranslate2  # noqa: E402
-from deploy.huggingface import export_huggingface, push_to_hub  # noqa: E402
+from deploy.choices import QUANTIZATIONS  # noqa: E402  (the exporters, which import torch, once the arguments are read)
 from deploy.model_card import checkpoint_meta  # noqa: E402
 
 
@@ -69,6 +68,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> Path:
     args = parse_args(argv)
+    from deploy.ctranslate2 import export_ctranslate2
+    from deploy.huggingface import export_huggingface, push_to_hub
     from tasks import Seq2SeqTransformer
 
     model = load_checkpoint(Seq2SeqTransformer, args.ckpt)

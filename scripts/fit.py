@@ -53,6 +53,7 @@ def main(args: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter")  # we pass sys.argv on purpose
     if not any(a == "-c" or a.startswith("--config") for a in args):
         args = ["--config", str(DEFAULT_CONFIG)] + args
+    _import_every_class_for_help(args)
     # The environment as the user set it: the time limit's resume line is made once the W&B logger has changed it.
     resume = functools.partial(signals.resume_command, given, script, environment=signals.chosen_environment())
     cli = None
@@ -66,6 +67,19 @@ def main(args: list[str] | None = None) -> None:
         except TrainingDivergedError as err:
             print(f"error: {err}; {_last_kept(cli)}", file=sys.stderr)
             raise SystemExit(1) from None
+
+
+def _import_every_class_for_help(args: list[str]) -> None:
+    """A help (`--help`, `--model.help`, `--data.help CLASS`) lists, as known subclasses, the task and data modules
+    imported: all of them, then. A run imports those its recipe names and no other (`tasks` and `datamodules` import
+    their classes when first used), so that a translation run loads nothing of MNIST's (torchvision)."""
+    if any(a in ("-h", "--help") or a.partition("=")[0].endswith(".help") for a in args):
+        import datamodules
+        import tasks
+
+        for package in (tasks, datamodules):
+            for name in package.__all__:
+                getattr(package, name)
 
 
 def _make_cli(args: list[str]) -> TransformerCLI:

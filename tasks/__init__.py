@@ -1,6 +1,8 @@
 """LightningModules: the training and evaluation logic of each task around a `models/` network."""
 
-from .mnist import MnistSequenceClassifier
-from .seq2seq import Seq2SeqTransformer
+from common.lazy import lazy_exports
 
-__all__ = ["MnistSequenceClassifier", "Seq2SeqTransformer"]
+# Each name from its module, imported when first used: a translation run loads nothing of MNIST's.
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__, {"mnist": ("MnistSequenceClassifier",), "seq2seq": ("Seq2SeqTransformer",)}
+)

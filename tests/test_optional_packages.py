@@ -9,8 +9,10 @@ import sys
 from tests.helpers import env_hiding, fit, run
 
 OPTIONAL = ["wandb", "datasets", "noto_cjk_sans_otc"]
-# Every package of the project, and the modules scripts/fit.py and the benchmarks load before any work.
-IMPORTS = "import models, datamodules, training, tasks, deploy, training.cli, tasks.figures, datamodules.hf_source"
+# Every package of the project with every name it exports (each imported when first used: common/lazy.py), and the
+# modules scripts/fit.py and the benchmarks load before any work.
+IMPORTS = "import models, datamodules, training, tasks, deploy, training.cli, tasks.figures, datamodules.hf_source\n"
+IMPORTS += "\n".join(f"from {package} import *" for package in ("models", "datamodules", "inference", "tasks"))
 
 
 def test_the_project_imports_without_wandb_datasets_or_the_cjk_font():

@@ -1,0 +1,113 @@
+"""What is imported before a command answers: a script's `--help` and its argument errors load no torch, Lightning,
+torchvision, transformers, datasets or sacrebleu (they answer at once); the Translator loads torch and not Lightning;
+a translation run loads nothing of MNIST's. Behaviour, not timing: each command runs with PYTHONPROFILEIMPORTTIME
+(`python -X importtime`), whose lines on stderr name every module it imported. benchmarks/startup.py times them."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+import pytest
+
+from tests.helpers import ENV, ROOT, run
+
+HEAVY = {"torch", "lightning", "torchvision", "transformers", "datasets", "sacrebleu"}
+# Each script's argument errors: its arguments (paths that need not exist: the error comes first) and the line's end.
+ERRORS = {
+    "translate": [
+        (["--ckpt", "missing.ckpt", "--batch-size", "0", "Ein Hund rennt."], "--batch-size must be at least 1"),
+        (["--ckpt", "missing.ckpt", "--sampling-topp", "2", "Ein Hund rennt."], "--sampling-topp 2.0 must be in (0, 1]"),
+        (["--engine", "ctranslate2", "x"], "--engine ctranslate2 needs --model DIR (a directory written by scripts/export.py)"),
+    ],
+    "evaluate": [
+        (["--ckpt", "m.ckpt", "--src", "s.de", "--ref", "r.en", "--batch-size", "0"], "--batch-size must be at least 1"),
+        (["--ckpt", "m.ckpt", "--src", "s.de", "--ref", "r.en", "--sampling-topk", "3"], "apply to --sampling only"),
+    ],
+    "generate": [
+        (["--ckpt", "m.ckpt", "--src", "s.de", "--output", "out", "--shard-size", "0"], "--shard-size must be at least 1"),
+        (["--ckpt", "m.ckpt", "--src", "s.de", "--output", "o", "--nbest", "5"], "a beam holds at most --beam-size hypotheses"),
+    ],
+    "export": [(["--ckpt", "m.ckpt", "--to", "hf", "--quantization", "int8", "o"], "Hugging Face export keeps float32 weights")],
+    "average_checkpoints": [(["runs", "--last", "1", "--out", "a.ckpt"], "--last N takes one directory and N of at least 2")],
+    "import_pretrained": [
+        (["opus-mt-de-en", "--out", "m.ckpt", "--length-penalty", "-1"], "--length-penalty must be at least 0")
+    ],
+}
+if (ROOT / "scripts" / "compare.py").is_file():
+    ERRORS["compare"] = [(["--ref", "r.en", "--hyps", "a.en", "b.en", "--seed", "0"], "(sacrebleu takes 0 as no seed)")]
+
+
+def traced(*args: str):
+    """`python ARGS` with PYTHONPROFILEIMPORTTIME: (the run, the top-level packages it imported, its other stderr lines)."""
+    result = run([sys.executable, *args], env={**ENV, "PYTHONPROFILEIMPORTTIME": "1"})
+    lines = result.stderr.splitlines()
+    modules = {line.split("|")[-1].strip() for line in lines if line.startswith("import time:")}
+    return result, modules, [line for line in lines if not line.startswith("import time:")]
+
+
+def packages(modules: set[str]) -> set[str]:
+    return {m.partition(".")[0] for m in modules}
+
+
+@pytest.mark.parametrize("name", sorted(ERRORS))
+def test_a_scripts_help_loads_nothing_heavy(name):
+    result, modules, _ = traced(f"scripts/{name}.py", "--help")
+    assert result.returncode == 0 and "usage:" in result.stdout, result.stderr[-3000:]
+    assert not packages(modules) & HEAVY, sorted(packages(modules) & HEAVY)
+
+
+@pytest.mark.parametrize("name, args, said", [(n, a, s) for n, cases in ERRORS.items() for a, s in cases])
+def test_a_scripts_argument_error_loads_nothing_heavy(name, args, said):
+    result, modules, stderr = traced(f"scripts/{name}.py", *args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert stderr[-1].endswith(said) and "error: " in stderr[-1], stderr[-5:]
+    assert not packages(modules) & HEAVY, sorted(packages(modules) & HEAVY)
+
+
+def test_the_translator_loads_torch_and_not_lightning():
+    result, modules, _ = traced("-c", "from inference import Translator, DecodingOptions")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "torch" in modules and not packages(modules) & {"lightning", "torchvision", "transformers", "datasets"}
+
+
+def test_the_packages_load_what_their_names_need_when_first_used():
+    # The packages themselves cost nothing; a name loads its own module (a translation data module: no MNIST).
+    code = "import common, models, datamodules, training, inference, tasks, deploy, models.checks, inference.options"
+    result, modules, _ = traced("-c", code)
+    assert result.returncode == 0 and not packages(modules) & HEAVY, result.stderr[-3000:]
+    code = "from datamodules import ToyTranslationDataModule, Vocab; from models import Seq2SeqNet; import sys"
+    result = run([sys.executable, "-c", f"{code}; print(*sys.modules)"])
+    modules = set(result.stdout.split())
+    assert result.returncode == 0 and {"datamodules.toy", "models.seq2seq"} <= modules, result.stderr[-3000:]
+    # (Lightning loads torchvision all the same: torchmetrics, which it imports, imports it where installed.)
+    assert not modules & {"datamodules.mnist", "models.mnist_net", "datamodules.corpus", "datamodules.multilingual"}
+
+
+def test_a_translation_run_loads_nothing_of_mnists_and_the_help_lists_every_class():
+    # --print_config: the toy recipe parsed, its classes resolved, and no training.
+    result, modules, _ = traced("scripts/fit.py", "--print_config")
+    assert result.returncode == 0 and "datamodules.ToyTranslationDataModule" in result.stdout, result.stderr[-3000:]
+    assert not modules & {"datamodules.mnist", "tasks.mnist", "datamodules.corpus", "datasets"}, modules
+    # A help lists, as known subclasses, every task and data module (those imported: all of them, for a help).
+    help_text = " ".join(run([sys.executable, "scripts/fit.py", "--help"]).stdout.split())
+    for name in ("tasks.MnistSequenceClassifier", "tasks.Seq2SeqTransformer", "datamodules.MNISTDataModule"):
+        assert name in help_text, name
+
+
+def test_the_startup_benchmark_reports_these(tmp_path, capsys):
+    # benchmarks/startup.py, end to end on one script (the runs themselves: a few tenths of a second).
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        startup = importlib.import_module("startup")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    out = tmp_path / "startup.json"
+    startup.main(["--repeats", "1", "--only", "export", "--json", str(out)])
+    rows = {r["case"]: r for r in json.loads(out.read_text())["results"]}
+    assert list(rows) == ["export.py --help", "export.py error", "from inference import Translator"]
+    assert all(r["problem"] is None and r["median_s"] > 0 for r in rows.values()), rows
+    heavy = {case: r["heavy_imports"] for case, r in rows.items()}
+    assert heavy == {"export.py --help": [], "export.py error": [], "from inference import Translator": ["torch"]}
+    assert "| export.py --help" in capsys.readouterr().out
