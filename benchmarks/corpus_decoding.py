@@ -10,12 +10,15 @@
 Every engine decodes the same sentences in the same batches: sorted by length and cut into --batch-size chunks
 (datamodules/batching.py `map_in_length_batches`, what `translate_many` does), at --beam-size and greedy, with
 the checkpoint's length penalty and length limit. `generate` is given what makes it stop where ours stops
-(docs/guide.md, "Sharing a model"): `max_new_tokens=min(int(a * S + b), max_len - 1)`, S the batch's longest
-source in tokens, `<eos>` included; its length penalty divides by n ** alpha where ours divides by GNMT's
-((5 + n) / 6) ** alpha, so at alpha != 0 some beam outputs differ (the "same as ours" column counts them).
-The CTranslate2 rows are `deploy.ctranslate2_translator.CTranslate2Translator`, which gives our outputs: its beam
-search runs to the length limit and rescores what it finished (that module says why), so it is slower than a
-plain `ctranslate2.Translator.translate_batch`.
+(docs/guide.md, "Sharing a model"): `max_new_tokens=min(int(a * S + b), max_len - 1)`, S a sentence's source
+in tokens, `<eos>` included, for the sentences of a batch that share that limit; its length penalty divides by
+n ** alpha where ours divides by GNMT's ((5 + n) / 6) ** alpha, so at alpha != 0 some beam outputs differ (the
+"same as ours" column counts them). The CTranslate2 rows are `deploy.ctranslate2_translator.CTranslate2Translator`
+with each of its beam searches: "exact" gives our outputs (it runs to the length limit and rescores what it
+finished, that module says why), "fast" lets CTranslate2 end a sentence after beam × --ct2-patience finished
+hypotheses. Each row also gives the largest difference, by our model's score of the outputs (teacher-forced, our
+length penalty), between its output and ours of a sentence, and its speed over ours. `--batch-limit` adds ours with
+one length limit a batch (its longest source's, the rule before per-sentence limits): what per-sentence limits cost.
 
 For each thread count (--threads: "1,all"; all = the CPUs this process may run on, `os.sched_getaffinity`, so 1
 under `taskset -c 1`) torch's intra-op threads and CTranslate2's `intra_threads` are set to it. Each engine first
@@ -68,6 +71,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated, of {', '.join(ENGINES)}")
     parser.add_argument("--export-dir", help="keep the exports here (DIR/hf, DIR/ct2); an export already there is reused")
     parser.add_argument("--repeats", type=int, default=1, help="timed passes over the corpus per row (median)")
+    parser.add_argument("--ct2-patience", type=float, default=2.0, help="the fast CTranslate2 search's patience")
+    parser.add_argument(
+        "--batch-limit", action="store_true", help="also ours with one length limit a batch (its longest source's)"
+    )
     parser.add_argument("--json", default=None)
     parser.add_argument("--tiny", action="store_true", help="a random tiny model on a few lines (CI smoke test)")
     args = parser.parse_args(argv)
@@ -188,13 +195,21 @@ class HFGenerate:
         self.options, self.cap = options, self.model.generation_config.max_length - 1
 
     def translate(self, batch: list[str], beam_size: int) -> list[str]:
-        inputs = self.tokenizer(batch, return_tensors="pt", padding=True)
-        new = min(int(self.options.max_len_a * inputs["input_ids"].size(1) + self.options.max_len_b), self.cap)
-        with torch.no_grad():
-            ids = self.model.generate(
-                **inputs, num_beams=beam_size, length_penalty=self.options.length_penalty, max_new_tokens=new, do_sample=False
-            )
-        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        """`generate` takes one limit a call: the batch's sentences of one limit together, each under its own."""
+        lengths = self.tokenizer(batch, padding=True, return_tensors="pt")["attention_mask"].sum(1).tolist()
+        limits = self.options.output_limits(lengths, self.cap)
+        out = [""] * len(batch)
+        for limit in sorted(set(limits)):
+            group = [i for i, n in enumerate(limits) if n == limit]
+            inputs = self.tokenizer([batch[i] for i in group], return_tensors="pt", padding=True)
+            with torch.no_grad():
+                ids = self.model.generate(
+                    **inputs, num_beams=beam_size, length_penalty=self.options.length_penalty, max_new_tokens=limit,
+                    do_sample=False,
+                )  # fmt: skip
+            for i, text in zip(group, self.tokenizer.batch_decode(ids, skip_special_tokens=True)):
+                out[i] = text
+        return out
 
 
 def decoders(args, ckpt: Path, folders: dict[str, Path], threads: int) -> dict[str, callable]:
@@ -205,6 +220,11 @@ def decoders(args, ckpt: Path, folders: dict[str, Path], threads: int) -> dict[s
     found = {}
     if "torch" in args.engines:
         found["ours"] = lambda s, beam: ours.translate_many(s, batch_size=size, beam_size=beam)
+        if args.batch_limit:  # the rule before per-sentence limits: a·S + b of the batch's longest source for all
+            a, b = ours.options.max_len_a, ours.options.max_len_b
+            limit = lambda batch: int(a * ours.encode_sources(batch).size(1) + b)  # noqa: E731
+            longest = lambda batch, beam: ours.translate(batch, beam_size=beam, max_len=limit(batch))  # noqa: E731
+            found["ours, batch's limit"] = lambda s, beam: map_in_length_batches(lambda x: longest(x, beam), s, size)
     if "hf" in args.engines:
         hf = HFGenerate(folders["hf"], ours.options)
         found["HF generate"] = lambda s, beam: map_in_length_batches(lambda b: hf.translate(b, beam), s, size)
@@ -212,8 +232,11 @@ def decoders(args, ckpt: Path, folders: dict[str, Path], threads: int) -> dict[s
         from deploy.ctranslate2_translator import CTranslate2Translator
 
         for compute in CT2_COMPUTE:
-            ct2 = CTranslate2Translator(folders["ct2"], compute_type=compute, threads=threads)
-            found[f"CTranslate2 {compute}"] = lambda s, beam, ct2=ct2: ct2.translate_many(s, batch_size=size, beam_size=beam)
+            for search in ("exact", "fast"):
+                chosen = dict(compute_type=compute, threads=threads, search=search, patience=args.ct2_patience)
+                ct2 = CTranslate2Translator(folders["ct2"], **chosen)
+                name = f"CTranslate2 {compute}" + (f", fast (patience {args.ct2_patience:g})" if search == "fast" else ", exact")
+                found[name] = lambda s, beam, ct2=ct2: ct2.translate_many(s, batch_size=size, beam_size=beam)
     return found
 
 
@@ -236,13 +259,19 @@ def run(args, ckpt: Path, folders: dict[str, Path], sources: list[str], refs) ->
     """The table's rows, and ours / generate at --beam-size per thread count (paired, pass by pass)."""
     from tasks.metrics import corpus_scores
 
-    tokenizer = Translator.from_checkpoint(ckpt).tgt_tokenizer
+    reference = Translator.from_checkpoint(ckpt)
+    tokenizer, alpha = reference.tgt_tokenizer, reference.options.length_penalty
     searches = [(f"beam {args.beam_size}", args.beam_size), ("greedy", 1)] if args.beam_size > 1 else [("greedy", 1)]
     results, ratios = [], []
     for threads in args.threads:
         engines = decoders(args, ckpt, folders, threads)
         for search, beam in searches:
             outputs, times = interleaved(engines, sources, beam, args.repeats, sources[: args.batch_size])
+            # Our model's score of each engine's output (teacher-forced, our length penalty), untimed: how far from
+            # ours an output that differs is, by the measure our search maximises.
+            penalty = alpha if beam > 1 else 0.0
+            scored = {name: [h.score for h in reference.score(sources, [t or "." for t in texts], length_penalty=penalty)]
+                      for name, texts in outputs.items()} if "ours" in outputs else {}  # fmt: skip
             for name, texts in outputs.items():
                 seconds, tokens = statistics.median(times[name]), sum(len(tokenizer.encode(t)) + 1 for t in texts)  # <eos> too
                 results.append({
@@ -250,6 +279,8 @@ def run(args, ckpt: Path, folders: dict[str, Path], sources: list[str], refs) ->
                     "sentences_per_s": len(sources) / seconds, "tokens_per_s": tokens / seconds, "output_tokens": tokens,
                     "bleu": corpus_scores(texts, refs)["bleu"] if refs else None,
                     "same_as_ours": sum(a == b for a, b in zip(texts, outputs["ours"])) if "ours" in outputs else None,
+                    "largest_score_difference": max(abs(x - y) for x, y in zip(scored[name], scored["ours"])) if scored else None,
+                    "ours_over_this_s": statistics.median(times["ours"]) / seconds if "ours" in times else None,
                 })  # fmt: skip
                 print(f"  {name}, {search}, {threads} thread(s): {seconds:.1f} s", flush=True)
             if beam == args.beam_size > 1 and {"ours", "HF generate"} <= outputs.keys():
@@ -260,10 +291,13 @@ def run(args, ckpt: Path, folders: dict[str, Path], sources: list[str], refs) ->
 def table(results: list[dict], n: int) -> str:
     rows = [
         [r["engine"], r["search"], r["threads"], r["sentences_per_s"], r["tokens_per_s"], r["wall_s"],
-         "-" if r["bleu"] is None else f"{r['bleu']:.2f}", "-" if r["same_as_ours"] is None else f"{r['same_as_ours']} / {n}"]
+         "-" if r["bleu"] is None else f"{r['bleu']:.2f}", "-" if r["same_as_ours"] is None else f"{r['same_as_ours']} / {n}",
+         "-" if r.get("largest_score_difference") is None else f"{r['largest_score_difference']:.4f}",
+         "-" if r.get("ours_over_this_s") is None else f"{r['ours_over_this_s']:.2f}x"]
         for r in results
     ]  # fmt: skip
-    headers = ["engine", "search", "threads", "sentences/s", "output tokens/s", "wall s", "BLEU", "same as ours"]
+    headers = ["engine", "search", "threads", "sentences/s", "output tokens/s", "wall s", "BLEU", "same as ours",
+               "largest score diff", "speed vs ours"]  # fmt: skip
     return print_table(headers, rows, title=f"Corpus decoding, {n} sentences")
 
 

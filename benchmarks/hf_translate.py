@@ -7,7 +7,7 @@
 
 Nothing of this project is imported: what a colleague without it runs (`AutoTokenizer`, `AutoModelForSeq2SeqLM`,
 `generate`). Lines go in chunks of --batch-size, one batch each, as scripts/translate.py reads them, and each
-batch may write a·S + b tokens (S: its longest source in tokens, `<eos>` included; --max-len-a/-b, our recipes'
+sentence may write a·S + b tokens (S: its source in tokens, `<eos>` included; --max-len-a/-b, our recipes'
 1.5 and 10), within the folder's `max_length`: the length rule of our searches, so that an output cut by the limit
 is cut alike. Greedy by default; `--beam-size` with `--length-penalty 0` is ours too (deploy/huggingface.py).
 Prints the translations, one line per input line, and the sentences per second on stderr.
@@ -47,16 +47,18 @@ def main(argv: list[str] | None = None, lines: list[str] | None = None) -> list[
     for first in range(0, len(lines), args.batch_size):
         chunk = lines[first : first + args.batch_size]
         texts = [line for line in chunk if line.strip()]
-        translated = iter([])
-        if texts:
-            batch = tokenizer(texts, return_tensors="pt", padding=True)
-            new = min(int(args.max_len_a * batch["input_ids"].size(1) + args.max_len_b), limit)
+        # Each sentence's own limit; generate takes one a call, so the chunk's sentences of one limit go together.
+        limits = [min(int(args.max_len_a * len(ids) + args.max_len_b), limit) for ids in tokenizer(texts)["input_ids"]]
+        done = {}
+        for new in sorted(set(limits)):
+            group = [text for text, n in zip(texts, limits) if n == new]
             with torch.no_grad():
                 ids = model.generate(
-                    **batch, num_beams=args.beam_size, length_penalty=args.length_penalty, max_new_tokens=new, do_sample=False
-                )
-            translated = iter(tokenizer.batch_decode(ids, skip_special_tokens=True))
-        outputs += [next(translated) if line.strip() else "" for line in chunk]
+                    **tokenizer(group, return_tensors="pt", padding=True), num_beams=args.beam_size,
+                    length_penalty=args.length_penalty, max_new_tokens=new, do_sample=False,
+                )  # fmt: skip
+            done.update(zip(group, tokenizer.batch_decode(ids, skip_special_tokens=True)))
+        outputs += [done[line] if line.strip() else "" for line in chunk]
     for line in outputs:
         print(line)
     seconds = time.perf_counter() - start

@@ -16,8 +16,9 @@ take the same `DecodingOptions` as our engine, and give what it gives (tests/tes
     for the renormalisation below), so what it finishes is everything our search would finish without stopping
     early; our proof that stopping early changes nothing makes our N best of that set, by our penalty, our
     search's N best. Only as many of them are scored as finding those N takes (`_hypotheses`).
-  - The length limit: both end an output that reaches it with `<eos>` (models/decoding.py). CTranslate2 is run
-    one token short of the limit; each hypothesis of its last step that did not end gets `<eos>` appended, as
+  - The length limit, each source's own (`DecodingOptions.output_limits`): both end an output that reaches it with
+    `<eos>` (models/decoding.py). CTranslate2 takes one limit a batch, so the sources of one limit are searched
+    together, one token short of it; each hypothesis of its last step that did not end gets `<eos>` appended, as
     our search forces it on the same hypotheses.
   - Every score is ours: CTranslate2's teacher-forced log-prob of each token (`score_batch`, which scores
     `<eos>` last), divided by our length penalty. A hypothesis's score is therefore what `score` gives its text.
@@ -43,12 +44,16 @@ from pathlib import Path
 
 from common.errors import InputError
 from datamodules.batching import frame_source, map_in_length_batches
+from datamodules.languages import target_languages, with_target_tag
 from datamodules.tokenizers import tokenizer_from_dict
-from inference.languages import target_languages, with_target_tag
 from inference.options import DecodingOptions
 from models.decoding import Hypothesis, length_penalty_factor
 
 from .ctranslate2 import TOKENIZERS_FILE, ExportError, _ctranslate2, vocabulary
+
+# Beam search on CTranslate2 (the module's docstring): "exact" gives our search's outputs; "fast" lets CTranslate2
+# end a sentence its own way, after beam × patience finished hypotheses, and ranks those by our score.
+SEARCHES = ("exact", "fast")
 
 
 def chosen(options: DecodingOptions | None, defaults: DecodingOptions, nbest, prefixes, sentences, given: dict):
@@ -68,7 +73,19 @@ class CTranslate2Translator:
     `options` are the exported model's decoding defaults (length penalty, max_len_a × source + max_len_b), as
     `inference.Translator`'s are a checkpoint's."""
 
-    def __init__(self, model_dir: str | Path, device: str = "cpu", compute_type: str = "default", threads: int = 0):
+    def __init__(
+        self,
+        model_dir: str | Path,
+        device: str = "cpu",
+        compute_type: str = "default",
+        threads: int = 0,
+        search: str = "exact",
+        patience: float = 2.0,
+    ):
+        if search not in SEARCHES or not (isinstance(patience, (int, float)) and patience >= 1):
+            raise InputError(f"search={search!r}, patience={patience!r}: the search is one of {', '.join(SEARCHES)}, "
+                             "the patience a number ≥ 1")  # fmt: skip
+        self.search, self.patience = search, float(patience)
         ctranslate2 = _ctranslate2()
         model_dir = Path(model_dir)
         meta_path = model_dir / TOKENIZERS_FILE
@@ -108,17 +125,14 @@ class CTranslate2Translator:
 
     # ---------------------------------------------------------------------------------- the search
 
-    def max_output_len(self, sources: list[list[str]], options: DecodingOptions) -> int:
-        """Output tokens at most, `<eos>` included: as `inference.Translator.max_output_len`."""
-        limit = options.max_len
-        if limit is None:
-            limit = int(options.max_len_a * max(len(s) for s in sources) + options.max_len_b)
-        return min(limit, self.meta["max_len"] - 1)
+    def max_output_len(self, sources: list[list[str]], options: DecodingOptions) -> list[int]:
+        """Each source's most output tokens, `<eos>` included: as `inference.Translator.max_output_len`."""
+        return options.output_limits([len(s) for s in sources], self.meta["max_len"] - 1)
 
-    def translate_batch_options(self, sources: list[list[str]], options: DecodingOptions, prefixes=None) -> dict:
-        """Our decoding options as CTranslate2's `translate_batch` arguments, the one place they are mapped; an
-        `InputError` for what CTranslate2 cannot do as we do. The search runs one token short of the limit
-        (`_search` appends the last `<eos>`)."""
+    def translate_batch_options(self, limit: int, options: DecodingOptions, prefixes=None) -> dict:
+        """Our decoding options as CTranslate2's `translate_batch` arguments for sources whose output `limit` is one,
+        the one place they are mapped; an `InputError` for what CTranslate2 cannot do as we do. The search runs one
+        token short of the limit (`_search` appends the last `<eos>`)."""
         if options.alignment_layer is not None:
             raise InputError("CTranslate2 has no alignments (--print-alignment): use --engine torch")
         if options.static_cache is not None or not options.use_cache:
@@ -133,13 +147,16 @@ class CTranslate2Translator:
                 f"CTranslate2's beam search renormalises what {', '.join(banning)} bans and so ranks other hypotheses: "
                 "use --beam-size 1 or --engine torch"
             )
-        steps = self.max_output_len(sources, options) - 1
-        # A patience no count of finished hypotheses reaches (at most `beam` a step) and alpha > 0: CTranslate2
-        # keeps every finished hypothesis and runs to the limit. The ranking is ours (`translate`).
+        steps = limit - 1
+        # The exact search: a patience no count of finished hypotheses reaches (at most `beam` a step) and alpha > 0:
+        # CTranslate2 keeps every finished hypothesis and runs to the limit. The fast one: CTranslate2 ends a
+        # sentence once beam × patience hypotheses have finished, and all of them are returned. The ranking of what
+        # is returned is ours either way (`_hypotheses`).
+        patience = (steps + 1 if self.search == "exact" else self.patience) if beam > 1 else 1
         mapped = dict(
             beam_size=beam,
-            patience=steps + 1 if beam > 1 else 1,
-            num_hypotheses=beam * (steps + 1) if beam > 1 else options.nbest,
+            patience=patience,
+            num_hypotheses=max(options.nbest, round(beam * patience)) if beam > 1 else options.nbest,
             length_penalty=1.0,
             max_decoding_length=steps,
             # Our minimum (0 unless asked): CTranslate2's default, 1, would never let an output end at once.
@@ -160,15 +177,22 @@ class CTranslate2Translator:
 
     def _search(self, sources: list[list[str]], options: DecodingOptions, prefixes=None) -> list[list[tuple[list[int], float]]]:
         """Each source's outputs as (ids ending in `<eos>`, CTranslate2's sum of their log-probs before the
-        appended `<eos>`): all that the beam search finished, or the greedy output, or the samples."""
-        mapped = self.translate_batch_options(sources, options, prefixes)
-        if mapped["max_decoding_length"] < 1:  # a limit of one token: `<eos>`, forced
-            return [[([self.eos_id], 0.0)] for _ in sources]
-        results = self.translator.translate_batch(sources, **mapped, return_scores=True)  # sum / length (alpha 1)
-        found = []
-        for r in results:
-            row = [([self.tgt_index[tok] for tok in hyp], score * len(hyp)) for hyp, score in zip(r.hypotheses, r.scores)]
-            found.append([(ids if ids[-1:] == [self.eos_id] else [*ids, self.eos_id], total) for ids, total in row])
+        appended `<eos>`): all that the beam search finished, or the greedy output, or the samples. CTranslate2 takes
+        one length limit a batch: the sources are searched in groups of one limit, each source under its own."""
+        limits = self.max_output_len(sources, options)
+        found: list = [None] * len(sources)
+        for limit in sorted(set(limits)):
+            group = [i for i, n in enumerate(limits) if n == limit]
+            chosen_prefixes = None if prefixes is None else [prefixes[i] for i in group]
+            mapped = self.translate_batch_options(limit, options, chosen_prefixes)
+            if mapped["max_decoding_length"] < 1:  # a limit of one token: `<eos>`, forced
+                for i in group:
+                    found[i] = [([self.eos_id], 0.0)]
+                continue
+            results = self.translator.translate_batch([sources[i] for i in group], **mapped, return_scores=True)
+            for i, r in zip(group, results):  # scores: sum / length (alpha 1)
+                row = [([self.tgt_index[tok] for tok in hyp], score * len(hyp)) for hyp, score in zip(r.hypotheses, r.scores)]
+                found[i] = [(ids if ids[-1:] == [self.eos_id] else [*ids, self.eos_id], total) for ids, total in row]
         return found
 
     def _reseed(self, seed: int | None) -> None:

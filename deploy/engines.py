@@ -4,14 +4,18 @@ Both translate with `translate`, `translate_many` and `score`, and take the same
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from common.errors import InputError
 from inference.options import DecodingOptions, add_decoding_arguments, options_from_args
-from inference.translator import Translator, check_same_vocabularies
+
+if TYPE_CHECKING:  # imported where a model loads: the scripts' flags and their checks need no torch
+    from inference.translator import Translator
 
 # The decoding options every script that translates takes as flags (inference.options), the search's first.
 SEARCH = ("beam_size", "length_penalty", "max_len")
 TOOLS = ("sampling", "top_k", "top_p", "temperature", "seed", "no_repeat_ngram_size", "min_len", "ban_unk")
-LANGUAGE = ("tgt_lang",)  # a multilingual model's target language (inference/languages.py)
+LANGUAGE = ("tgt_lang",)  # a multilingual model's target language (datamodules/languages.py)
 
 
 def add_engine_arguments(parser) -> None:
@@ -28,6 +32,14 @@ def add_engine_arguments(parser) -> None:
         "--compute-type", default="default", help="CTranslate2's compute type (default: the exported weights' own)"
     )
     parser.add_argument("--device", default="cpu", help="torch or CTranslate2 device (default: cpu)")
+    parser.add_argument(
+        "--ct2-search",
+        default="exact",
+        choices=["exact", "fast"],
+        help="CTranslate2's beam search: exact (our outputs; runs every beam to the length limit) or fast (ends a "
+        "sentence after beam x --ct2-patience finished hypotheses, ranked by our score) (default: exact)",
+    )
+    parser.add_argument("--ct2-patience", type=float, default=2.0, help="--ct2-search fast's patience, >= 1 (default: 2)")
 
 
 def check_engine_arguments(parser, args) -> None:
@@ -47,15 +59,19 @@ def check_engine_arguments(parser, args) -> None:
             raise InputError(f"--device {args.device}: this machine has no CUDA device (torch finds none); use --device cpu")
     if args.engine == "ctranslate2" and args.ckpt and len(args.ckpt) > 1:
         raise InputError("CTranslate2 runs one model: an ensemble of checkpoints needs --engine torch")
+    if args.engine == "torch" and (args.ct2_search != "exact" or args.ct2_patience != 2.0):
+        parser.error("--ct2-search and --ct2-patience choose CTranslate2's search: they go with --engine ctranslate2")
+    if args.ct2_patience < 1:
+        parser.error(f"--ct2-patience {args.ct2_patience:g}: CTranslate2's patience is at least 1")
     if args.engine == "ctranslate2" and not args.model:
         parser.error("--engine ctranslate2 needs --model DIR (a directory written by scripts/export.py)")
 
 
-def add_search_arguments(parser, *extra: str, beam_size: int = 4) -> None:
+def add_search_arguments(parser, *extra: str, beam_size: int = 4, shown: dict[str, str] | None = None) -> None:
     """The search's flags (`SEARCH` and `extra` options), then the decoding tools' (`TOOLS`): fairseq's names;
-    then the target language's (`LANGUAGE`)."""
-    add_decoding_arguments(parser, SEARCH + extra, "search", beam_size=beam_size)
-    add_decoding_arguments(parser, TOOLS, "decoding tools")
+    then the target language's (`LANGUAGE`). `shown`: defaults the script decides, named in its help."""
+    add_decoding_arguments(parser, SEARCH + extra, "search", shown, beam_size=beam_size)
+    add_decoding_arguments(parser, TOOLS, "decoding tools", shown)
     add_decoding_arguments(parser, LANGUAGE, "multilingual models")
 
 
@@ -73,8 +89,17 @@ def load_translator(args):
     if args.engine == "ctranslate2":
         from .ctranslate2_translator import CTranslate2Translator  # imported only when asked for: CTranslate2 is optional
 
-        return CTranslate2Translator(args.model, device=args.device, compute_type=args.compute_type)
+        return CTranslate2Translator(
+            args.model, device=args.device, compute_type=args.compute_type, search=args.ct2_search, patience=args.ct2_patience
+        )
     return _load(args, args.ckpt[0])
+
+
+def search_label(args) -> str:
+    """CTranslate2's beam search as chosen (`--ct2-search`), for records and printed lines; "" for our engine."""
+    if args.engine != "ctranslate2":
+        return ""
+    return "exact search" if args.ct2_search == "exact" else f"fast search, patience {args.ct2_patience:g}"
 
 
 def load_ensemble(args, first) -> list:
@@ -82,10 +107,14 @@ def load_ensemble(args, first) -> list:
     their vocabularies checked against the first's: [] for one checkpoint or CTranslate2."""
     if args.engine == "ctranslate2" or len(args.ckpt) == 1:
         return []
+    from inference.translator import check_same_vocabularies
+
     others = [_load(args, path) for path in args.ckpt[1:]]
     check_same_vocabularies([first, *others])
     return others
 
 
 def _load(args, path: str) -> Translator:
+    from inference.translator import Translator
+
     return Translator.from_checkpoint(path, weights=getattr(args, "weights", "averaged"), device=args.device)

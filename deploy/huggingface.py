@@ -23,8 +23,9 @@ config carries our alpha as `length_penalty`, so a plain `generate` is close to 
 Length: ours stops at max_len_a × the source's length + max_len_b tokens, a rule `GenerationConfig` cannot hold
 (its `max_length` and `max_new_tokens` are fixed numbers; a stopping criterion is not saved with it). The
 config's `max_length` is the model's `max_len` (max_len - 1 new tokens, the cap of ours too), and it records
-max_len_a and max_len_b, which `generate` ignores: `max_new_tokens=min(int(a * S + b), max_len - 1)`, S the
-longest source's tokens with `<eos>`, makes `generate` stop where ours stops. At the limit both end an output
+max_len_a and max_len_b, which `generate` ignores: `max_new_tokens=min(int(a * S + b), max_len - 1)`, S a
+source's tokens with `<eos>`, makes `generate` stop where ours stops, for the sources of that one limit (ours
+gives each sentence its own limit; `generate` takes one a call). At the limit both end an output
 with `<eos>` (`forced_eos_token_id`); `generate` gives that token a log-prob of 0, ours the model's own.
 """
 

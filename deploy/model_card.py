@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from datamodules.languages import target_tag
-from inference.languages import target_languages
-from models.config import Seq2SeqConfig
+from datamodules.languages import target_languages, target_tag
+
+if TYPE_CHECKING:  # an annotation only: scripts/generate.py reads a run's record here before torch loads
+    from models.config import Seq2SeqConfig
 
 
 def run_record(ckpt: Path | None) -> dict:
@@ -109,11 +111,12 @@ def model_card(
         "The training code's beam search divides scores by GNMT's ((5 + n) / 6) ** alpha where `generate` divides by "
         "n ** length_penalty: with 0 (or greedy search) the two give the same outputs.",
         "",
-        f"Length: the training code stops an output at {opts.max_len_a} × S + {opts.max_len_b} tokens (S: the longest "
-        f"source in the batch in tokens, its end token included), `generate` at `max_length` {c.max_len} (the "
+        f"Length: the training code stops an output at {opts.max_len_a} × S + {opts.max_len_b} tokens (S: that "
+        f"sentence's source in tokens, its end token included), `generate` at `max_length` {c.max_len} (the "
         "model's positions); pass "
-        f"`max_new_tokens=min(int({opts.max_len_a} * input_ids.shape[1] + {opts.max_len_b}), {c.max_len - 1})` to stop "
-        "where it does (the config records `max_len_a` and `max_len_b`).",
+        f"`max_new_tokens=min(int({opts.max_len_a} * input_ids.shape[1] + {opts.max_len_b}), {c.max_len - 1})` with one "
+        "sentence (or sentences of one length) a call to stop where it does (the config records `max_len_a` and "
+        "`max_len_b`).",
         "",
         "## How it was made",
         "",

@@ -20,11 +20,20 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from common.errors import InputError
-from models.checks import Check, Relation, at_least, boolean, check_hparams, finite_at_least, integer, one_of
-from models.decoding import SEARCH_CHECKS, nbest_fits_the_beam
-from models.static_cache import MODES
-
-from .languages import language_check
+from datamodules.languages import language_check
+from models.checks import (
+    SEARCH_CHECKS,
+    Check,
+    Relation,
+    at_least,
+    boolean,
+    check_hparams,
+    finite_at_least,
+    integer,
+    nbest_fits_the_beam,
+    one_of,
+)
+from models.checks import STATIC_CACHE_MODES as MODES  # models.checks only: the flags are checked before torch loads
 
 # The options a checkpoint (the task's hyperparameters) and an export carry: the model's own decoding defaults.
 CHECKPOINT_DEFAULTS = ("length_penalty", "max_len_a", "max_len_b")
@@ -59,7 +68,7 @@ class DecodingOptions:
     """How to decode: the search, its limits and the decoding tools (models/decoding.py)."""
 
     beam_size: int = _option(1, "--beam-size", "beam width; 1 = greedy")
-    nbest: int = _option(1, "--nbest", "write the N best (or N samples) per input, with scores")
+    nbest: int = _option(1, "--nbest", "the N best outputs (or N samples) of each input, best first")
     length_penalty: float = _option(1.0, "--length-penalty", "GNMT length penalty alpha of beam search")
     max_len: int | None = _option(None, "--max-len", "most output tokens (default: max_len_a x source length + max_len_b)")
     max_len_a: float = 1.5  # output tokens allowed per source token ...
@@ -71,7 +80,7 @@ class DecodingOptions:
     temperature: float = _option(1.0, "--temperature", "divides the logits before sampling")
     top_k: int = _option(0, "--sampling-topk", "sample among the K likeliest tokens, 0 for all")
     top_p: float = _option(1.0, "--sampling-topp", "sample in the nucleus of mass P, 0 < P <= 1, 1 for all")
-    seed: int | None = _option(None, "--seed", "seed of the sampling (default: unseeded)")
+    seed: int | None = _option(None, "--seed", "seed of the sampling", unset="unseeded")
     alignment_layer: int | None = _option(None, "--alignment-layer", "the decoder layer of --print-alignment (default: the last)")
     use_cache: bool = True  # a key/value cache (False: every step reruns the whole prefix, as a reference)
     tgt_lang: str | None = _option(
@@ -86,7 +95,7 @@ class DecodingOptions:
     )
 
     CHECKS: ClassVar[Mapping[str, Check]] = {
-        **SEARCH_CHECKS,  # the searches' own (models/decoding.py)
+        **SEARCH_CHECKS,  # the searches' own (models/checks.py)
         "max_len": at_least(1),
         "max_len_a": finite_at_least(0),
         "max_len_b": at_least(0),
@@ -110,6 +119,13 @@ class DecodingOptions:
     def as_dict(self) -> dict[str, Any]:
         """Every option by name: plain values, as a checkpoint or an export stores them."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def output_limits(self, source_lengths: list[int], cap: int) -> list[int]:
+        """Each sentence's most output tokens, `<eos>` included: `max_len`, else a·S + b of its own source's S tokens
+        (fairseq's rule, per sentence, so that no output depends on its batch-mates), within `cap` (the positions
+        left) and at least one (its `<eos>`) unless `cap` is 0. The one place both engines read it."""
+        rule = lambda s: self.max_len if self.max_len is not None else int(self.max_len_a * s + self.max_len_b)  # noqa: E731
+        return [max(min(rule(s), cap), min(1, cap)) for s in source_lengths]
 
     def replace(self, **changes: Any) -> DecodingOptions:
         """These options with `changes` (an unknown name is an `InputError`), checked again."""
@@ -177,22 +193,26 @@ def flag_of(name: str) -> str:
     return DecodingOptions.__dataclass_fields__[name].metadata["flag"]
 
 
-def add_decoding_arguments(parser, names: tuple[str, ...], title: str = "decoding", **defaults: Any) -> None:
+def add_decoding_arguments(
+    parser, names: tuple[str, ...], title: str = "decoding", shown: dict[str, str] | None = None, **defaults: Any
+) -> None:
     """The flags of the options `names`, made from their fields: each defaults to None (the model's own default)
-    unless `defaults` gives the script's (translate.py's --beam-size 4, say). `options_from_args` reads them."""
+    unless `defaults` gives the script's (translate.py's --beam-size 4, say); `shown`: the default a script's help
+    names where the script, not the option, decides it (generate.py's seed 0). `options_from_args` reads them."""
     group = parser.add_argument_group(title)
     for name in names:
         meta = DecodingOptions.__dataclass_fields__[name].metadata
         default, own = defaults.get(name), DecodingOptions.default(name)
-        extra = {k: v for k, v in meta.items() if k not in ("flag", "help")}
+        extra = {k: v for k, v in meta.items() if k not in ("flag", "help", "unset")}
         if own is False:
             group.add_argument(meta["flag"], dest=name, action="store_true", default=None, help=meta["help"])
             continue
-        shown = default if default is not None else "the model's" if name in CHECKPOINT_DEFAULTS else own
-        shown = f" (default: {shown})" if shown is not None else ""
+        label = default if default is not None else "the model's" if name in CHECKPOINT_DEFAULTS else own
+        label = (shown or {}).get(name, label if label is not None else meta.get("unset"))
+        label = f" (default: {label})" if label is not None else ""
         kind = extra.pop("type", None) or (float if isinstance(own, float) else str if "choices" in extra else int)
         extra.setdefault("metavar", None if "choices" in extra else meta["flag"].removeprefix("--").replace("-", "_").upper())
-        group.add_argument(meta["flag"], dest=name, type=kind, default=default, help=meta["help"] + shown, **extra)
+        group.add_argument(meta["flag"], dest=name, type=kind, default=default, help=meta["help"] + label, **extra)
 
 
 def options_from_args(args, defaults: DecodingOptions, names: tuple[str, ...]) -> DecodingOptions:

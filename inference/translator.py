@@ -24,6 +24,7 @@ import torch
 
 from common.errors import InputError
 from datamodules.batching import frame_source, map_in_length_batches, pad_sequences
+from datamodules.languages import target_languages, with_target_tag
 from models import Seq2SeqNet
 from models.beam import beam_search, beam_search_nbest
 from models.constraints import Constraints
@@ -33,7 +34,6 @@ from models.scoring import align, score_targets
 from models.static_cache import StaticDecoder
 
 from .calls import check_same_vocabularies, evaluating, pieces
-from .languages import target_languages, with_target_tag
 from .networks import TRANSLATION, read_network, read_pretrained
 from .options import DecodingOptions
 
@@ -98,7 +98,7 @@ class Translator:
 
     def encode_sources(self, sentences: list[str], tgt_lang: str | None = None) -> torch.Tensor:
         """Strings → (B, S) padded source ids on the network's device, each after `tgt_lang`'s tag for a multilingual
-        model (inference.languages). Over-long sentences are truncated to the network's `max_len` with a warning;
+        model (datamodules/languages.py). Over-long sentences are truncated to the network's `max_len` with a warning;
         empty ones are refused."""
         ids = []
         for i, sentence in enumerate(sentences):
@@ -129,8 +129,8 @@ class Translator:
 
         `ensemble`: more translators (or task modules) whose next-token probabilities are averaged with this one's
         (fairseq's rule); `prefixes`: one target prefix per sentence ("" for none) that each output starts with.
-        The output length is capped by `max_len`, else max_len_a × the longest source + max_len_b, within the
-        network's positions."""
+        Each output's length is capped by `max_len`, else max_len_a × its own source's length + max_len_b, within the
+        network's positions: a sentence's output never depends on the others in its call."""
         if isinstance(sentences, str):
             sentences = [sentences]
         opts = self.options.for_call(nbest, prefixes, sentences, options, **changes)
@@ -151,11 +151,11 @@ class Translator:
         translate = lambda batch: self.translate(batch, **kwargs)
         return map_in_length_batches(translate, sentences, batch_size or self.batch_size, on_batch)
 
-    def max_output_len(self, src: torch.Tensor, opts: DecodingOptions | None = None, nets=None) -> int:
-        """Output tokens at most: `max_len`, else a·S + b for a (B, S) source batch; within every network's positions."""
+    def max_output_len(self, src: torch.Tensor, opts: DecodingOptions | None = None, nets=None) -> list[int]:
+        """Each sentence's most output tokens: `max_len`, else a·S + b of its own S source tokens (the (B, S) batch's
+        non-padding), within every network's positions (`DecodingOptions.output_limits`)."""
         opts, nets = opts or self.options, nets or [self.net]
-        limit = opts.max_len if opts.max_len is not None else int(opts.max_len_a * src.size(1) + opts.max_len_b)
-        return min(limit, min(net.max_len for net in nets) - 1)
+        return opts.output_limits(src.ne(self.pad_id).sum(1).tolist(), min(net.max_len for net in nets) - 1)
 
     def _best(self, src: torch.Tensor, opts: DecodingOptions) -> torch.Tensor:
         """(B, L) ids of each sentence's best output by greedy or beam search, `<bos>` first."""

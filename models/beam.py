@@ -39,13 +39,14 @@ from .decoding import (
     NEG_INF,
     SEARCH_CHECKS,
     Hypothesis,
+    Limits,
     StepScorer,
     as_list,
     hypothesis,
     length_penalty_factor,
+    limited,
     nbest_fits_the_beam,
     no_specials,
-    only_eos,
     special_ids,
 )
 
@@ -59,15 +60,15 @@ def beam_search(
     src: torch.Tensor,  # (B, S) source ids, right-padded with net.pad_id
     bos_id: int,
     eos_id: int,
-    max_len: int,
+    max_len: int | Sequence[int],
     beam_size: int = 4,
     length_penalty: float = 1.0,
     use_cache: bool = True,
     constraints: Constraints | None = None,
 ) -> torch.Tensor:
     """→ (B, L) ids of each sentence's best hypothesis: `<bos>` ... `<eos>` (only `<bos>` where `max_len` is 0),
-    right-padded with `net.pad_id`. `max_len` counts generated tokens (after `<bos>`, `<eos>` included), capped
-    at the model's positions."""
+    right-padded with `net.pad_id`. `max_len` counts generated tokens (after `<bos>`, `<eos>` included), one for all
+    or one per sentence, capped at the model's positions."""
     nbest = beam_search_nbest(net, src, bos_id, eos_id, max_len, beam_size, 1, length_penalty, use_cache, constraints)
     best = [hyps[0].tokens for hyps in nbest]
     pad = as_list(net)[0].pad_id
@@ -84,7 +85,7 @@ def beam_search_nbest(
     src: torch.Tensor,  # (B, S) source ids, right-padded with net.pad_id
     bos_id: int,
     eos_id: int,
-    max_len: int,
+    max_len: int | Sequence[int],
     beam_size: int = 4,
     nbest: int = 1,
     length_penalty: float = 1.0,
@@ -98,7 +99,8 @@ def beam_search_nbest(
     nets = as_list(net)
     B, K, N, device, pad = src.size(0), beam_size, nbest, src.device, nets[0].pad_id
     scorer = StepScorer(nets, src, K, use_cache)
-    max_len = min(max_len, scorer.max_len - 1)
+    limits = Limits(max_len, B, scorer.max_len - 1, device)
+    limit = limits.of_row  # (B,) each sentence's own: its steps, its forced `<eos>`, its bound on a live score
     constraints = constraints or Constraints()
     prefix = constraints.rows(K)  # (B*K, P) or None
     batch = torch.arange(B, device=device)[:, None]  # (B, 1)
@@ -112,13 +114,15 @@ def beam_search_nbest(
     fin_tok = torch.zeros(B, N, 0, device=device)  # (B, N, t-1)
     fin_score = torch.full((B, N), NEG_INF, device=device)  # (B, N) penalised scores, best first
     fin_len = torch.zeros(B, N, dtype=torch.long, device=device)  # (B, N) lengths, incl. bos and eos
-    best_possible = length_penalty_factor(max_len, length_penalty)  # largest lp a live beam reaches
+    # The largest lp a live beam of each sentence reaches: (B,)
+    best_possible = torch.tensor([length_penalty_factor(n, length_penalty) for n in limits.each], device=device)
     ids, out = list(range(B)), [[] for _ in range(B)]  # ids[b]: row b's sentence; out: each sentence's n-best
 
-    for t in range(1, max_len + 1):  # t = tokens generated after this step
+    for t in range(1, limits.steps + 1):  # t = tokens generated after this step
         flat_seqs = live_seqs.view(B * K, t)
         logp = no_specials(scorer.log_probs(flat_seqs), specials)
-        logp = only_eos(logp, eos_id) if t == max_len else constraints.apply(logp, flat_seqs, eos_id, prefix)  # (B*K, V)
+        constrain = lambda x: constraints.apply(x, flat_seqs, eos_id, prefix)  # noqa: B023
+        logp = limited(logp, limits.ending(t, limit.repeat_interleave(K)), eos_id, constrain)  # (B*K, V)
         V = logp.size(-1)
         logp = logp.view(B, K, V)
         cand = live_scores.to(logp.dtype)[:, :, None] + logp  # (B, K, V)
@@ -142,7 +146,7 @@ def beam_search_nbest(
         fin_seqs, fin_tok = all_seqs[batch, order], all_tok[batch, order]
 
         # Live: the K best candidates that did not end in <eos>; before the last step, only those among the K best.
-        not_live = is_eos | ~in_top_k if t == max_len - 1 else is_eos
+        not_live = is_eos | (~in_top_k & limit.eq(t + 1)[:, None]) if t + 1 in limits.last_steps else is_eos
         live_scores, keep = top.masked_fill(not_live, NEG_INF).topk(K, dim=1)  # (B, K)
         live_seqs, live_tok = cand_seqs[batch, keep], cand_tok[batch, keep]  # (B, K, t+1), (B, K, t)
         rows = batch * K + parent.gather(1, keep)  # (B, K) each surviving beam's row
@@ -161,6 +165,7 @@ def beam_search_nbest(
             out[ids[b]] = hyps
         alive = done.logical_not().nonzero()[:, 0]  # (B',) the sentences still searched
         live_seqs, live_tok, live_scores, fin_seqs, fin_tok, fin_score, fin_len = (x[alive] for x in state)
+        limit, best_possible = limit[alive], best_possible[alive]
         ids, B = [ids[b] for b in alive.tolist()], alive.numel()
         batch = torch.arange(B, device=device)[:, None]  # (B', 1)
         scorer.keep(rows[alive].view(-1))  # their surviving beams (a beam's row holds its sentence's memory)

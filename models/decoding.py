@@ -19,39 +19,18 @@ decoder starts from `<pad>` (fairseq and `transformers` ban them likewise).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
-from .checks import at_least, finite_above, finite_at_least, probability_mass
+from .checks import SEARCH_CHECKS, nbest_fits_the_beam  # noqa: F401  (the searches' checks, read from here too)
 
 if TYPE_CHECKING:
     from .seq2seq import Seq2SeqNet
 
 NEG_INF = float("-inf")
-
-# What the searches' arguments may hold (models.checks), written once: each search checks its own, and
-# inference.options.DecodingOptions, the options a user gives, takes these entries as its own.
-SEARCH_CHECKS = {
-    "beam_size": at_least(1),
-    "nbest": at_least(1),
-    "length_penalty": finite_at_least(0),
-    "temperature": finite_above(0),
-    "top_k": at_least(0),
-    "top_p": probability_mass,
-    "min_len": at_least(0),
-    "no_repeat_ngram_size": at_least(0),
-}
-
-
-def nbest_fits_the_beam(h) -> str | bool:
-    """A beam holds at most `beam_size` hypotheses (samples are drawn as many as asked)."""
-    return (
-        h.get("sampling")
-        or h["nbest"] <= h["beam_size"]
-        or f"nbest={h['nbest']} is larger than beam_size={h['beam_size']}: a beam holds at most beam_size hypotheses"
-    )
 
 
 def special_ids(pad_id: int, bos_id: int, device: torch.device) -> torch.Tensor:
@@ -73,29 +52,55 @@ def only_eos(scores: torch.Tensor, eos_id: int) -> torch.Tensor:
     return out
 
 
+class Limits:
+    """Each sentence's most generated tokens (`max_len`: one for all, or one per sentence, `<eos>` included), within
+    the networks' positions. A sentence's limit is its own, never its batch's, so that its output is what it would
+    be decoded alone."""
+
+    def __init__(self, max_len: int | Sequence[int], batch: int, cap: int, device: torch.device, repeat: int = 1):
+        each = [max_len] * batch if isinstance(max_len, int) else [int(n) for n in max_len]
+        if len(each) != batch:
+            raise ValueError(f"{len(each)} length limits for {batch} sentences")
+        self.each = [min(n, cap) for n in each]
+        self.steps = max(self.each, default=0)  # the search runs this many steps at most
+        self.last_steps = set(self.each)  # known on the host: a step no row ends at costs nothing
+        self.of_row = torch.tensor(self.each, device=device).repeat_interleave(repeat)  # (B*repeat,)
+
+    def ending(self, t: int, row_limits: torch.Tensor) -> torch.Tensor | None:
+        """(N, 1) whether each row's limit (`row_limits`, (N,)) is step `t`; None when no sentence's is."""
+        return row_limits.eq(t)[:, None] if t in self.last_steps else None
+
+
+def limited(logp: torch.Tensor, ending: torch.Tensor | None, eos_id: int, constrain=None) -> torch.Tensor:
+    """(N, V) next-token scores `constrain`ed (models.constraints, in place), with `<eos>` forced (`only_eos` of the
+    unconstrained scores) on the rows `ending` marks: a limit overrides every constraint."""
+    forced = None if ending is None else only_eos(logp, eos_id)
+    logp = logp if constrain is None else constrain(logp)
+    return logp if forced is None else torch.where(ending, forced, logp)
+
+
 @torch.no_grad()
 def greedy_decode(
-    net: Seq2SeqNet, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int, use_cache: bool = True
+    net: Seq2SeqNet, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int | Sequence[int], use_cache: bool = True
 ) -> torch.Tensor:
     """(B, S) source ids → (B, ≤ max_len + 1) target ids starting with `<bos>`; each row ends with `<eos>` (forced
-    as its `max_len`-th token where it came no sooner) and is padded with `net.pad_id` after it. Stops when every
-    row has ended. With `use_cache` each step feeds only the newest token and the decoder's key/value cache holds
-    the rest. A row that has ended leaves the decoded batch (its memory and cache rows with it), unless the cache
-    keeps its rows (a static cache's captured step has fixed shapes)."""
+    as its `max_len`-th token where it came no sooner: one limit, or one per row) and is padded with `net.pad_id`
+    after it. Stops when every row has ended. With `use_cache` each step feeds only the newest token and the
+    decoder's key/value cache holds the rest. A row that has ended leaves the decoded batch (its memory and cache
+    rows with it), unless the cache keeps its rows (a static cache's captured step has fixed shapes)."""
     memory, src_pad = net.encode(src)  # (B, S, D), (B, S)
     B = src.size(0)
-    max_len = min(max_len, net.max_len - 1)
+    limits = Limits(max_len, B, net.max_len - 1, src.device)
     ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
     rows = torch.arange(B, device=src.device)  # (B',) the rows still decoded
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B',)
     cache = net.new_cache() if use_cache else None
     can_drop_rows = cache is None or cache.can_drop_rows
     specials = special_ids(net.pad_id, bos_id, src.device)
-    for t in range(1, max_len + 1):  # t = tokens generated after this step
+    for t in range(1, limits.steps + 1):  # t = tokens generated after this step
         step_input = ys[rows, -1:] if use_cache else ys[rows]
         logits = no_specials(net.decode(step_input, memory, src_pad, cache)[:, -1], specials)  # (B', V)
-        if t == max_len:
-            logits = only_eos(logits, eos_id)
+        logits = limited(logits, limits.ending(t, limits.of_row[rows]), eos_id)
         next_token = ys.new_full((B,), net.pad_id)  # (B,)
         next_token[rows] = logits.argmax(dim=-1).masked_fill(finished, net.pad_id)
         ys = torch.cat([ys, next_token[:, None]], dim=1)

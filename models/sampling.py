@@ -10,7 +10,18 @@ import torch
 
 from .checks import check_hparams
 from .constraints import Constraints
-from .decoding import NEG_INF, SEARCH_CHECKS, Hypothesis, StepScorer, as_list, hypothesis, no_specials, only_eos, special_ids
+from .decoding import (
+    NEG_INF,
+    SEARCH_CHECKS,
+    Hypothesis,
+    Limits,
+    StepScorer,
+    as_list,
+    hypothesis,
+    limited,
+    no_specials,
+    special_ids,
+)
 
 if TYPE_CHECKING:
     from .seq2seq import Seq2SeqNet
@@ -22,7 +33,7 @@ def sample(
     src: torch.Tensor,  # (B, S)
     bos_id: int,
     eos_id: int,
-    max_len: int,
+    max_len: int | Sequence[int],
     num_samples: int = 1,
     temperature: float = 1.0,
     top_k: int = 0,
@@ -37,13 +48,13 @@ def sample(
     of most likely tokens whose probability reaches `top_p` (nucleus sampling; 1: all). Each sample's
     score is the model's own log-prob of its tokens (at temperature 1, unrestricted), / lp(length):
     what `score_targets` gives it. `<eos>` ends each sample, forced as its `max_len`-th token where it came no
-    sooner (models/decoding.py). Best first."""
+    sooner (models/decoding.py; one limit, or one per sentence). Best first."""
     drawn = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "nbest": num_samples, "length_penalty": length_penalty}
     check_hparams("sample", drawn, SEARCH_CHECKS)
     nets = as_list(net)
     B, n, device, pad = src.size(0), num_samples, src.device, nets[0].pad_id
     scorer = StepScorer(nets, src, n, use_cache)
-    max_len = min(max_len, scorer.max_len - 1)
+    limits = Limits(max_len, B, scorer.max_len - 1, device, repeat=n)
     constraints = constraints or Constraints()
     prefix = constraints.rows(n)
     specials = special_ids(pad, bos_id, device)
@@ -52,10 +63,11 @@ def sample(
     rows = torch.arange(B * n, device=device)  # (N,) the rows still drawn
     finished = torch.zeros(B * n, dtype=torch.bool, device=device)  # (N,)
     can_drop_rows = scorer.can_drop_rows
-    for t in range(1, max_len + 1):  # t = tokens generated after this step
+    for t in range(1, limits.steps + 1):  # t = tokens generated after this step
         logp = no_specials(scorer.log_probs(ys[rows]), specials)
         row_prefix = None if prefix is None else prefix[rows]
-        logp = only_eos(logp, eos_id) if t == max_len else constraints.apply(logp, ys[rows], eos_id, row_prefix)  # (N, V)
+        constrain = lambda x: constraints.apply(x, ys[rows], eos_id, row_prefix)  # noqa: B023
+        logp = limited(logp, limits.ending(t, limits.of_row[rows]), eos_id, constrain)  # (N, V)
         logits = logp / temperature
         if top_k:
             kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (N, 1)

@@ -33,6 +33,7 @@ The encoder and the beam reordering (one `index_select` per buffer) run eagerly 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,12 +43,13 @@ from common.environment import quiet_cpu_compile
 
 from .beam import beam_search
 from .cache import StaticCache
+from .checks import STATIC_CACHE_MODES
 from .decoding import greedy_decode
 
 if TYPE_CHECKING:
     from .seq2seq import Seq2SeqNet
 
-MODES = ("eager", "compile", "cuda-graph")
+MODES = STATIC_CACHE_MODES  # named in models/checks.py, where the decoding options read them without torch
 
 
 @dataclass
@@ -107,18 +109,19 @@ class StaticDecoder:
 
     # -------------------------------------------------------------------------------- searches
 
-    def greedy(self, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int) -> torch.Tensor:
+    def greedy(self, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int | Sequence[int]) -> torch.Tensor:
         """`models.decoding.greedy_decode` on the static cache (same arguments, same output)."""
         self._size_for(max_len)
         return greedy_decode(self, src, bos_id, eos_id, max_len, use_cache=True)
 
-    def beam(self, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int, **kwargs) -> torch.Tensor:
+    def beam(self, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int | Sequence[int], **kwargs) -> torch.Tensor:
         """`models.decoding.beam_search` on the static cache (same arguments, same output)."""
         self._size_for(max_len)
         return beam_search(self, src, bos_id, eos_id, max_len, use_cache=True, **kwargs)
 
-    def _size_for(self, max_len: int) -> None:
-        steps = max(1, min(max_len, self.net.max_len - 1))  # the searches' own cap
+    def _size_for(self, max_len: int | Sequence[int]) -> None:
+        longest = max_len if isinstance(max_len, int) else max(max_len, default=1)
+        steps = max(1, min(longest, self.net.max_len - 1))  # the searches' own cap
         m = self.length_multiple
         self._buffer_len = min(-(-steps // m) * m, self.net.max_len)
 

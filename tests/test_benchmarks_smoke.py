@@ -241,18 +241,21 @@ def test_corpus_decoding(tmp_path, capsys):
     ref.write_text("\n".join(refs[:4] + ["left out"] + refs[4:]) + "\n")
     ckpt = importlib.import_module("corpus_decoding").tiny_model(tmp_path, sources)
     exported = tmp_path / "exports"
-    argv = ["--ckpt", str(ckpt), "--src", str(src), "--ref", str(ref), "--export-dir", str(exported)]
+    argv = ["--ckpt", str(ckpt), "--src", str(src), "--ref", str(ref), "--export-dir", str(exported), "--batch-limit"]
     stdout, data = run_benchmark("corpus_decoding", tmp_path, capsys, *argv)
     assert "| engine" in stdout and "ours / generate at beam 4, 1 thread(s), sentences/s" in stdout
     assert data["sentences"] == 10 and (exported / "hf" / "config.json").is_file() and (exported / "ct2" / "model.bin").is_file()
-    engines = ["ours", "HF generate", "CTranslate2 float32", "CTranslate2 int8"]
+    ct2 = [f"CTranslate2 {c}, {s}" for c in ("float32", "int8") for s in ("exact", "fast (patience 2)")]
+    engines = ["ours", "ours, batch's limit", "HF generate", *ct2]
     rows = {(r["engine"], r["search"]): r for r in data["results"]}
     assert list(rows) == [(e, s) for s in ("beam 4", "greedy") for e in engines]
     # Greedy generate and our CTranslate2 engine give our outputs (tests/test_export_hf.py and
     # tests/test_ctranslate2_translator.py hold them to it): the counts of equal outputs must say so.
-    for engine in ("HF generate", "CTranslate2 float32"):
+    for engine in ("HF generate", "CTranslate2 float32, exact"):
         assert rows[engine, "greedy"]["same_as_ours"] == 10, rows[engine, "greedy"]
-    assert rows["CTranslate2 float32", "beam 4"]["same_as_ours"] == 10
+    exact = rows["CTranslate2 float32, exact", "beam 4"]
+    assert exact["same_as_ours"] == 10 and exact["largest_score_difference"] < 1e-3
+    assert rows["ours", "beam 4"]["largest_score_difference"] == 0 and rows["ours", "beam 4"]["ours_over_this_s"] == 1
     # Our rows' tokens and BLEU are those of our translator's outputs, decoded here in the same batches.
     translator = Translator.from_checkpoint(ckpt)
     for search, beam in (("beam 4", 4), ("greedy", 1)):

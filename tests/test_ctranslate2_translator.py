@@ -59,6 +59,36 @@ def test_toy_model_at_beam_4_with_default_flags(tmp_path, trained_toy):
         )
 
 
+def test_the_fast_search_keeps_the_toy_set_and_ranks_by_our_score(tmp_path, trained_toy):
+    """`search="fast"`: CTranslate2 ends a sentence after beam × patience finished hypotheses. At the default
+    patience (2) the toy set is right at beam 4 (at 1 it ends "I am a boy" before it finishes); its n-best lists are
+    ranked and scored by ours: each score is what teacher-forced scoring of the text gives."""
+    folder = export_ctranslate2(trained_toy, tmp_path / "ct2")
+    fast = CTranslate2Translator(folder, search="fast")
+    assert fast.patience == 2 and fast.translate(TOY_SOURCES, beam_size=4) == [t for _, t in TOY_PAIRS]
+    impatient = CTranslate2Translator(folder, search="fast", patience=1)
+    assert impatient.translate(TOY_SOURCES, beam_size=4) != [t for _, t in TOY_PAIRS]
+    alpha = trained_toy.translator.options.length_penalty
+    for source, row in zip(TOY_SOURCES, fast.translate(TOY_SOURCES, beam_size=4, nbest=3)):
+        assert len(row) == 3 and [h.score for h in row] == sorted((h.score for h in row), reverse=True)
+        scored = trained_toy.translator.score([source] * 3, [h.text for h in row], length_penalty=alpha)
+        assert [h.score for h in row] == pytest.approx([h.score for h in scored], abs=1e-4)
+
+
+@pytest.mark.parametrize("max_len", [None, 4])
+def test_the_fast_search_stops_each_output_at_its_sentence_s_limit(tmp_path, max_len):
+    model = biased_model(pad=-30.0, bos=-30.0)
+    fast = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"), search="fast")
+    sources = random_sources(40)
+    limits = [max_len or int(1.5 * (len(s.split()) + 1) + 10) for s in sources]
+    found = fast.translate(sources, beam_size=4, nbest=2, max_len=max_len)
+    assert all(len(h.tokens) <= limit and h.tokens[-1] == fast.eos_id for row, limit in zip(found, limits) for h in row)
+    assert sum(len(h.tokens) == limit for row, limit in zip(found, limits) for h in row) > 20  # <eos> forced there
+    assert [row[0].text for row in found] == fast.translate(sources, beam_size=4, max_len=max_len)
+    with pytest.raises(InputError, match="the search is one of exact, fast"):
+        CTranslate2Translator(tmp_path / "ct2", search="greedy")
+
+
 @pytest.mark.parametrize("max_len", [None, 4])
 def test_random_model_over_many_sources_at_beam_4(tmp_path, max_len):
     """A random, sharpened model over 60 random sources: best outputs and 4-best lists at beam 4 with the default
@@ -73,8 +103,8 @@ def test_random_model_over_many_sources_at_beam_4(tmp_path, max_len):
     ours = model.translate(sources, nbest=4, **flags)
     assert_same_lists(ours, translator.translate(sources, nbest=4, **flags))
     assert len({h.text for row in ours for h in row}) > 25  # not one output for everything
-    limit = max_len or 25  # 1.5 × the longest source with its <eos> + 10
-    assert sum(len(h.tokens) == limit for row in ours for h in row) > 120  # <eos> forced at the limit
+    limits = [max_len or int(1.5 * (len(s.split()) + 1) + 10) for s in sources]  # each source's own, with its <eos>
+    assert sum(len(h.tokens) == limit for row, limit in zip(ours, limits) for h in row) > 120  # <eos> forced there
 
 
 # Each decoding's flags, and the --score-reference flags that rank as it does (sampling and greedy: alpha 0).

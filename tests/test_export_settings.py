@@ -239,16 +239,18 @@ def test_generation_config_carries_our_length_limit(tmp_path):
     a, b = config["max_len_a"], config["max_len_b"]
     assert (a, b, config["max_length"]) == (1.5, 10, BASE["max_len"])
     hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval()
-    batch = transformers.AutoTokenizer.from_pretrained(out)(SRC, return_tensors="pt", padding=True)
-    S = batch["input_ids"].shape[1]  # the longest source, <eos> included: 9 tokens
-    mine = model.translate(SRC, beam_size=1)
-    assert {len(t.split()) for t in mine} == {int(a * S + b) - 1}  # 22 words, then <eos> forced as the 23rd token
-    plain = hf.generate(**batch, num_beams=1)
-    assert plain.shape[1] - 1 == BASE["max_len"] - 1  # generate's own limit: the model's positions
-    ours_limit = hf.generate(**batch, num_beams=1, max_new_tokens=min(int(a * S + b), BASE["max_len"] - 1))
-    assert ours_limit.shape[1] - 1 == int(a * S + b)
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
-    assert tokenizer.batch_decode(ours_limit, skip_special_tokens=True) == mine
+    mine = model.translate(SRC, beam_size=1)
+    for sentence, text in zip(SRC, mine):  # each sentence's own limit: generate takes one limit a call
+        batch = tokenizer([sentence], return_tensors="pt")
+        S = batch["input_ids"].shape[1]  # the source's tokens, <eos> included
+        assert len(text.split()) == int(a * S + b) - 1  # words, then <eos> forced as the last token
+        plain = hf.generate(**batch, num_beams=1)
+        assert plain.shape[1] - 1 == BASE["max_len"] - 1  # generate's own limit: the model's positions
+        ours_limit = hf.generate(**batch, num_beams=1, max_new_tokens=min(int(a * S + b), BASE["max_len"] - 1))
+        assert ours_limit.shape[1] - 1 == int(a * S + b)
+        assert tokenizer.batch_decode(ours_limit, skip_special_tokens=True) == [text]
+    assert len({len(t.split()) for t in mine}) > 1  # the sources' lengths differ, and so do their limits
 
 
 def refused_settings(check_exportable) -> set[str]:

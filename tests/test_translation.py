@@ -87,7 +87,7 @@ def test_validation_logs_bleu_and_attention_maps(trained):
 def test_translate_uses_the_length_limit(trained):
     _, model, _, _ = trained
     src = model.translator.encode_sources([TOY_PAIRS[0][0]])
-    assert model.translator.max_output_len(src) == int(1.5 * src.size(1) + 10)
+    assert model.translator.max_output_len(src) == [int(1.5 * src.size(1) + 10)]
     assert all(len(h.split()) <= 1 for h in model.translate([TOY_PAIRS[0][0]], max_len=1))
     assert model.translate_many([s for s, _ in TOY_PAIRS], batch_size=2) == model.translate([s for s, _ in TOY_PAIRS])
 
