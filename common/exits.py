@@ -150,6 +150,9 @@ EXIT_USER_ERROR, EXIT_FAULT, EXIT_BROKEN_PIPE, EXIT_INTERRUPTED = 2, 1, 141, 130
 # A resumed run with nothing left to train (its checkpoint already reached max_steps, max_epochs or max_time):
 # not a failure of the command, but a job script must be able to tell it from a run that trained.
 EXIT_NOTHING_TO_DO = 3
+# A command stopped by its own time limit with its output unfinished (scripts/generate.py --max-time), as timeout(1)
+# exits: a job script's `generate.py ... && fit.py ...` must not go on to train on part of a corpus.
+EXIT_TIME_LIMIT = 124
 
 
 def quiet_broken_pipe() -> None:

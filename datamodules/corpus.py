@@ -178,8 +178,9 @@ class ParallelCorpusDataModule(SplitLoaders, L.LightningDataModule):
             data = self._datasets[split]
             batches = self._sampler(split).batches()
             waste = padding_waste(batches, data.src.lengths(), data.tgt.lengths())
+            empty = f", {stats['empty']:,} with an empty side dropped" if stats.get("empty") else ""
             rank_zero_info(
-                f"{split}: {stats['pairs']:,} pairs, {stats['overlong']:,} longer than max_len={h.max_len} {action}, "
+                f"{split}: {stats['pairs']:,} pairs, {stats['overlong']:,} longer than max_len={h.max_len} {action}{empty}, "
                 f"{len(batches):,} batches of ≤{h.max_tokens} tokens, padding waste {waste:.1%}"
             )
 

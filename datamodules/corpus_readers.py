@@ -12,7 +12,6 @@ import io
 import itertools
 import os
 import random
-import urllib.request
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -99,14 +98,15 @@ def decode_lines(raw_lines: Iterable[bytes], encoding: str = "utf-8", errors: st
         yield text.removesuffix("\n").removesuffix("\r")
 
 
-def iter_lines(path: Path) -> Iterator[str]:
-    """The file's lines, stripped, one at a time, gunzipped if the name ends in .gz (see `decode_lines`).
+def iter_lines(path: Path, strip: bool = True) -> Iterator[str]:
+    """The file's lines, stripped (unless `strip` is False), one at a time, gunzipped if the name ends in .gz (see
+    `decode_lines`).
     Errors as `_read_text`'s, found where they are: a bad byte 3 million lines in is one `CorpusFormatError`
     with its line and byte offset, after the lines before it."""
     try:
         with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
             for line in decode_lines(f):
-                yield line.strip()
+                yield line.strip() if strip else line
     except LineDecodeError as bad:
         gunzipped = " of the gunzipped text" if path.suffix == ".gz" else ""
         raise CorpusFormatError(
@@ -171,6 +171,8 @@ def split_pairs(
 def download(url: str, dest: Path) -> None:
     """Fetch `url` to `dest` through a temporary name, so an interrupted download never looks complete; a failed
     one leaves no folder it made."""
+    import urllib.request  # here: the scripts read their input through this module, and a download is rare
+
     # manythings.org refuses urllib's default user agent.
     req = urllib.request.Request(url, headers={"User-Agent": "Mozilla/5.0 (transformer-lightning)"})
     tmp = dest.with_name(dest.name + ".part")

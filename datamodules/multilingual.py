@@ -246,8 +246,12 @@ class MultilingualCorpusDataModule(SplitLoaders, L.LightningDataModule):
         for d, p in zip(self.directions, probabilities):
             stats = self.corpora[d].ids()[1]["splits"]
             counts = ", ".join(f"{split} {stats[split]['pairs']:,}" for split in SPLITS)
+            kinds = (("overlong", "over max_len"), ("empty", "with an empty side"))
+            dropped = [f"{stats['train'][k]:,} {what}" for k, what in kinds
+                       if stats["train"].get(k) and (k == "empty" or self.hparams.overlong == "drop")]  # fmt: skip
             rank_zero_info(
-                f"{name(d)}: {counts} pairs; {p:.1%} of the training batches (temperature {self.hparams.temperature:g})"
+                f"{name(d)}: {counts} pairs{' (training: ' + ', '.join(dropped) + ' dropped)' if dropped else ''}; "
+                f"{p:.1%} of the training batches (temperature {self.hparams.temperature:g})"
             )
 
     def _sampler(self, split: str) -> TemperatureBatchSampler:

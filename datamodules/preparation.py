@@ -172,11 +172,11 @@ class PreparedCorpus:
         max_len, overlong = self.settings["max_len"], self.settings["overlong"]
         src_tok, tgt_tok = self.tokenizers()
         writers = [IndexedIdsWriter(tmp / f"{split}.{side}", dtype) for side, dtype in zip(("src", "tgt"), dtypes)]
-        n_pairs = n_long = 0
+        n_pairs = n_long = n_empty = 0
         chunk: list[Pair] = []
 
         def flush() -> None:
-            nonlocal n_long
+            nonlocal n_long, n_empty
             src_ids = self._encode_all(src_tok, [s for s, _ in chunk])
             tgt_ids = self._encode_all(tgt_tok, [t for _, t in chunk])
             src_len = np.fromiter(map(len, src_ids), dtype=np.int64, count=len(chunk))
@@ -189,7 +189,9 @@ class PreparedCorpus:
                 if overlong == "drop":
                     keep &= ~long
                 # An empty sentence (a blank line in an aligned corpus) teaches nothing: drop it from training.
-                keep &= (src_len > 0) & (tgt_len > 0)
+                empty = (src_len == 0) | (tgt_len == 0)
+                n_empty += int((keep & empty).sum())  # said with the counts (corpus.py), never dropped silently
+                keep &= ~empty
             # The tokenizers' own specials: ours are BOS/EOS, an imported Marian model's <pad> and </s>.
             writers[0].add_framed(src_ids, keep, max_len, tail=(src_tok.eos_id,))
             writers[1].add_framed(tgt_ids, keep, max_len, head=(tgt_tok.bos_id,), tail=(tgt_tok.eos_id,))
@@ -210,7 +212,10 @@ class PreparedCorpus:
                 f"{self.source.describe()}: none of the {n_pairs} training pairs is usable ({n_long} longer than "
                 f"max_len={max_len}, the others with an empty side); raise max_len or set overlong=truncate"
             )
-        return {"pairs": pairs, "read": n_pairs, "overlong": n_long, "src_tokens": src_tokens, "tgt_tokens": tgt_tokens}
+        return {
+            "pairs": pairs, "read": n_pairs, "overlong": n_long, "empty": n_empty, "src_tokens": src_tokens,
+            "tgt_tokens": tgt_tokens,
+        }  # fmt: skip
 
     def splits(self) -> dict[str, TokenPairs]:
         """Every split's prepared pairs, memory-mapped (prepared first if no process has), checked against the
@@ -239,7 +244,8 @@ class PreparedCorpus:
         for split, stats in meta["splits"].items():
             size = sum(p.stat().st_size for p in folder.glob(f"{split}.*"))
             lines.append(
-                f"  {split}: {stats['pairs']:,} pairs of {stats['read']:,} read ({stats['overlong']:,} over max_len), "
+                f"  {split}: {stats['pairs']:,} pairs of {stats['read']:,} read ({stats['overlong']:,} over max_len, "
+                f"{stats.get('empty', 0):,} with an empty side), "
                 f"{stats['src_tokens']:,} + {stats['tgt_tokens']:,} tokens, {size / 2**20:,.1f} MiB"
             )
         return lines

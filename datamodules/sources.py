@@ -134,10 +134,22 @@ class AlignedFiles(CorpusSource):
         missing = [p for p in self.files().values() if not p.exists()]
         if not missing:
             return
+        # A prefix with a folder in it (distilled/train) is a corpus of the user's: named whole, never downloaded
+        # (Multi30k's own train.de.gz in its place would train on another corpus without a word).
+        names = [str(p.relative_to(self.data_dir)) if p.is_relative_to(self.data_dir) else str(p) for p in missing]
         how = (
-            f"{', '.join(p.name for p in missing)} not found in {self.data_dir}/: put them there "
+            f"{', '.join(names)} not found in {self.data_dir}/: put them there "
             f"(gzip or plain text, line i of .{self.src_lang} translating line i of .{self.tgt_lang})"
         )
+        if any(p.parent != self.data_dir for p in missing):
+            inside = [p.relative_to(self.data_dir) for p in missing if p.is_relative_to(self.data_dir)]
+            here = [p for p in inside if p.exists() or (p.suffix == ".gz" and p.with_suffix("").exists())]
+            hint = (
+                f" (a prefix is read inside the data folder: for the files in ./{here[0].parent}/ give its absolute path)"
+                if here
+                else ""
+            )
+            raise DataNotFoundError(how + hint)
         if not self.download:
             raise DataNotFoundError(f"{how}, or let it download on a machine that is online: {DOWNLOAD_FLAG}")
         for path in missing:

@@ -3,13 +3,15 @@ the data module's own sources (datamodules/sources.py), and the languages that n
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 from pathlib import Path
 
-from common.errors import DataNotFoundError, InputError
-from datamodules.corpus import ParallelCorpusDataModule
+from common.checkpoints import read_checkpoint
+from common.errors import CheckpointError, DataNotFoundError, InputError
 from datamodules.corpus_readers import iter_aligned, iter_lines
+from datamodules.languages import parse_direction
 from datamodules.sources import SPLITS, corpus_source
 
 from .model_card import data_settings, run_record
@@ -28,10 +30,12 @@ def add_input_arguments(parser) -> None:
     # --tgt-lang, the outputs' language, is the decoding flag (deploy.engines): a multilingual model is asked for it
 
 
-def languages(args) -> tuple[str, str]:
-    """The source and target languages, for the files' names: as given, else the training run's (its config.yaml,
-    beside or above the checkpoint), else the source's from --src's name (train.de.gz: de)."""
-    run = data_settings(run_record(Path(args.ckpt[0])).get("config", "")) if args.engine == "torch" else {}
+def languages(args, engine) -> tuple[str, str]:
+    """The source and target languages, for the files' names: as given, else the training run's (the checkpoint's
+    data settings, or its run's config.yaml beside or above it), else the source's from --src's name (train.de.gz:
+    de). A bilingual model whose run names its languages takes no others (its English outputs in `train.fr` would be
+    a corpus that lies); a multilingual model's are ISO 639-1 codes, as its data module reads them."""
+    run = trained_languages(args.ckpt[0]) if args.engine == "torch" else {}
     named = re.fullmatch(r".*\.([A-Za-z_-]{2,8})", Path(args.src).name.removesuffix(".gz")) if args.src else None
     src = args.src_lang or run.get("src_lang") or (named.group(1) if named else None)
     tgt = args.tgt_lang or run.get("tgt_lang")
@@ -40,7 +44,31 @@ def languages(args) -> tuple[str, str]:
         raise InputError(f"give {missing}: the output files are named by language (DIR/PREFIX.LANG)")
     if src == tgt:
         raise InputError(f"--src-lang and --tgt-lang are both {src!r}: the two files would be one")
+    if not engine.languages:
+        flags = (("--src-lang", args.src_lang, run.get("src_lang")), ("--tgt-lang", args.tgt_lang, run.get("tgt_lang")))
+        for flag, given, trained in flags:
+            if given and trained and given != trained:
+                raise InputError(
+                    f"{flag} {given}: this model was trained {run['src_lang']}→{run['tgt_lang']} ({args.ckpt[0]}'s run), "
+                    f"so its {'input' if flag == '--src-lang' else 'outputs'} are {trained}: give {trained}, or no {flag}"
+                )
+    else:
+        parse_direction(f"{src}-{tgt}", "--src-lang/--tgt-lang")  # the multilingual data module's codes
     return src, tgt
+
+
+def trained_languages(ckpt: str) -> dict:
+    """The languages a checkpoint's run was trained on: its data module's saved settings, else its config.yaml's."""
+    with contextlib.suppress(CheckpointError):
+        saved = read_checkpoint(ckpt, verify=False).get("datamodule_hyper_parameters") or {}
+        if saved.get("src_lang") and saved.get("tgt_lang"):
+            return {"src_lang": saved["src_lang"], "tgt_lang": saved["tgt_lang"]}
+    return data_settings(run_record(Path(ckpt)).get("config", ""))
+
+
+def stripped_lines(args) -> int:
+    """The --src lines with spaces at an end: decoded and written stripped, as the data module reads every line."""
+    return sum(line != line.strip() for line in iter_lines(Path(args.src), strip=False)) if args.src else 0
 
 
 def read_input(args, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str] | None, str]:
@@ -61,6 +89,8 @@ def read_input(args, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str]
         return sources, None, args.src
     if args.ref:
         raise InputError("--ref goes with --src: a corpus's split has its references")
+    from datamodules.corpus import ParallelCorpusDataModule  # Lightning's: here, not before generate.py's arguments
+
     defaults = {k: p.default for k, p in inspect.signature(ParallelCorpusDataModule.__init__).parameters.items() if k != "self"}
     settings = {**defaults, "data_dir": args.data_dir, "format": args.format, "src_lang": src_lang, "tgt_lang": tgt_lang}
     settings.update(dataset=args.dataset, dataset_config=args.dataset_config)

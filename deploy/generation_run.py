@@ -84,6 +84,16 @@ def batch_seed(seed: int, batch: int) -> int:
 
 def decode(engine, sentences: list[str], options, ensemble=()) -> list[list[str]]:
     """Each sentence's `options.nbest` outputs, best first: the same call as `translate` makes."""
+    return _translate(engine, sentences, options, ensemble)
+
+
+def check_decodes(engine, sentence: str, options, ensemble=()) -> None:
+    """One sentence decoded as every batch is, its outputs dropped: what the engine refuses (an option, a language)
+    is one line before the output folder is touched."""
+    _translate(engine, [sentence], options, ensemble)
+
+
+def _translate(engine, sentences: list[str], options, ensemble) -> list[list[str]]:
     extra = {"ensemble": list(ensemble)} if ensemble else {}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="sentence .* truncated")  # counted once, before the run

@@ -51,6 +51,7 @@ from deploy.engines import (  # noqa: E402
     decoding_options,
     load_ensemble,
     load_translator,
+    search_label,
 )
 
 
@@ -137,6 +138,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     # only once complete: an unwritable place or a full disk costs no decoding and leaves no half file.
     with atomic_output(args.hyp_out) if args.hyp_out else contextlib.nullcontext() as hyp_tmp:
         model = load_translator(args)
+        if direction and not model.languages:  # its >>en<< would be read as text, and the score silently wrong
+            raise InputError(
+                f"--pair {args.pair}: this model translates into one language (its vocabulary has no >>xx<< tokens); "
+                "give no --pair"
+            )
         ensemble = load_ensemble(args, model)
         options = decoding_options(args, model.options)  # one object, over the model's defaults, passed whole
         extra = {"ensemble": ensemble} if ensemble else {}
@@ -154,7 +160,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     decoding = "sampling" if args.sampling else decoding
     decoding += f", ensemble of {len(ensemble) + 1}" if ensemble else ""
     if args.engine == "ctranslate2":
-        engine = f"ctranslate2 ({args.compute_type})"
+        engine = f"ctranslate2 ({args.compute_type}, {search_label(args)})"
     else:
         # Already verified when loaded: its CRC-32s are not read again (the tensors stay memory-mapped, unread).
         engine = f"torch, {weights_label(read_checkpoint(args.ckpt[0], verify=False), args.weights)}"  # an ensemble: the first

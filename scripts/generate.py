@@ -19,8 +19,9 @@ input, the model's tokenizer and these flags alone, and written in shards of abo
 whole; `--devices N` (and `--num-nodes`) run Lightning's prediction on N processes (DDP), which take the shards
 in turn. The output is byte-identical whatever the number of processes, and after a stop and `--resume`: a
 SIGKILL loses the shards under way only; SIGTERM, SIGINT or `--max-time` stop once the shard under way is
-written, with one line giving the command that resumes (printed when the run starts, too). Sampling draws each
-batch from `--seed` and the batch's number (seed 0 when none is given).
+written, with one line giving the command that resumes (printed when the run starts, too; without `--max-time`,
+so that it runs to the end); a stop by `--max-time` exits with status 124, as timeout(1), the corpus unfinished.
+Sampling draws each batch from `--seed` and the batch's number (seed 0 when none is given).
 
 Empty lines stay in place (their outputs are empty lines) and over-long ones are truncated to the model's length,
 said once with their counts. An existing output without --resume or --force, a resume with another model, input
@@ -51,10 +52,16 @@ require_environment()  # another Python than the project's: one line naming .ven
 
 from common.checkpoints import add_weights_argument  # noqa: E402
 from common.errors import InputError  # noqa: E402
-from common.exits import EXIT_NOTHING_TO_DO, exit_on_user_error  # noqa: E402
+from common.exits import EXIT_NOTHING_TO_DO, EXIT_TIME_LIMIT, exit_on_user_error  # noqa: E402
 from deploy import generation as gen  # noqa: E402
-from deploy.engines import add_engine_arguments, add_search_arguments, check_engine_arguments, decoding_options  # noqa: E402
-from deploy.generation_input import add_input_arguments, languages, read_input  # noqa: E402
+from deploy.engines import (  # noqa: E402
+    add_engine_arguments,
+    add_search_arguments,
+    check_engine_arguments,
+    decoding_options,
+    search_label,
+)
+from deploy.generation_input import add_input_arguments, languages, read_input, stripped_lines  # noqa: E402
 from training.signals import program, resume_command  # noqa: E402
 
 
@@ -81,7 +88,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                       help="Lightning's strategy (default: ddp with several processes)")  # fmt: skip
     work.add_argument("--max-time", default=None, help="stop after this long: seconds, or DD:HH:MM:SS")
     work.add_argument("--log-every", type=float, default=30.0, help="a progress line at least this often, in seconds")
-    add_search_arguments(parser, "nbest")
+    add_search_arguments(parser, "nbest", shown={"seed": "0, so that a resume draws the same samples"})
     args = parser.parse_args(argv)
     check_engine_arguments(parser, args)
     options(args)  # bad values and combinations refused before anything loads
@@ -103,6 +110,16 @@ def options(args: argparse.Namespace, engine=None):
     if engine is not None and not engine.languages:
         opts = opts.replace(tgt_lang=None)
     return opts.replace(seed=0) if opts.sampling and opts.seed is None else opts
+
+
+def without_time_limit(argv: list[str]) -> list[str]:
+    """The arguments less `--max-time` and its value: the resume line runs to the end of the corpus."""
+    kept, skip = [], False
+    for arg in argv:
+        if not skip and arg != "--max-time" and not arg.startswith("--max-time="):
+            kept.append(arg)
+        skip = arg == "--max-time"
+    return kept
 
 
 def seconds(text: str) -> float:
@@ -139,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from deploy.generation_run import StoppedAtOnce, stopping_at_shards
 
-    resume = resume_command(argv, script, switch="--resume", dropped=("--force",))
+    resume = resume_command(without_time_limit(argv), script, switch="--resume", dropped=("--force",))
     try:
         with stopping_at_shards():  # a signal from here on stops the run before its next shard, with its line
             job = prepare(args, resume)
@@ -157,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     counts = gen.assemble(job.folder, job.plan, job.sources, job.refs, job.names, job.opts.nbest, args.tag)
     record = {
         "model": job.models,
-        "engine": args.engine,
+        "engine": " ".join(filter(None, (args.engine, search_label(args)))),
         "options": job.opts.as_dict(),
         "command": shlex.join([program(sys.executable or "python"), script, *argv]),
         "input": job.described,
@@ -178,6 +195,7 @@ def prepare(args: argparse.Namespace, resume: str) -> argparse.Namespace:
     """The model, the input, the plan; on rank 0, the output folder made ready (or refused) and the input's
     empty and over-long lines said once."""
     from deploy.engines import load_ensemble, load_translator
+    from deploy.generation_run import check_decodes
 
     if args.engine == "torch":
         args.accelerator = args.accelerator or ("gpu" if args.device.startswith("cuda") else "cpu")
@@ -186,14 +204,14 @@ def prepare(args: argparse.Namespace, resume: str) -> argparse.Namespace:
     job.engine = load_translator(args)
     job.ensemble = load_ensemble(args, job.engine)
     job.opts = opts = options(args, job.engine)
-    src_lang, tgt_lang = languages(args)
+    src_lang, tgt_lang = languages(args, job.engine)
     job.sources, job.refs, job.described = read_input(args, src_lang, tgt_lang)
     max_len = job.engine.net.max_len if args.engine == "torch" else job.engine.meta["max_len"]
     lengths, over = gen.measure(job.engine.src_tokenizer, job.sources, max_len)
     empty = sum(1 for s in job.sources if not s)
     if empty == len(job.sources):
         raise InputError(f"{job.described} has no sentence (only empty lines): nothing to generate")
-    job.counts = {"lines": len(job.sources), "empty": empty, "over_long": over}
+    job.counts = {"lines": len(job.sources), "empty": empty, "over_long": over, "stripped": stripped_lines(args)}
     job.plan = plan = gen.make_plan(lengths, args.max_tokens, args.batch_size, args.shard_size)
     job.names = gen.outputs_of(job.folder, args.prefix, src_lang, tgt_lang, job.refs is not None)
     if not gen.launching_process():
@@ -207,15 +225,20 @@ def prepare(args: argparse.Namespace, resume: str) -> argparse.Namespace:
         "plan": plan.digest(),
         "shards": len(plan.shards),
         "model": [m["sha256"] for m in job.models],
-        "engine": args.engine,
+        "engine": " ".join(filter(None, (args.engine, search_label(args)))),  # a resume with another search is refused
         "options": opts.as_dict(),
         "files": [args.prefix, src_lang, tgt_lang, args.tag],
     }
+    # One sentence decoded as the run will decode them all: what the engine refuses (its options, a language) is
+    # one line before the folder is touched.
+    check_decodes(job.engine, next(s for s in job.sources if s), opts, job.ensemble)
     done = gen.prepare_folder(job.folder, planned, job.names, args.resume, args.force)
     for k in done:  # a resume checks the shards it keeps before it decodes the others
         gen.read_shard(job.folder, plan, k, opts.nbest)
     said = [f"{empty:,} empty line{'s' * (empty != 1)} (kept: their outputs are empty)"] * bool(empty)
     said += [f"{over:,} line{'s' * (over != 1)} longer than the model's {max_len} tokens (truncated)"] * bool(over)
+    n = job.counts["stripped"]
+    said += [f"{n:,} line{'s' * (n != 1)} with spaces at an end (stripped, as training reads them)"] * bool(n)
     if said:
         print(f"warning: {job.described}: {' and '.join(said)}", file=sys.stderr, flush=True)
     print(
@@ -264,7 +287,7 @@ def decode(args: argparse.Namespace, job: argparse.Namespace) -> int | None:
         file=sys.stderr,
         flush=True,
     )
-    raise SystemExit(128 + signum if signum else 0 if why else 1)
+    raise SystemExit(128 + signum if signum else EXIT_TIME_LIMIT if why else 1)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from typing import get_args
 
 import lightning as L
@@ -110,8 +111,9 @@ class Seq2SeqTransformer(L.LightningModule):
         self.train_acc, self.val_acc, self.test_acc = accuracy(), accuracy(), accuracy()
         self.val_loss, self.test_loss = TokenMean(), TokenMean()
         self._step_tokens = 0  # target tokens of the micro-batches since the last optimizer step, this process
-        # Each stage's last BLEU and chrF, in words and with their signatures: what the run's summary reports
-        self.score_reports: dict[str, dict[str, str]] = {}
+        # Each stage's last BLEU and chrF, in words and with their signatures: what the run's summary reports (and
+        # the test's outputs)
+        self.score_reports: dict[str, dict] = {}
         if compile:
             # Compiled in place: parameter names (and checkpoints) stay unchanged. Bucketed lengths: one graph per bucket.
             compile_net(self.net, settings.max_len, pad_to_multiple, compile_backend)
@@ -240,12 +242,15 @@ class Seq2SeqTransformer(L.LightningModule):
         if not sets:
             return
         sources = [s for _, pairs, _ in sets for s, _ in pairs]
-        values, lines, signatures = scores_by_set(stage, sets, self._translate_shared(sources, beam_size))
+        hyps = self._translate_shared(sources, beam_size)
+        values, lines, signatures = scores_by_set(stage, sets, hyps)
         for key, value in values.items():  # every process holds the same scores: no sync needed
             self.log(key, value, prog_bar=key == f"{stage}/bleu", batch_size=len(sources))
         decoding = f"({'greedy' if beam_size == 1 else f'beam {beam_size}'}; {signatures[f'{stage}/bleu_signature']})"
         line = f"{lines[0]} {decoding}" if len(lines) == 1 else "\n  ".join([decoding[1:-1], *lines])
         self.score_reports[stage] = {"line": line, **signatures}
+        if stage == "test":  # kept in the run's folder (training/records.py) for paired tests (scripts/ablate.py)
+            self.score_reports[stage]["outputs"] = {"hypotheses": hyps, "references": [r for _, p, _ in sets for _, r in p]}
         if stage != "test":  # a test's line names the checkpoint it scored: the run's summary prints it (run_summary)
             rank_zero_info(f"epoch {self.current_epoch} step {self.global_step}: {line}")
 
@@ -271,7 +276,12 @@ class Seq2SeqTransformer(L.LightningModule):
         )
 
     def on_test_epoch_end(self) -> None:
-        self._score(self._sets("test"), "test", beam_size=self.hparams.eval_beam_size)
+        # `--trainer.limit_test_batches` shortens the decoding test too: the share of the batches it keeps, of each set.
+        loaders = self.trainer.test_dataloaders
+        total = sum(len(dl) for dl in (loaders if isinstance(loaders, (list, tuple)) else [loaders]))
+        share = min(1.0, sum(self.trainer.num_test_batches) / total) if total else 1.0
+        sets = [(name, pairs[: math.ceil(share * len(pairs))], in_mean) for name, pairs, in_mean in self._sets("test")]
+        self._score(sets, "test", beam_size=self.hparams.eval_beam_size)
 
     def attention_map(self, sentence: str, raw_pieces: bool | None = None, layer: int = -1):
         """A matplotlib figure of `attention_weights(sentence, layer)`. Subword pieces read as words unless

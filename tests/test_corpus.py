@@ -187,6 +187,25 @@ def _tiny_module(tmp_path: Path, **kw) -> ParallelCorpusDataModule:
     return ParallelCorpusDataModule(download=False, **kw)
 
 
+def test_training_pairs_with_an_empty_side_are_dropped_with_their_count_said(tmp_path: Path, caplog) -> None:
+    """An aligned corpus with empty lines (a union of corpora, say) trains on the others, and the setup line says
+    how many were dropped; validation keeps its pairs."""
+    lines = {"de": [f"ein satz {i}" for i in range(40)], "en": [f"a sentence {i}" for i in range(40)]}
+    for i in (3, 17, 30):
+        lines["de" if i % 2 else "en"][i] = ""
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang in ("de", "en"):
+            (tmp_path / f"{split}.{lang}").write_text("".join(f"{line}\n" for line in lines[lang]), encoding="utf-8")
+    dm = ParallelCorpusDataModule(str(tmp_path), format="aligned", src_lang="de", tgt_lang="en", download=False,
+                                  src_tokenizer="word", tgt_tokenizer="word", max_tokens=64, max_len=32)  # fmt: skip
+    with caplog.at_level("INFO"):
+        dm.setup("fit")
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("train: ")]
+    assert line.startswith("train: 37 pairs, 0 longer than max_len=32 dropped, 3 with an empty side dropped, "), line
+    (val,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("val: ")]
+    assert val.startswith("val: 40 pairs") and "empty" not in val
+
+
 def test_missing_tatoeba_file_without_download_names_the_file(tmp_path: Path) -> None:
     dm = ParallelCorpusDataModule(data_dir=str(tmp_path / "nowhere"), download=False)
     with pytest.raises(DataNotFoundError, match=r"nowhere/cmn\.txt.*manythings\.org/anki/cmn-eng\.zip"):
@@ -201,6 +220,30 @@ def test_missing_aligned_files_without_download_names_the_files(tmp_path: Path) 
         dm.setup("fit")
     msg = str(err.value)
     assert "val.de.gz" in msg and "test_2016_flickr.en.gz" in msg and "train.de" not in msg and str(tmp_path) in msg
+
+
+def test_a_prefix_with_a_folder_is_named_whole_and_never_downloaded(tmp_path, monkeypatch) -> None:
+    """`--data.train_prefix distilled/train` is read inside the data folder: missing there, the message names
+    `distilled/train.de.gz` (not Multi30k's `train.de.gz`), says how to point at ./distilled, and nothing is
+    downloaded in its place."""
+    import urllib.request
+
+    data = tmp_path / "multi30k"
+    for split in ("val", "test_2016_flickr"):
+        for lang in ("de", "en"):
+            (data / f"{split}.{lang}").parent.mkdir(exist_ok=True)
+            (data / f"{split}.{lang}").write_text("a\n", encoding="utf-8")
+    (tmp_path / "distilled").mkdir()
+    for lang in ("de", "en"):
+        (tmp_path / "distilled" / f"train.{lang}").write_text("a\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: pytest.fail("downloaded a file of another corpus"))
+    dm = ParallelCorpusDataModule("multi30k", format="aligned", src_lang="de", tgt_lang="en", train_prefix="distilled/train")
+    with pytest.raises(DataNotFoundError) as err:
+        dm.prepare_data()
+    msg = str(err.value)
+    assert msg.startswith("distilled/train.de.gz, distilled/train.en.gz not found in multi30k/"), msg
+    assert msg.endswith("(a prefix is read inside the data folder: for the files in ./distilled/ give its absolute path)")
 
 
 def test_download_fetches_and_unzips_tatoeba(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

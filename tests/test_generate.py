@@ -124,16 +124,17 @@ def test_the_plan_holds_every_line_once_within_the_budget(max_tokens, batch_size
 def test_the_corpus_is_translate_many_line_by_line(cases, capsys, tmp_path, name):
     ckpt, args, (src, tgt) = cases[name]
     out = tmp_path / "out"
-    # The untrained model's outputs run to the length limit, a x the batch's longest source + b unless --max-len
-    # fixes it: whatever the batches, then (the trained toy model's end on their own).
-    limit = {"toy": [], "multi30k": ["--max-len", "30"]}[name]
-    code, err = generate(capsys, cases[name], out, "--beam-size", "4", "--max-tokens", "64", *limit)
+    # The untrained model's outputs run to their length limits, a x each one's source + b: the same whatever the
+    # batches (length-sorted by tokens here, batches of 32 in translate_many, each sentence alone).
+    code, err = generate(capsys, cases[name], out, "--beam-size", "4", "--max-tokens", "64")
     assert code == 0, err
     sources = lines_of(args[1])
     translator = Translator.from_checkpoint(ckpt)
     todo = [s for s in sources if s]
-    options = translator.options.replace(beam_size=4, max_len=30 if limit else None)
-    expected = iter(translator.translate_many(todo, options=options))
+    options = translator.options.replace(beam_size=4)
+    expected = translator.translate_many(todo, options=options)
+    assert expected[:12] == [translator.translate([s], options=options)[0] for s in todo[:12]]
+    expected = iter(expected)
     assert lines_of(out / f"train.{src}") == sources
     assert lines_of(out / f"train.{tgt}") == [next(expected) if s else "" for s in sources]
     assert len(set(lines_of(out / f"train.{tgt}"))) > 2  # the model says different things to different lines
@@ -395,7 +396,9 @@ def test_a_resume_refuses_a_shard_that_is_not_its_planned_lines(cases, capsys, t
 def test_a_time_limit_stops_and_a_resume_with_other_options_is_refused(cases, capsys, tmp_path):
     out = tmp_path / "out"
     code, err = generate(capsys, cases["toy"], out, "--max-time", "0")
-    assert code == 0 and "stopped by the time limit (--max-time): 0 of" in err, err
+    assert code == 124 and "stopped by the time limit (--max-time): 0 of" in err, err  # unfinished: not a success
+    resume = err.splitlines()[-1].split("resume with: ", 1)[1]
+    assert "--max-time" not in resume and resume.endswith("--resume")  # the resume line runs to the end
     code, err = generate(capsys, cases["toy"], out, "--resume", "--beam-size", "2")
     assert code == 2 and "another options" in err.splitlines()[-1], err
     assert generate(capsys, cases["toy"], out, "--resume")[0] == 0
@@ -482,6 +485,48 @@ def test_conflicting_options_are_one_line(cases, capsys, tmp_path, flags, words)
     assert code == 2 and "error:" in last and "Traceback" not in err, err
     assert any(word in last for word in words), last
     assert not (tmp_path / "out").exists()
+
+
+def test_a_language_the_model_was_not_trained_on_is_refused_before_anything_is_written(cases, capsys, tmp_path):
+    """A bilingual model whose checkpoint names its languages (zh→en) writes no `train.fr`, and reads no `de`; a
+    refusal of the engine's at decoding time (the static cache with n-best lists) comes before the folder is made,
+    so the corrected command then runs there."""
+    state = torch.load(cases["toy"][0], weights_only=True)  # as a Trainer saves it, with the data module's settings
+    state["datamodule_hyper_parameters"] = {"src_lang": "zh", "tgt_lang": "en"}
+    torch.save(state, tmp_path / "toy.ckpt")
+    case = (str(tmp_path / "toy.ckpt"), ["--src", cases["toy"][1][1]], ("zh", "en"))
+    out = tmp_path / "out"
+    for flags, words in [
+        (["--tgt-lang", "fr"], "--tgt-lang fr: this model was trained zh→en"),
+        (["--src-lang", "de"], "--src-lang de: this model was trained zh→en"),
+    ]:
+        code, err = generate(capsys, case, out, *flags)
+        assert code == 2 and words in err.strip().splitlines()[-1] and "Traceback" not in err, err
+        assert not out.exists()
+    torch.manual_seed(0)
+    words = [f"w{i}" for i in range(30)]
+    tokenizers = {"src": Vocab([*words, ">>en<<", ">>fr<<"], "word").to_dict(), "tgt": Vocab(words, "word").to_dict()}
+    multilingual = save_checkpoint(Seq2SeqTransformer(tokenizers=tokenizers, **TINY), tmp_path / "multi.ckpt")
+    (tmp_path / "in.de").write_text("".join(f"w{i} w{i + 1}\n" for i in range(20)), encoding="utf-8")
+    case = (str(multilingual), ["--src", str(tmp_path / "in.de")], ("de", "fr"))
+    for flags, words in [
+        (["--tgt-lang", "it"], "no target language 'it' in this model: it knows en, fr"),  # refused as it decodes
+        (["--tgt-lang", "fr", "--src-lang", "deu"], "unknown language 'deu'"),
+    ]:
+        code, err = generate(capsys, case, out, *flags)
+        assert code == 2 and words in err.strip().splitlines()[-1] and "Traceback" not in err, err
+        assert not out.exists()
+    code, err = generate(capsys, case, out, "--tgt-lang", "fr")  # the corrected command, in the same place
+    assert code == 0 and sorted(p.name for p in out.iterdir()) == ["generation.json", "train.de", "train.fr"], err
+
+
+def test_lines_with_spaces_at_an_end_are_said_once_with_their_count(cases, capsys, tmp_path):
+    (tmp_path / "in.zh").write_text("我 是 学 生\n 我 是 学 生 \n我 是\t\n", encoding="utf-8")
+    code, err = generate(capsys, (cases["toy"][0], ["--src", str(tmp_path / "in.zh"), "--tgt-lang", "en"], None), tmp_path / "o")
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert code == 0 and len(warnings) == 1 and "2 lines with spaces at an end (stripped" in warnings[0], err
+    assert lines_of(tmp_path / "o" / "train.zh") == ["我 是 学 生", "我 是 学 生", "我 是"]
+    assert json.loads((tmp_path / "o" / "generation.json").read_text())["counts"]["stripped"] == 2
 
 
 def test_bad_input_is_one_line_and_touches_nothing(cases, capsys, tmp_path, ckpts):

@@ -178,11 +178,28 @@ def test_each_direction_is_scored_and_the_mean_is_their_mean():
     assert set(one) == {"val/bleu", "val/chrf"}  # a bilingual corpus: the keys as before
 
 
+@pytest.mark.parametrize("limit", [1, 1.0])
+def test_limit_test_batches_shortens_the_decoding_test_of_every_direction(tmp_path, limit):
+    """`--trainer.limit_test_batches` keeps a share of the test's batches (1 of 3 here; 1.0: all): the beam-decoded
+    test keeps the same share of each direction's sentences, its first (a whole many-to-many test is minutes)."""
+    dm = module(tmp_path)
+    net = Seq2SeqSettings(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32, max_len=24)
+    model = Seq2SeqTransformer(tokenizers=dm.tokenizers, net=net, attention_maps=0, eval_beam_size=1)
+    decoded = []
+    model._translate_shared = lambda sources, beam_size: decoded.extend(sources) or ["a"] * len(sources)
+    quiet_trainer(tmp_path, limit_test_batches=limit).test(model, datamodule=dm, verbose=False)
+    batches = len(dm.test_dataloader())
+    assert batches == 3
+    kept = [d.pairs[: -(-len(d.pairs) // batches) if isinstance(limit, int) else None] for d in dm.eval_sets("test")]
+    assert decoded == [src for pairs in kept for src, _ in pairs]
+    assert len(decoded) < sum(len(d.pairs) for d in dm.eval_sets("test")) / 2 if isinstance(limit, int) else True
+
+
 def test_validation_and_test_log_every_direction_and_their_mean(tmp_path):
     dm = module(tmp_path, test_pairs=["fr-cs"])
     net = Seq2SeqSettings(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32, max_len=24)
     model = Seq2SeqTransformer(tokenizers=dm.tokenizers, net=net, attention_maps=0, bleu_val_sentences=3, eval_beam_size=1)
-    trainer = quiet_trainer(tmp_path, limit_val_batches=1, limit_test_batches=1)
+    trainer = quiet_trainer(tmp_path, limit_val_batches=1)  # the whole test: its line counts every sentence
     for stage, run_stage in (("val", trainer.validate), ("test", trainer.test)):
         # An untrained model scores 0 everywhere: the outputs here are each source's own reference, but for fr-en
         # nothing, so each direction's score says whose hypotheses it was given.
@@ -254,7 +271,7 @@ def test_the_recipes_bad_pair_is_one_line_from_the_command_line(tmp_path):
 
 def test_evaluate_pair_tags_each_source_line_as_the_data_module_does(tmp_path, capsys):
     """`--pair de-en` on the untagged file translates what the file tagged by the data module translates, and what
-    `--tgt-lang en` (inference.languages: the tag as an id) does; no language, or two, is one line."""
+    `--tgt-lang en` (datamodules.languages: the tag as an id) does; no language, or two, is one line."""
     dm = module(tmp_path)
     net = Seq2SeqSettings(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32, max_len=24)
     ckpt = str(save_checkpoint(Seq2SeqTransformer(tokenizers=dm.tokenizers, net=net, max_len_b=4), tmp_path / "m.ckpt"))
@@ -276,6 +293,23 @@ def test_evaluate_pair_tags_each_source_line_as_the_data_module_does(tmp_path, c
     assert code == 2 and "starts with >>en<< but tgt_lang='cs': give the language once" in err
     code, _, err = run_script(capsys, "evaluate", *common, "--src", src, "--pair", "de_en")
     assert code == 2 and err.strip() == "error: --pair 'de_en' is not SRC-TGT, two language codes joined by '-' (e.g. de-en)"
+
+
+def test_evaluate_pair_on_a_bilingual_model_is_one_line(tmp_path, capsys):
+    """A bilingual model has no >>en<< token: `--pair de-en` would put the tag before every source as text and score
+    that, silently lower. It is refused as `--tgt-lang en` is."""
+    from datamodules import ToyTranslationDataModule
+
+    net = Seq2SeqSettings(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32, max_len=24)
+    model = Seq2SeqTransformer(tokenizers=ToyTranslationDataModule().tokenizers, net=net)
+    ckpt = str(save_checkpoint(model, tmp_path / "m.ckpt"))
+    (tmp_path / "src.zh").write_text("我 是 学 生\n", encoding="utf-8")
+    (tmp_path / "ref.en").write_text("I am a student\n", encoding="utf-8")
+    files = ["--ckpt", ckpt, "--src", str(tmp_path / "src.zh"), "--ref", str(tmp_path / "ref.en")]
+    code, _, err = run_script(capsys, "evaluate", *files, "--pair", "zh-en", "--hyp-out", str(tmp_path / "hyps"))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--pair zh-en: this model translates into one language" in err
+    assert not (tmp_path / "hyps").exists()
+    assert run_script(capsys, "evaluate", *files)[0] == 0
 
 
 def test_evaluate_prints_the_share_of_outputs_in_the_target_language(tmp_path, capsys):
