@@ -33,16 +33,16 @@ from pathlib import Path
 import torch
 
 from common.files import atomic_output
+from datamodules.languages import tokens_of
 from datamodules.vocab import PAD, SPECIAL_TOKENS
-from inference.languages import tokens_of
 from inference.options import CHECKPOINT_DEFAULTS
 from models.config import Seq2SeqConfig
 from models.positional import SinusoidalPositionalEncoding
 
+from .choices import QUANTIZATIONS  # named without torch, for scripts/export.py's flags
 from .verify import ANY, COMMON, ExportError, Weights, check_greedy, check_scores, check_settings, only, probes
 
 TOKENIZERS_FILE = "tokenizers.json"  # our tokenizers and decoding defaults, beside CTranslate2's model.bin
-QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 
 def _ctranslate2():
@@ -74,6 +74,7 @@ ALLOWED = {
         "rotate-half layout and no positions at all have no equivalent",
     ),
     "relative_bias": only(None, why="CTranslate2's encoder–decoder has no relative position biases"),
+    "residual_free_layer": only(None, why="CTranslate2's encoder layers all have residual connections"),
 }
 
 

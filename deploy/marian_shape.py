@@ -54,6 +54,7 @@ ALLOWED = {
     "num_kv_heads": Rule(lambda value, config: value in (None, config.nhead), "Marian has one key/value head per query head"),
     "positional": only("sinusoidal", "sinusoidal_halves", why="Marian's positions are fixed sinusoids added to the embeddings"),
     "relative_bias": only(None, why="Marian has no relative position biases"),
+    "residual_free_layer": only(None, why="Marian's encoder layers all have residual connections"),
 }
 
 

@@ -12,7 +12,7 @@ export.py and fit.py (configs/opus_mt_finetune.yaml) take it. `--length-penalty`
 default for beam search (OPUS-MT's `generate` divides by length, which ours, GNMT's, does not: 0 turns
 normalisation off in both). A multilingual model (its vocabulary holds `>>fr<<`, `>>es<<`, ...: OPUS-MT's
 en-ROMANCE, say) imports the same way; its target languages are those tokens, and translate.py takes one as
-`--tgt-lang fr` (inference/languages.py). An unknown hub name offline, a folder missing a file, a config.json that is
+`--tgt-lang fr` (datamodules/languages.py). An unknown hub name offline, a folder missing a file, a config.json that is
 not a Marian model's, or an existing --out without --force: one line on stderr, exit status 2, nothing written.
 """
 
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> Path:
     out = Path(args.out)
     if out.exists() and not args.force:
         raise CheckpointError(f"{out} exists; pass --force to replace it")
-    from inference.languages import target_languages
+    from datamodules.languages import target_languages
     from tasks import Seq2SeqTransformer
 
     model = Seq2SeqTransformer.from_pretrained(args.model, length_penalty=args.length_penalty)

@@ -30,7 +30,7 @@ FLAGS = {
     "seed": "--seed",
     "alignment_layer": "--alignment-layer",
     "static_cache": "--static-cache",
-    "tgt_lang": "--tgt-lang",  # a multilingual model's target language (inference/languages.py)
+    "tgt_lang": "--tgt-lang",  # a multilingual model's target language (datamodules/languages.py)
 }
 
 
