@@ -49,6 +49,11 @@ def _schemes_need(h: Mapping[str, Any]) -> str | None:
     return "; ".join(p for p in problems if isinstance(p, str)) or None
 
 
+def _residual_free_layer_exists(h: Mapping[str, Any]) -> str | bool:
+    layer, layers = h.get("residual_free_layer"), h["num_encoder_layers"]
+    return layer is None or layer < layers or f"residual_free_layer={layer}: the encoder has layers 0 to {layers - 1}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class TransformerConfig:
     """The encoder–decoder stack. Names follow `torch.nn.Transformer`; the sizes are a small translation
@@ -80,6 +85,10 @@ class TransformerConfig:
     # models.relative.RELATIVE_BIASES: None | "t5" | "alibi": a bias on the logits of self-attention (T5's and ALiBi's
     # own models take it with positional="none"); an image's tokens also "2d" (Swin's learned bias over the grid)
     relative_bias: str | None = None
+    # The encoder layer (from 0) whose self-attention has no residual connection: its output no longer carries each
+    # token's position through, which makes the encoder's states less tied to the source language's word order and
+    # helps zero-shot translation (Liu et al., 2021: a middle layer). None: every layer has its residuals.
+    residual_free_layer: int | None = None
 
     # What a network reads, "text" or "image" (models.registry): the position schemes and relative biases it takes
     # are those of their tables that fit it, and a variant file (configs/variants/) names it in its `fits`. The
@@ -100,12 +109,14 @@ class TransformerConfig:
         "num_kv_heads": at_least(1),
         "positional": one_of(POSITIONALS),
         "relative_bias": one_of(RELATIVE_BIASES),
+        "residual_free_layer": at_least(0),
     }
     # Each head gets d_model / nhead dimensions; each key/value head serves nhead / num_kv_heads query heads.
     RELATIONS: ClassVar[tuple[Relation, ...]] = (
         divisible("d_model", "nhead"),
         divisible("nhead", "num_kv_heads"),
         _schemes_need,
+        _residual_free_layer_exists,
     )
 
     def __post_init__(self) -> None:

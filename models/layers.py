@@ -76,18 +76,20 @@ class _Layer(nn.Module):
 
 
 class EncoderLayer(_Layer):
-    def __init__(self, config: TransformerConfig):
+    def __init__(self, config: TransformerConfig, residual: bool = True):
         super().__init__(config, cross=False)
+        self.residual = residual  # False: self-attention's output replaces its input (config.residual_free_layer)
 
     def _sa(self, x, mask, rope, bias):
         return self.dropout(self.self_attn(x, attn_mask=mask, rope=rope, attn_bias=bias)[0])
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, rope=None, bias=None) -> torch.Tensor:  # (B, S, D)
         """`bias`: this layer's (1, H, S, S) relative position bias, or None."""
+        kept = x if self.residual else 0.0
         if self.norm_first:
-            x = x + self._sa(self.norm1(x), mask, rope, bias)
+            x = kept + self._sa(self.norm1(x), mask, rope, bias)
             return x + self.dropout(self.ff(self.norm2(x)))
-        x = self.norm1(x + self._sa(x, mask, rope, bias))
+        x = self.norm1(kept + self._sa(x, mask, rope, bias))
         return self.norm2(x + self.dropout(self.ff(x)))
 
 

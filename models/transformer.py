@@ -35,7 +35,7 @@ class Transformer(nn.Module):
         top derives from its own config (its `positional` and `relative_bias`), not settings of the stack."""
         super().__init__()
         self.config = c = config
-        self.encoder_layers = nn.ModuleList(EncoderLayer(c) for _ in range(c.num_encoder_layers))
+        self.encoder_layers = nn.ModuleList(EncoderLayer(c, i != c.residual_free_layer) for i in range(c.num_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.num_decoder_layers))
         self.encoder_norm = make_norm(c.norm, c.d_model, c.layer_norm_eps, c.bias) if c.final_norm else nn.Identity()
         self.decoder_norm = make_norm(c.norm, c.d_model, c.layer_norm_eps, c.bias) if c.final_norm else nn.Identity()

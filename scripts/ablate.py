@@ -13,7 +13,12 @@ variant named that does not fit it is refused in one line. Each run is `scripts/
 after another; a line says where each starts. W&B logs them in one group, `ablation-<recipe>`, each named
 `<variant>-s<seed>`. The table gives, per variant: the test score (mean ± sample standard deviation over the
 seeds), the best validation score, the parameters, the median training step and the wall time of a run. One
-seed gives no standard deviation: read differences smaller than the seed-to-seed spread as noise.
+seed gives no standard deviation: read differences smaller than the seed-to-seed spread as noise. A translation
+recipe's table also gives each variant's test BLEU minus the baseline's (the variant named `baseline`, else the
+first) and that difference's p-value by sacrebleu's paired bootstrap (tasks/significance.py, 1000 resamples): each
+run keeps its test translations (`test_hypotheses.txt` beside its summary.json), and a variant's are paired sentence
+by sentence with the baseline's of the same seed and pooled over the seeds both ran, as one test set. MNIST's
+accuracy has no such test: its table has no such columns.
 
 Ctrl-C (or SIGTERM) stops the run under way as scripts/fit.py stops (at the end of its step), then prints the
 table of the runs that finished and the command that runs the rest: the same one with `--resume`, which reads
@@ -154,7 +159,7 @@ def run_one(recipe: Path, variant: Variant, seed: int, folder: Path, extra: list
     }
     summaries = sorted(folder.rglob("summary.json"), key=lambda p: p.stat().st_mtime)
     if status == 0 and summaries:
-        result.update(json.loads(summaries[-1].read_text()))
+        result.update(json.loads(summaries[-1].read_text()), run_folder=str(summaries[-1].parent))
     return result
 
 
@@ -176,27 +181,57 @@ def mean_std(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
+def versus_baseline(results: list[dict]) -> tuple[str, dict[str, str], str] | None:
+    """(the baseline: the variant named so, else the first; {variant: its "Δ | p" cells}; the test's signature): each
+    variant's test
+    translations against the baseline's of the same seed, pooled over the seeds both ran, by sacrebleu's paired
+    bootstrap (tasks/significance.py). None when no run kept its test translations (MNIST: accuracy, no test)."""
+    from training.records import read_test_outputs
+
+    names = list(dict.fromkeys(r["variant"] for r in results))
+    base = "baseline" if "baseline" in names else names[0]
+    runs: dict[str, dict] = {}
+    for r in results:
+        if r["status"] == 0 and (found := read_test_outputs(r.get("run_folder"), r.get("test_outputs"))):
+            runs.setdefault(r["variant"], {})[r["seed"]] = found
+    if not runs:
+        return None
+    from tasks.significance import pooled_bootstrap, significant
+
+    signature = next((r["test_bleu_signature"] for r in results if r["variant"] == base and r.get("test_bleu_signature")), "")
+    tokenize = next((part[4:] for part in signature.split("|") if part.startswith("tok:")), "13a")  # as the test's
+    cells, signature = {base: "(baseline) | –"}, "none: no variant shares a seed with it"
+    for variant in [n for n in names if n != base]:
+        test = pooled_bootstrap(runs.get(base, {}), runs.get(variant, {}), tokenize)
+        cells[variant] = f"{test['delta']:+.2f} | {test['p_bs']:.3f}{'*' * significant(test)}" if test else "– | –"
+        signature = test["signature"] if test else signature
+    return base, cells, signature
+
+
 def table(results: list[dict], recipe: Path, extra: list[str]) -> str:
     scored = [score_of(r) for r in results if score_of(r)]
     metric = scored[0][0] if scored else "test score"
     monitor = next((r["monitor"] for r in results if r.get("monitor")), "best validation")
+    versus = versus_baseline(results)
+    paired = f" Δ BLEU vs {versus[0]}, seeds pooled | p (paired bootstrap) |" if versus else ""
     lines = [
-        f"| variant | seeds | {metric} | best {monitor} | parameters | median step (ms) | wall time (min) |",
-        "|---|---|---|---|---|---|---|",
+        f"| variant | seeds | {metric} |{paired} best {monitor} | parameters | median step (ms) | wall time (min) |",
+        "|---|---|---|" + ("---|---|" if versus else "") + "---|---|---|---|",
     ]
     for variant in dict.fromkeys(r["variant"] for r in results):
         runs = [r for r in results if r["variant"] == variant]
         ok = [r for r in runs if r["status"] == 0 and "parameters" in r]
         seeds_cell = f"{len(ok)}" + (f" ({len(runs) - len(ok)} failed)" if len(ok) < len(runs) else "")
+        cells = f" {versus[1].get(variant, '– | –')} |" if versus else ""
         if not ok:
-            lines.append(f"| {variant} | {seeds_cell} | – | – | – | – | – |")
+            lines.append(f"| {variant} | {seeds_cell} | – |{cells} – | – | – | – |")
             continue
         scale = 100 if monitor.endswith("acc") else 1
         best = [scale * r["best_score"] for r in ok if r.get("best_score") is not None]
         step_ms = statistics.median(r["step_ms"] for r in ok if r.get("step_ms")) if any(r.get("step_ms") for r in ok) else None
         wall = statistics.mean(r["wall_seconds"] for r in ok) / 60
         lines.append(
-            f"| {variant} | {seeds_cell} | {mean_std([score_of(r)[1] for r in ok if score_of(r)])} | {mean_std(best)} "
+            f"| {variant} | {seeds_cell} | {mean_std([score_of(r)[1] for r in ok if score_of(r)])} |{cells} {mean_std(best)} "
             f"| {ok[0]['parameters']:,} | {f'{step_ms:.1f}' if step_ms else '–'} | {wall:.1f} |"
         )
     seeds = sorted({r["seed"] for r in results})
@@ -206,7 +241,13 @@ def table(results: list[dict], recipe: Path, extra: list[str]) -> str:
         f"Recipe `{recipe}` plus `{' '.join(extra) or '(nothing)'}`; seeds {', '.join(map(str, seeds))}; "
         "each row's variant file is `configs/variants/<variant>.yaml`"
         + "".join(f", but {name}'s is `{file}`" for name, file in own.items())
-        + ".",
+        + "."
+        + (
+            f" Δ, p: each variant's test translations against {versus[0]}'s of the same seed, pooled over the seeds "
+            f"both ran, by sacrebleu's paired bootstrap (`{versus[2]}`); * p below 0.05 (a Δ of 0 never)."
+            if versus
+            else ""
+        ),
     ]
     return "\n".join(lines) + "\n"
 

@@ -6,11 +6,14 @@ import json
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from scripts.ablate import parse_args
-from tests.helpers import ENV, HANG_TIMEOUT, ROOT, script
+from scripts.ablate import parse_args, table
+from tasks.significance import paired_tests, pooled_bootstrap
+from tests.helpers import ENV, HANG_TIMEOUT, ROOT, recipe_args, script
+from training.records import read_test_outputs, write_test_outputs
 from training.variants import VARIANTS_DIR, variants
 
 QUICK = ["--", "--trainer.max_steps", "4", "--trainer.logger", "CSVLogger"]  # a run's few steps, no W&B
@@ -132,3 +135,66 @@ def test_ctrl_c_prints_the_finished_runs_and_the_command_that_resumes_the_rest(t
     table = [line.split("|")[1].strip() for line in lines if line.startswith("| ") and not line.startswith("| variant")]
     assert table == ["baseline", "my_swiglu"]
     assert f"but my_swiglu's is `{own}`" in again.stdout
+
+
+# ---------------------------------------------------------------------------------------------- differences to the baseline
+
+
+def _run(folder: Path, variant: str, seed: int, hyps: list[str] | None, refs: list[str], status: int = 0) -> dict:
+    """A result as run_one makes it, its run's test translations (training/records.py) in `folder`."""
+    result = {"variant": variant, "seed": seed, "status": status, "file": str(VARIANTS_DIR / f"{variant}.yaml")}
+    result |= {"parameters": 10, "wall_seconds": 60.0, "test": {"test/bleu": 1.0}}
+    if hyps is not None:
+        run = folder / f"{variant}-s{seed}"
+        run.mkdir(parents=True)
+        result |= {"run_folder": str(run), "test_outputs": write_test_outputs(run, {"hypotheses": hyps, "references": refs})}
+        result["test_bleu_signature"] = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
+    return result
+
+
+def test_each_variant_is_tested_against_the_baseline_on_the_seeds_both_ran(tmp_path):
+    """The paired bootstrap on the outputs pooled over the seeds the variant shares with the baseline (here 0 and 1;
+    its seed 2 has no baseline to pair with), named by the table's header; the rows of the first variant when none is
+    named baseline; no columns where no run kept test translations (MNIST)."""
+    refs = [f"a man in a {c} shirt is riding a bike down the road" for c in ("red", "blue", "green", "white")] * 5
+    base = [" ".join(r.split()[:-3]) for r in refs]
+    other = [r if i % 3 else " ".join(r.split()[:-1]) for i, r in enumerate(refs)]
+    results = [_run(tmp_path, "baseline", s, base, refs) for s in (0, 1)]
+    results += [_run(tmp_path, "rotary", s, other[s:] + other[:s], refs) for s in (0, 1, 2)]
+    text = table(results, Path("configs/cmn_eng.yaml"), [])
+    assert "| Δ BLEU vs baseline, seeds pooled | p (paired bootstrap) |" in text.splitlines()[0]
+    expected = pooled_bootstrap({s: (base, refs) for s in (0, 1)}, {s: (other[s:] + other[:s], refs) for s in (0, 1)})
+    pooled = paired_tests([("b", base + base), ("r", other + other[1:] + other[:1])], refs + refs, ["bleu"], ar_n=None)
+    assert expected["p_bs"] == pooled["systems"][1]["bleu"]["p_bs"] and expected["keys"] == [0, 1]
+    row = next(line for line in text.splitlines() if line.startswith("| rotary |"))
+    assert f"| {expected['delta']:+.2f} | {expected['p_bs']:.3f}" in row and expected["delta"] > 0
+    assert "| baseline | 2 | 1.00 ± 0.00 | (baseline) | – |" in text and "bs:1000|seed:12345" in text
+    no_baseline = [r for r in results if r["variant"] != "baseline"] + [_run(tmp_path / "x", "swiglu", 0, other, refs)]
+    assert "Δ BLEU vs rotary, seeds pooled" in table(no_baseline, Path("configs/cmn_eng.yaml"), [])
+    mnist = [{**r, "test_outputs": None} for r in results]
+    assert "Δ" not in table(mnist, Path("configs/mnist_subset.yaml"), [])
+
+
+def test_a_translation_recipes_table_has_each_variants_difference_to_the_baseline(tmp_path):
+    """End to end on a small Tatoeba corpus (the cmn-eng recipe, a tiny network, 4 steps): each run keeps its test
+    translations beside its summary.json, and the table's p-value is the paired bootstrap's on them."""
+    data = recipe_args("corpus", tmp_path / "data")[2:]  # all but the recipe, which is --recipe here
+    quick = [
+        "--trainer.max_steps",
+        "4",
+        "--trainer.logger",
+        "CSVLogger",
+        "--checkpoint.monitor",
+        "val/loss",
+        "--checkpoint.mode",
+        "min",
+    ]
+    args = ["--recipe", "configs/cmn_eng.yaml", "--variants", "baseline", "swiglu", "--root", str(tmp_path / "runs")]
+    result = script("ablate", *args, "--out", str(tmp_path / "table.md"), "--", *data, *quick)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    runs = {r["variant"]: r for r in json.loads((tmp_path / "table.json").read_text())}
+    outputs = {v: read_test_outputs(r["run_folder"], r["test_outputs"]) for v, r in runs.items()}
+    assert outputs["baseline"][1] == outputs["swiglu"][1] and len(outputs["baseline"][0]) > 10  # the same test set
+    expected = pooled_bootstrap({0: outputs["baseline"]}, {0: outputs["swiglu"]})
+    (row,) = [line for line in (tmp_path / "table.md").read_text().splitlines() if line.startswith("| swiglu |")]
+    assert f"| {expected['delta']:+.2f} | {expected['p_bs']:.3f}" in row

@@ -248,6 +248,35 @@ def test_swiglu_and_geglu_are_the_gated_formulas():
         torch.testing.assert_close(ff(x), expected)
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_the_residual_free_layer_drops_only_its_self_attention_s_residual(norm_first):
+    """Liu et al. (2021): in the chosen encoder layer, self-attention's output replaces its input (post-norm:
+    norm1(sa(x)); pre-norm: sa(norm1(x))); the feed-forward keeps its residual, and every other layer is unchanged."""
+    from models.config import TransformerConfig
+    from models.transformer import Transformer
+
+    torch.manual_seed(0)
+    config = TransformerConfig(d_model=16, nhead=2, num_encoder_layers=3, num_decoder_layers=1, dim_feedforward=32,
+                               dropout=0.0, norm_first=norm_first, residual_free_layer=1)  # fmt: skip
+    stack = Transformer(config).eval()
+    assert [layer.residual for layer in stack.encoder_layers] == [True, False, True]
+    layer, x = stack.encoder_layers[1], torch.randn(2, 5, 16)
+    sa = lambda h: layer.self_attn(h, attn_mask=None)[0]  # noqa: E731
+    if norm_first:
+        h = sa(layer.norm1(x))
+        expected = h + layer.ff(layer.norm2(h))
+    else:
+        h = layer.norm1(sa(x))
+        expected = layer.norm2(h + layer.ff(h))
+    torch.testing.assert_close(layer(x, None), expected)
+    whole = Transformer(replace(config, residual_free_layer=None)).eval()
+    whole.load_state_dict(stack.state_dict())  # the same weights: the option adds none
+    torch.testing.assert_close(whole.encoder_layers[0](x, None), stack.encoder_layers[0](x, None))
+    assert not torch.allclose(whole.encoder_layers[1](x, None), layer(x, None))
+    with pytest.raises(HyperparameterError, match="residual_free_layer=3: the encoder has layers 0 to 2"):
+        replace(config, residual_free_layer=3)
+
+
 @pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
 def test_qk_norm_makes_attention_blind_to_the_scale_of_queries_and_keys(norm):
     D = 32

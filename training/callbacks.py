@@ -8,6 +8,8 @@ written is training/checkpointing.py, where a run stops training/stopping.py, it
 - `LogConfigCallback`: the full resolved config saved in the run's folder and sent to W&B.
 - `EMA`: an exponential moving average of the weights (`--ema_decay`), validated, checkpointed and
   tested in place of the training weights.
+- `EarlyStoppingWhenComputed`: Lightning's `EarlyStopping` (`--early_stopping.patience`) on the best checkpoint's
+  metric, counting only the validations that computed it.
 
 `ModelSummaryWithoutZeroFlops` replaces Lightning's summary (training/cli.py); `evaluated_label` says what a
 test scored (checkpoint, weights, precision), for the lines that report it.
@@ -23,7 +25,7 @@ import lightning as L
 import numpy as np
 import torch
 import yaml
-from lightning.pytorch.callbacks import Callback, EMAWeightAveraging, RichModelSummary, WeightAveraging
+from lightning.pytorch.callbacks import Callback, EarlyStopping, EMAWeightAveraging, RichModelSummary, WeightAveraging
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
@@ -32,7 +34,7 @@ from common.errors import TrainingDivergedError
 from common.runs import run_folder
 
 from .checkpoint_io import check_writable
-from .lightning_internals import hand_over_loader_states
+from .lightning_internals import hand_over_loader_states, logged_in_running_loop
 from .signals import Stopped
 
 
@@ -195,6 +197,32 @@ class EMA(WeightAveraging):
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         if trainer.state.fn == TrainerFn.FITTING:
             super().on_load_checkpoint(trainer, pl_module, checkpoint)
+
+
+class EarlyStoppingWhenComputed(EarlyStopping):
+    """Lightning's `EarlyStopping`, its checks, counts, reasons and checkpointed state unchanged, asked only after a
+    validation that computed its metric. Lightning's `callback_metrics` keep a metric's last value until it is
+    logged again, so a metric computed every n epochs (val/bleu with `bleu_every_n_epochs`) would count its old
+    value as "no improvement" in the epochs between, and a patience of 2 would stop after one real validation;
+    one not logged yet would stop the run with an error. `BestCheckpoint` waits for it likewise. It judges at the
+    validation's end (`check_on_train_epoch_end=False`), before the checkpoints of that validation are written (Lightning
+    runs checkpoint callbacks last): a checkpoint holds the count after its own validation, so a run resumed from it
+    stops where an uninterrupted one stops."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._computed_at: int | None = None  # the step of the last validation that logged the metric
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # The validation loop's results are gone by on_train_epoch_end, where Lightning checks after an epoch's
+        # validation: noted here for both.
+        if logged_in_running_loop(trainer, self.monitor) and not trainer.sanity_checking:
+            self._computed_at = trainer.global_step
+            super().on_validation_end(trainer, pl_module)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._computed_at == trainer.global_step:
+            super().on_train_epoch_end(trainer, pl_module)
 
 
 class ModelSummaryWithoutZeroFlops(RichModelSummary):

@@ -23,6 +23,7 @@ from datamodules.progress import is_terminal
 from .arguments import RecipeParser, check_pad_to_multiple, check_run_options, moved_setting
 from .callbacks import (
     EMA,
+    EarlyStoppingWhenComputed,
     FiniteLossCheck,
     LoaderStateRestore,
     LogConfigCallback,
@@ -153,6 +154,21 @@ class TransformerCLI(LightningCLI):
                 "checkpoint.save_last": True,
             }
         )
+        # Lightning's EarlyStopping, off unless a patience is given, judging by the best checkpoint's metric and mode
+        # (--checkpoint.monitor, --checkpoint.mode; instantiate_trainer): stated once, the stop and the best agree.
+        parser.add_argument(
+            "--early_stopping.patience",
+            type=int | None,
+            default=None,
+            help="stop training once --checkpoint.monitor has not improved (in --checkpoint.mode's direction) for "
+            "this many validations in a row; the summary says where and why (null: never)",
+        )
+        parser.add_argument(
+            "--early_stopping.min_delta",
+            type=float,
+            default=0.0,
+            help="with --early_stopping.patience: a change of the metric smaller than this is no improvement",
+        )
         # W&B by default; `--trainer.logger CSVLogger` (or TensorBoardLogger, or false) instead.
         parser.set_defaults({"trainer.logger": {"class_path": f"{AutoWandbLogger.__module__}.AutoWandbLogger"}})
         # Translation models get their tokenizers from the data module they are trained on.
@@ -176,6 +192,7 @@ class TransformerCLI(LightningCLI):
             if replaced:
                 rank_zero_info(replaced)
         check_pad_to_multiple(self.parser, config)
+        _check_early_stopping(self.parser, config)
         root = config.trainer.get("default_root_dir") or "."
         loggers = config.trainer.get("logger")
         for logger in loggers if isinstance(loggers, list) else [loggers]:
@@ -202,6 +219,10 @@ class TransformerCLI(LightningCLI):
             # Devices the machine lacks (`--trainer.devices 4` on one GPU, ...): Lightning's message, first line.
             raise HyperparameterError(f"Trainer: {str(err).strip().splitlines()[0]}") from None
         for best in [c for c in trainer.callbacks if isinstance(c, BestCheckpoint)]:
+            if (patience := self.config_init["early_stopping"]["patience"]) is not None:
+                delta = self.config_init["early_stopping"]["min_delta"]
+                stop = EarlyStoppingWhenComputed(best.monitor, delta, patience, mode=best.mode, check_on_train_epoch_end=False)
+                trainer.callbacks.append(stop)
             at = trainer.callbacks.index(best)
             trainer.callbacks[at : at + 1] = checkpoint_callbacks(best)
         for progress in [c for c in trainer.callbacks if isinstance(c, ProgressLog)]:
@@ -240,6 +261,18 @@ def run_fit(cli: TransformerCLI, resume: Callable[[dict[str, str]], str] = lambd
         trainer.test(model, datamodule=datamodule, ckpt_path=best_checkpoint(trainer) or None)
         tested = evaluated_label(trainer)
     write_summary(trainer, model, datamodule, fit_seconds, tested)
+
+
+def _check_early_stopping(parser, config) -> None:
+    patience, delta = config.early_stopping.patience, config.early_stopping.min_delta
+    if patience is None:
+        return
+    if patience < 1:
+        parser.error(f"--early_stopping.patience must be at least 1 (or null: never stop early), got {patience}")
+    if delta < 0:
+        parser.error(f"--early_stopping.min_delta must be 0 or more, got {delta}")
+    if not config.checkpoint.get("monitor"):
+        parser.error("--early_stopping.patience judges by --checkpoint.monitor: give one (val/loss, val/bleu, ...)")
 
 
 def _has_split(datamodule, hook: str) -> bool:

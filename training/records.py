@@ -1,8 +1,10 @@
 """What a run leaves behind: a folder of its own (`run_folder`, common/runs.py: `config.yaml`, `summary.json`, the
 figures and, unless `--checkpoint.dirpath` says otherwise, `checkpoints/`), its step times (`StepTimer`), and the
 end-of-run summary (`summarize`: what the task reports through its `run_summary` hook, such as a few translations
-of the best checkpoint and the test's line, then the checkpoints, the test metrics, size and speed, where the logs
-are), printed and written as `summary.json` (`write_summary`). The training layer imports no task: what it needs
+of the best checkpoint and the test's line, then the checkpoints, the test metrics, whether `--early_stopping` ended
+training, where and why (`early_stopping`), size and speed, where the logs are), printed and written as
+`summary.json` (`write_summary`), and the test's translations beside it (`write_test_outputs`, a translation task's
+only). The training layer imports no task: what it needs
 of one comes through that hook. The checkpoints themselves are training/checkpointing.py's; the W&B run's records
 are training/loggers.py's.
 """
@@ -12,11 +14,14 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, EarlyStopping
+from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
 from lightning.pytorch.utilities import rank_zero_info
 
+from common.files import atomic_write_text
 from common.runs import run_folder
 
 from .checkpointing import last_path
@@ -57,8 +62,8 @@ def write_summary(trainer: L.Trainer, model: L.LightningModule, datamodule, fit_
         return
     folder = run_folder(trainer)
     log_dir = str(folder) if trainer.loggers else None
-    summary = summarize(trainer, model, datamodule, best_checkpoint(trainer), log_dir, fit_seconds, tested)
     folder.mkdir(parents=True, exist_ok=True)
+    summary = summarize(trainer, model, datamodule, best_checkpoint(trainer), log_dir, fit_seconds, tested, folder)
     (folder / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
 
 
@@ -70,10 +75,13 @@ def summarize(
     log_dir: str | None = None,
     fit_seconds: float | None = None,
     tested: str | None = None,
+    folder: Path | None = None,
 ) -> dict:
     """Print the end-of-run summary (what the task's `run_summary(best, datamodule)` hook reports: sample lines and
     the test's line and signatures; then the checkpoints, the test metrics, size and speed, where the logs are)
-    and return it as plain data (summary.json). The test's signatures also go to the loggers (`log_text`)."""
+    and return it as plain data (summary.json). The test's signatures also go to the loggers (`log_text`). The test's
+    outputs, where the task reports them, are written in `folder`, one sentence a line (`TEST_OUTPUTS`): what
+    scripts/ablate.py's paired tests compare."""
     reported = model.run_summary(best, datamodule) if hasattr(model, "run_summary") else {}
     for line in reported.get("samples", []):
         rank_zero_info(line)
@@ -100,6 +108,8 @@ def summarize(
         "step_ms": timer.median_ms() if timer else None,
         "fit_seconds": fit_seconds,
         "log_dir": log_dir,
+        "early_stopping": early_stopping(trainer),
+        "test_outputs": write_test_outputs(folder, test.get("outputs")) if folder else None,
     }
     lines = ["", "Summary"]
     if best:
@@ -111,6 +121,8 @@ def summarize(
     lines += [f"  {name}: {value:.4f}" for name, value in summary["test"].items()]
     if summary["test_bleu_signature"]:
         lines.append(f"  test/bleu signature: {summary['test_bleu_signature']}")
+    if stop := summary["early_stopping"]:
+        lines.append(f"  early stopping: {stop['line']}")
     speed = f", median step {summary['step_ms']:.1f} ms" if summary["step_ms"] else ""
     lines.append(f"  parameters: {summary['parameters']:,}; {summary['steps']:,} steps in {summary['precision']}{speed}")
     if log_dir:
@@ -122,3 +134,58 @@ def summarize(
             lines.append(f"  offline W&B run; upload it with: {sync_command(logger)}")
     rank_zero_info("\n".join(lines))
     return summary
+
+
+# The test's translations and their references, line i of one for line i of the other (several test sets, a
+# multilingual model's directions: one after another, in the order the test scores them).
+TEST_OUTPUTS = {"hypotheses": "test_hypotheses.txt", "references": "test_references.txt"}
+
+
+def write_test_outputs(folder: Path, outputs: dict[str, list[str]] | None) -> dict[str, str] | None:
+    """`outputs` ({"hypotheses": [...], "references": [...]}) written in `folder`, each whole or not at all; their
+    file names (`TEST_OUTPUTS`), or None when the task reported none (MNIST; a run without a test)."""
+    if not outputs:
+        return None
+    for key, name in TEST_OUTPUTS.items():
+        atomic_write_text(folder / name, "".join(line.replace("\n", " ") + "\n" for line in outputs[key]))
+    return dict(TEST_OUTPUTS)
+
+
+def read_test_outputs(folder: str | Path | None, names: dict[str, str] | None) -> tuple[list[str], list[str]] | None:
+    """A run's test translations and references as `write_test_outputs` left them in its folder (`names`: its
+    summary's `test_outputs`), or None where there are none."""
+    paths = [Path(folder) / names[key] for key in ("hypotheses", "references")] if folder and names else []
+    if not paths or not all(p.is_file() for p in paths):
+        return None
+    hyps, refs = (p.read_text(encoding="utf-8").splitlines() for p in paths)
+    return hyps, refs
+
+
+def early_stopping(trainer: L.Trainer) -> dict | None:
+    """What Lightning's `EarlyStopping` (`--early_stopping.patience`, training/cli.py) did, as plain data with a line
+    for the summary; None for a run without one. Its state is in each checkpoint (Lightning saves a callback's
+    `state_dict`), so a resumed run counts on from where the run it continues stood."""
+    stopper = next((c for c in trainer.callbacks if isinstance(c, EarlyStopping)), None)
+    if stopper is None:
+        return None
+    stopped = stopper.stopping_reason is not EarlyStoppingReason.NOT_STOPPED
+    best = stopper.best_score.item() if bool(stopper.best_score.isfinite()) else None
+    settings = f"patience {stopper.patience}, min_delta {abs(stopper.min_delta):g}"
+    if stopped:  # Lightning's own words for why (patience exhausted, a metric that is not finite)
+        line = f"stopped at epoch {stopper.stopped_epoch} ({settings}): {stopper.stopping_reason_message}"
+    else:
+        since = f"best {stopper.monitor}={best:.4f}" if best is not None else f"no {stopper.monitor} yet"
+        line = f"did not stop ({settings}): {since}, {stopper.wait_count} validation(s) since without improvement"
+    return {
+        "stopped": stopped,
+        "epoch": stopper.stopped_epoch if stopped else None,
+        "reason": stopper.stopping_reason.name.lower() if stopped else None,  # patience_exhausted, ...
+        "message": stopper.stopping_reason_message if stopped else None,
+        "monitor": stopper.monitor,
+        "mode": stopper.mode,
+        "best_score": best,
+        "wait_count": stopper.wait_count,
+        "patience": stopper.patience,
+        "min_delta": abs(stopper.min_delta),
+        "line": line,
+    }

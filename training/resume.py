@@ -17,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.callbacks import EarlyStopping
 from lightning.pytorch.utilities import rank_zero_info
 
 from common.checkpoints import read_checkpoint
@@ -117,6 +118,13 @@ def check_something_left(state: dict, trainer: L.Trainer, path: str) -> None:
             f"--trainer.max_epochs {trainer.max_epochs}: {path} has already trained {epochs} epochs; "
             "pass a larger --trainer.max_epochs to train on"
         )
+    for stopper in (cb for cb in trainer.callbacks if isinstance(cb, EarlyStopping)):
+        saved = (state.get("callbacks", {}).get(stopper.state_key) or {}).get("wait_count", 0)
+        if saved >= stopper.patience:  # it stopped there: resumed, it would train another epoch only to stop again
+            raise NothingToTrain(
+                f"--early_stopping.patience {stopper.patience}: {path} stopped early ({stopper.monitor} did not improve "
+                f"for {saved} validations); pass a larger --early_stopping.patience to train on"
+            )
     timer = time_limit(trainer)
     if timer is not None:
         limit = timer.time_remaining()  # before fitting, the whole duration

@@ -1,0 +1,154 @@
+"""Compare two or more systems' translations of one test set: BLEU and chrF with paired significance tests.
+
+    .venv/bin/python scripts/compare.py --ref data/multi30k/test_2016_flickr.en.gz --hyps baseline.txt rotary.txt
+    .venv/bin/python scripts/compare.py --ref REF --hyps BASE SYS1 SYS2 [--metrics bleu] [--paired-bs-n 1000] \
+        [--paired-ar-n 10000] [--seed 12345] [--json results.json]
+
+The first --hyps file is the baseline; every other is compared with it. Per system: BLEU and chrF, the paired
+bootstrap's estimate of the score with the half-width of its 95% confidence interval; per system after the baseline:
+its difference to the baseline and that difference's p-value by paired bootstrap resampling (--paired-bs-n resamples)
+and by approximate randomisation (--paired-ar-n trials). All of it is sacrebleu's own implementation (its
+`--paired-bs` and `--paired-ar`, tasks/significance.py): the same files, numbers of resamples and seed give the
+numbers `sacrebleu REF -i BASE SYS1 --paired-bs` prints, and the signatures printed say so. The interval is the
+system's score's, as sacrebleu gives it, not the difference's. A p-value below 0.05 is marked "*": a difference this
+large would seldom arise by chance were the two systems one process; it does not say which system is better. A
+difference of exactly 0 (the same translations) is never marked, though sacrebleu's p is then its floor, 1/(n + 1).
+
+Files may be gzip (name ending in .gz) or plain text, one sentence a line, line i of each --hyps translating the
+sentence of line i of --ref. BLEU is cased, with the 13a tokenizer (zh for Chinese references) unless --tokenize,
+as scripts/evaluate.py scores it. A missing file, files of different line counts, fewer than two systems or one
+given twice: one line on stderr, exit status 2; an unwritable --json (tried before the tests; written whole or not
+at all): one line naming it, exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
+
+from common.environment import require_environment  # noqa: E402
+
+require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+
+from common.errors import DataNotFoundError, InputError  # noqa: E402
+from common.exits import exit_on_user_error, writing_to  # noqa: E402
+
+NAMES = {"bleu": "BLEU", "chrf": "chrF"}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--ref", required=True, help="the reference translations, one a line (plain or .gz)")
+    parser.add_argument(
+        "--hyps",
+        nargs="+",
+        required=True,
+        metavar="SYS",
+        help="each system's translations, line-aligned with --ref; the first is the baseline",
+    )
+    parser.add_argument("--metrics", nargs="+", choices=list(NAMES), default=list(NAMES), help="(default: bleu chrf)")
+    parser.add_argument(
+        "--tokenize",
+        default=None,
+        choices=["13a", "zh", "intl", "char", "none"],
+        help="SacreBLEU's BLEU tokenizer (default: zh for Chinese references, else 13a)",
+    )
+    parser.add_argument("--paired-bs-n", type=int, default=1000, help="bootstrap resamples (default: 1000, as sacrebleu)")
+    parser.add_argument(
+        "--paired-ar-n", type=int, default=10000, help="approximate randomisation trials (default: 10000, as sacrebleu)"
+    )
+    parser.add_argument("--seed", type=int, default=12345, help="the tests' seed (default: 12345, sacrebleu's)")
+    parser.add_argument("--json", default=None, metavar="OUT", help="also write the results to this file as JSON")
+    args = parser.parse_args(argv)
+    for flag in ("paired_bs_n", "paired_ar_n"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.seed < 1:  # sacrebleu takes a seed of 0 for none (its PairedTest: `seed if seed else None`)
+        parser.error("--seed must be at least 1 (sacrebleu takes 0 as no seed)")
+    args.metrics = list(dict.fromkeys(args.metrics))
+    return args
+
+
+def read_files(ref: str, hyps: list[str]) -> tuple[list[str], list[list[str]]]:
+    """The references and each system's lines, of equal counts: else one line naming the file and both counts."""
+    if len(hyps) < 2:
+        raise InputError(f"--hyps: give at least two systems, the baseline first (got {len(hyps)})")
+    if twice := sorted({h for h in hyps if hyps.count(h) > 1}):
+        raise InputError(f"--hyps: {twice[0]} given twice: each system once, the baseline first")
+    for flag, path in [("--ref", ref), *(("--hyps", h) for h in hyps)]:
+        if not Path(path).is_file():
+            raise DataNotFoundError(f"{flag} file not found: {path}")
+    from datamodules.corpus_readers import iter_lines  # gzip or plain; undecodable text is one line naming it
+
+    refs = list(iter_lines(Path(ref)))
+    if not refs:
+        raise InputError(f"{ref} is empty: nothing to compare")
+    systems = [list(iter_lines(Path(h))) for h in hyps]
+    for path, lines in zip(hyps, systems):
+        if len(lines) != len(refs):
+            raise InputError(f"{path} has {len(lines)} lines but {ref} has {len(refs)}: each line translates one reference")
+    return refs, systems
+
+
+def table(results: dict, metric: str) -> list[str]:
+    """One metric's lines: each system's score, mean ± CI, and but for the baseline Δ and p-values."""
+    width = max(len(r["name"]) for r in results["systems"]) + len(" (baseline)")
+    lines = [f"{NAMES[metric]:<{width}}  {'score':>6}  {'mean ± 95% CI':>15}  {'Δ':>6}  {'p (bootstrap)':>13}  {'p (AR)':>8}"]
+    for row in results["systems"]:
+        cell = row[metric]
+        name = row["name"] + (" (baseline)" if row["baseline"] else "")
+        line = f"{name:<{width}}  {cell['score']:6.2f}  {cell['mean']:8.2f} ± {cell['ci']:4.2f}"
+        if not row["baseline"]:
+            same = cell["delta"] == 0  # sacrebleu's p is its floor there: no difference, nothing significant
+            line += f"  {cell['delta']:+6.2f}  {_p(cell['p_bs'], same):>13}  {_p(cell['p_ar'], same):>8}"
+        lines.append(line)
+    lines += [f"  signature ({test}): {sig}" for test, sig in results["signatures"][metric].items()]
+    return lines
+
+
+def _p(value: float | None, same: bool) -> str:
+    return "–" if value is None else f"{value:.4f}" + ("*" if value < 0.05 and not same else " ")
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    refs, systems = read_files(args.ref, args.hyps)
+    from common.files import atomic_output  # it imports torch: after the arguments, so that --help is quick
+
+    # --json's place is tried (a temporary file beside it) before the tests; the file appears only once complete.
+    with atomic_output(args.json) if args.json else contextlib.nullcontext() as json_tmp:
+        from tasks.metrics import default_bleu_tokenize
+        from tasks.significance import paired_tests
+
+        tokenize = args.tokenize or default_bleu_tokenize(refs)
+        named = list(zip(args.hyps, systems))
+        results = paired_tests(named, refs, args.metrics, tokenize, args.paired_bs_n, args.paired_ar_n, args.seed)
+        results["references"] = args.ref
+        if json_tmp is not None:
+            json_tmp.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    with writing_to("standard output"):
+        print(
+            f"{len(refs)} sentences of {args.ref}; baseline {args.hyps[0]}; paired bootstrap: {args.paired_bs_n} "
+            f"resamples, approximate randomisation (AR): {args.paired_ar_n} trials; seed {args.seed}"
+        )
+        for metric in args.metrics:
+            print("\n" + "\n".join(table(results, metric)))
+        print(
+            "\nmean ± 95% CI: the bootstrap's estimate of the system's score (not of the difference); Δ: score minus the "
+            "baseline's; p: the chance of an absolute difference this large were the system and the baseline one "
+            "process, * below 0.05 (a Δ of 0 never)"
+        )
+    return results
+
+
+if __name__ == "__main__":
+    main()
