@@ -163,7 +163,12 @@ def test_export_and_translate_scripts(tmp_path, trained_toy):
     files = ["--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
     scored = script("evaluate", "--engine", "ctranslate2", "--model", str(out), "--compute-type", "int8", *files)
     assert scored.returncode == 0, scored.stderr[-2000:]
-    assert "engine: ctranslate2 (int8)" in scored.stdout and "SacreBLEU: 100.00" in scored.stdout
+    assert "engine: ctranslate2 (int8, exact search)" in scored.stdout and "SacreBLEU: 100.00" in scored.stdout
+    fast = script("evaluate", "--engine", "ctranslate2", "--model", str(out), "--ct2-search", "fast", *files)
+    assert fast.returncode == 0 and "engine: ctranslate2 (default, fast search, patience 2)" in fast.stdout, fast.stdout
+    assert "SacreBLEU: 100.00" in fast.stdout  # the toy set at beam 4 (evaluate.py's default), as the exact search
+    refused = script("evaluate", "--ckpt", str(ckpt), "--ct2-search", "fast", *files)
+    assert refused.returncode == 2 and "they go with --engine ctranslate2" in refused.stderr
 
     # An existing directory is kept unless --force, and --force never replaces something else.
     again = script("export", "--ckpt", str(ckpt), "--to", "ctranslate2", str(out))

@@ -336,6 +336,8 @@ def test_the_test_lines_name_the_tested_checkpoint_its_weights_and_precision(tmp
     expected = f"checkpoint {best.name}, {weights}, precision bf16-mixed"
     assert f"{expected}: test/bleu=" in out and f"  tested: {expected}\n" in out, out[-3000:]
     assert summary["tested"] == expected
+    # The test's scores are printed once, by the summary: not again in Lightning's table.
+    assert "test/bleu=" in out and "Test metric" not in out and "DataLoader 0" not in out, out[-3000:]
 
 
 @pytest.mark.slow

@@ -257,8 +257,9 @@ def run_fit(cli: TransformerCLI, resume: Callable[[dict[str, str]], str] = lambd
         report_time_limit(trainer, resume)
     tested = None
     if cli.config.test and _has_split(datamodule, "test_dataloader"):
-        # By its path: "best" makes Lightning warn that the last.ckpt callbacks are ModelCheckpoints too.
-        trainer.test(model, datamodule=datamodule, ckpt_path=best_checkpoint(trainer) or None)
+        # By its path: "best" makes Lightning warn that the last.ckpt callbacks are ModelCheckpoints too. Not verbose:
+        # the summary prints the test's scores, once (Lightning's table would print them a second time).
+        trainer.test(model, datamodule=datamodule, ckpt_path=best_checkpoint(trainer) or None, verbose=False)
         tested = evaluated_label(trainer)
     write_summary(trainer, model, datamodule, fit_seconds, tested)
 
