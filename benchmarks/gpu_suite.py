@@ -166,7 +166,9 @@ def requirement_error(args) -> str | None:
         return "error: --device cuda: no GPU available (use --device cpu --tiny for the CPU run)"
     try:
         for package in ("models", "datamodules", "training", "tasks"):
-            importlib.import_module(package)
+            module = importlib.import_module(package)
+            for name in getattr(module, "__all__", ()):  # the packages import their names when first used
+                getattr(module, name)
     except ModuleNotFoundError as err:
         top = (err.name or "").partition(".")[0]
         pip_name = PIP_NAMES.get(top, top)

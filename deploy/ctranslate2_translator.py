@@ -208,7 +208,7 @@ class CTranslate2Translator:
     def translate_ids(self, sources: list[list[str]], options: DecodingOptions | None = None, **given) -> list[list[int]]:
         """Token lists (each ending in `<eos>`) → the best output's ids, `<eos>` last."""
         opts = chosen(options, self.options, None, None, sources, given)
-        return [row[0].tokens for row in self._hypotheses(sources, opts)]
+        return [row[0].tokens for row in self._hypotheses(sources, opts, scored=False)]
 
     def translate_many(self, sentences: list[str], batch_size: int = 64, on_batch=None, **kwargs) -> list[str]:
         """`translate` over many sentences in batches of similar length (as `inference.Translator.translate_many`)."""
@@ -231,17 +231,23 @@ class CTranslate2Translator:
         opts = chosen(options, self.options, nbest, prefixes, sentences, given)
         if not sentences:
             return []
-        hyps = self._hypotheses([self.source_tokens(s, opts.tgt_lang) for s in sentences], opts, prefixes)
+        sources = [self.source_tokens(s, opts.tgt_lang) for s in sentences]
+        hyps = self._hypotheses(sources, opts, prefixes, scored=nbest is not None)
         return [row[0].text for row in hyps] if nbest is None else hyps
 
-    def _hypotheses(self, sources: list[list[str]], opts: DecodingOptions, prefixes=None) -> list[list[Hypothesis]]:
+    def _hypotheses(self, sources: list[list[str]], opts: DecodingOptions, prefixes=None, scored=True) -> list[list[Hypothesis]]:
         """The `opts.nbest` best outputs of each source, ranked by our score (`opts.ranking_alpha`), as few scored as
         that takes: CTranslate2's sums bound ours from above (its log-probs are renormalised over fewer tokens, an
         appended `<eos>` has yet to be counted), so outputs are scored best bound first, until the N-th best score
-        beats every bound left."""
+        beats every bound left. Where only the texts are asked for (`scored` False), what needs no ranking is not
+        scored: one output a source (greedy search, a sample), and the fast search's, ranked by CTranslate2's own
+        log-probs under our length penalty (their scores are those bounds, their token log-probs left empty)."""
         alpha, n = opts.ranking_alpha, opts.nbest
         bound = lambda found: found[1] / length_penalty_factor(len(found[0]), alpha)  # noqa: E731
         todo = [sorted(row, key=lambda found: -bound(found)) for row in self._search(sources, opts, prefixes)]
+        if not scored and (self.search == "fast" or all(len(row) <= 1 for row in todo)):
+            text = self.tgt_tokenizer.decode
+            return [[Hypothesis(list(ids), [], bound((ids, s)), text=text(ids)) for ids, s in row[:n]] for row in todo]
         hyps: list[list[Hypothesis]] = [[] for _ in sources]
         while True:
             chunk = []
