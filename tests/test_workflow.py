@@ -234,13 +234,14 @@ def test_ckpt_path_last_names_the_run_it_resumes(tmp_path):
 
 
 def test_output_to_a_file_shows_progress_lines(tmp_path):
-    # stderr is a pipe here, as under nohup or SLURM: no bar, one line every log_every_n_steps (8 in the toy recipe).
+    # stderr is a pipe here, as under nohup or SLURM: no bar; a line at the first step, then one every
+    # log_every_n_steps (8 in the toy recipe).
     by_steps = ["--log_every_n_seconds", "0"]  # (lines by time too on a slow machine: test_progress_lines_by_time)
     result = fit(tmp_path, "--trainer.max_epochs", "2", "--trainer.logger", "CSVLogger", "--test", "false", *by_steps)
     assert result.returncode == 0, result.stderr[-3000:]
     pattern = re.compile(r"^epoch (\d) step (\d+)/32 \| loss \d+\.\d{3} \| lr \S+ \| [\d,]+ tok/s \| elapsed \S+ \| eta \S+$")
     lines = [m for m in map(pattern.match, result.stderr.splitlines()) if m]
-    assert [(int(m[1]), int(m[2])) for m in lines] == [(0, 8), (0, 16), (1, 24), (1, 32)], result.stderr[-3000:]
+    assert [(int(m[1]), int(m[2])) for m in lines] == [(0, 1), (0, 8), (0, 16), (1, 24), (1, 32)], result.stderr[-3000:]
     assert "\r" not in result.stderr  # no bar redrawn into the file
 
 
@@ -280,8 +281,9 @@ def test_progress_lines_by_time_and_an_eta_that_knows_the_time_limit(monkeypatch
         now[0], trainer.global_step = 20.0 * step, step
         progress.on_train_batch_end(trainer, None, None, [torch.zeros(8)], step - 1)
     lines = capsys.readouterr().err.splitlines()
-    assert [line.split(" | ")[0] for line in lines] == ["epoch 0 step 2/1006", "epoch 0 step 4/1006", "epoch 0 step 6/1006"]
-    assert [line.rsplit(" | ", 1)[1] for line in lines] == ["eta 0:03:20", "eta 0:02:40", "eta 0:02:00"]
+    # The first step at once, then every 30 s.
+    assert [line.split(" | ")[0] for line in lines] == ["epoch 0 step 1/1006", "epoch 0 step 3/1006", "epoch 0 step 5/1006"]
+    assert [line.rsplit(" | ", 1)[1] for line in lines] == ["eta 0:03:40", "eta 0:03:00", "eta 0:02:20"]
 
 
 def test_wandb_runs_of_a_recipe_share_a_group(tmp_path, monkeypatch):

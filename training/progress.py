@@ -54,10 +54,11 @@ def max_time_value(seconds: float) -> str:
 
 
 class ProgressLog(Callback):
-    """One line every `every_n_steps` optimizer steps (default: the trainer's `log_every_n_steps`), and one
-    whenever `every_n_seconds` have passed since the last (0: by steps only), on standard error, when that is
-    not a terminal (`always=True` prints it regardless): epoch, step (of the run's estimated total), the last
-    logged `train/loss`, the learning rate, throughput, elapsed time and the time left. Rank zero only."""
+    """One line at the first step, one every `every_n_steps` optimizer steps (default: the trainer's
+    `log_every_n_steps`), and one whenever `every_n_seconds` have passed since the last (0: by steps only), on
+    standard error, when that is not a terminal (`always=True` prints it regardless): epoch, step (of the run's
+    estimated total), the last logged `train/loss`, the learning rate, throughput, elapsed time and the time left.
+    Rank zero only."""
 
     def __init__(self, every_n_steps: int | None = None, every_n_seconds: float = 30.0, always: bool = False) -> None:
         self.every_n_steps, self.every_n_seconds, self.always = every_n_steps, every_n_seconds, always
@@ -76,7 +77,9 @@ class ProgressLog(Callback):
         every = self.every_n_steps or trainer.log_every_n_steps or 50
         step = trainer.global_step  # the same for every micro-batch of an accumulated step: printed once
         now = time.monotonic()
-        due = step % every == 0 or (self.every_n_seconds > 0 and now - self._printed_at >= self.every_n_seconds)
+        # The first step's line too: a run says it is training as soon as it is, not 30 s or 50 steps later.
+        first = step == self._start_step + 1
+        due = first or step % every == 0 or (self.every_n_seconds > 0 and now - self._printed_at >= self.every_n_seconds)
         if not due or step in (self._start_step, self._printed_step) or not trainer.is_global_zero:
             return
         if self.always or not is_terminal():
