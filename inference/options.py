@@ -23,6 +23,7 @@ from common.errors import InputError
 from datamodules.languages import language_check
 from models.checks import (
     SEARCH_CHECKS,
+    STATIC_CACHE_MODES,
     Check,
     Relation,
     at_least,
@@ -33,7 +34,6 @@ from models.checks import (
     nbest_fits_the_beam,
     one_of,
 )
-from models.checks import STATIC_CACHE_MODES as MODES  # models.checks only: the flags are checked before torch loads
 
 # The options a checkpoint (the task's hyperparameters) and an export carry: the model's own decoding defaults.
 CHECKPOINT_DEFAULTS = ("length_penalty", "max_len_a", "max_len_b")
@@ -91,7 +91,7 @@ class DecodingOptions:
         "--static-cache",
         "decode with the preallocated key/value cache (models/static_cache.py): eager, compiled by torch.compile "
         "(CUDA graphs on a GPU), or captured in CUDA graphs directly (GPU only); the same outputs",
-        choices=MODES,
+        choices=STATIC_CACHE_MODES,
     )
 
     CHECKS: ClassVar[Mapping[str, Check]] = {
@@ -104,7 +104,7 @@ class DecodingOptions:
         "seed": integer,
         "alignment_layer": integer,
         "use_cache": boolean,
-        "static_cache": one_of(MODES),
+        "static_cache": one_of(STATIC_CACHE_MODES),
         "tgt_lang": language_check,
     }
     RELATIONS: ClassVar[tuple[Relation, ...]] = (

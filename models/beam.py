@@ -33,11 +33,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .checks import check_hparams
+from .checks import SEARCH_CHECKS, check_hparams, nbest_fits_the_beam
 from .constraints import Constraints
 from .decoding import (
     NEG_INF,
-    SEARCH_CHECKS,
     Hypothesis,
     Limits,
     StepScorer,
@@ -45,7 +44,6 @@ from .decoding import (
     hypothesis,
     length_penalty_factor,
     limited,
-    nbest_fits_the_beam,
     no_specials,
     special_ids,
 )
@@ -122,7 +120,9 @@ def beam_search_nbest(
         flat_seqs = live_seqs.view(B * K, t)
         logp = no_specials(scorer.log_probs(flat_seqs), specials)
         constrain = lambda x: constraints.apply(x, flat_seqs, eos_id, prefix)  # noqa: B023
-        logp = limited(logp, limits.ending(t, limit.repeat_interleave(K)), eos_id, constrain)  # (B*K, V)
+        ending = limits.ending(t, limit)  # (B, 1) or None
+        ending = None if ending is None else ending.repeat_interleave(K, dim=0)  # (B*K, 1)
+        logp = limited(logp, ending, eos_id, constrain)  # (B*K, V)
         V = logp.size(-1)
         logp = logp.view(B, K, V)
         cand = live_scores.to(logp.dtype)[:, :, None] + logp  # (B, K, V)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .checks import check_hparams
-from .decoding import NEG_INF, SEARCH_CHECKS
+from .checks import SEARCH_CHECKS, check_hparams
+from .decoding import NEG_INF
 
 
 @dataclass

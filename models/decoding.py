@@ -25,8 +25,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .checks import SEARCH_CHECKS, nbest_fits_the_beam  # noqa: F401  (the searches' checks, read from here too)
-
 if TYPE_CHECKING:
     from .seq2seq import Seq2SeqNet
 

@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .checks import check_hparams
+from .checks import SEARCH_CHECKS, check_hparams
 from .constraints import Constraints
 from .decoding import (
     NEG_INF,
-    SEARCH_CHECKS,
     Hypothesis,
     Limits,
     StepScorer,

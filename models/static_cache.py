@@ -49,8 +49,6 @@ from .decoding import greedy_decode
 if TYPE_CHECKING:
     from .seq2seq import Seq2SeqNet
 
-MODES = STATIC_CACHE_MODES  # named in models/checks.py, where the decoding options read them without torch
-
 
 @dataclass
 class _StepState:
@@ -90,8 +88,8 @@ class StaticDecoder:
         length_multiple: int = 32,  # buffer lengths are multiples of this (capped at the net's positions)
         backend: str = "inductor",  # torch.compile's backend in mode "compile" ("aot_eager": tests, in seconds)
     ):
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if mode not in STATIC_CACHE_MODES:
+            raise ValueError(f"mode must be one of {STATIC_CACHE_MODES}, got {mode!r}")
         if length_multiple < 1:
             raise ValueError(f"length_multiple must be >= 1, got {length_multiple}")
         device = next(net.parameters()).device
