@@ -122,19 +122,19 @@ def _emptiness(path: Path) -> str:
     return "it holds no text" if not _read_text(path) else "it holds only blank lines"
 
 
-def iter_aligned(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> Iterator[Pair]:
-    """(source, target) pairs of two line-aligned files, streamed. Unequal line counts are an error naming
-    both counts, raised where the shorter file ends; so is a file without a sentence."""
+def iter_aligned(src_path: str | os.PathLike, tgt_path: str | os.PathLike, strip: bool = True) -> Iterator[Pair]:
+    """(source, target) pairs of two line-aligned files, streamed, stripped unless `strip` is False. Unequal line
+    counts are an error naming both counts, raised where the shorter file ends; so is a file without a sentence."""
     src_path, tgt_path = Path(src_path), Path(tgt_path)
     content = {src_path: False, tgt_path: False}
-    for s, t in itertools.zip_longest(iter_lines(src_path), iter_lines(tgt_path)):
+    for s, t in itertools.zip_longest(iter_lines(src_path, strip), iter_lines(tgt_path, strip)):
         if s is None or t is None:
             raise CorpusFormatError(
                 f"Line-aligned files differ in length: {src_path} has {_count_lines(src_path)} lines, "
                 f"{tgt_path} has {_count_lines(tgt_path)}"
             )
-        content[src_path] = content[src_path] or bool(s)
-        content[tgt_path] = content[tgt_path] or bool(t)
+        content[src_path] = content[src_path] or bool(s.strip())
+        content[tgt_path] = content[tgt_path] or bool(t.strip())
         yield s, t
     for path, seen in content.items():
         if not seen:

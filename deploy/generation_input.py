@@ -66,14 +66,10 @@ def trained_languages(ckpt: str) -> dict:
     return data_settings(run_record(Path(ckpt)).get("config", ""))
 
 
-def stripped_lines(args) -> int:
-    """The --src lines with spaces at an end: decoded and written stripped, as the data module reads every line."""
-    return sum(line != line.strip() for line in iter_lines(Path(args.src), strip=False)) if args.src else 0
-
-
-def read_input(args, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str] | None, str]:
-    """The source lines, the references (None without), and a description of where they came from (a corpus
-    split is read in the direction `src_lang` → `tgt_lang`, `languages(args)`)."""
+def read_input(args, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str] | None, str, int]:
+    """The source lines, the references (None without), a description of where they came from (a corpus split is
+    read in the direction `src_lang` → `tgt_lang`, `languages(args)`), and how many --src lines had spaces at an end:
+    decoded and written stripped, as the data module reads every line."""
     if bool(args.src) == bool(args.data_dir):
         raise InputError("give the input as --src FILE or as --data-dir DIR (with --format and --split), one of them")
     if args.src:
@@ -81,12 +77,14 @@ def read_input(args, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str]
             if path and not Path(path).is_file():
                 raise DataNotFoundError(f"{flag} file not found: {path}")
         if args.ref:
-            pairs = list(iter_aligned(Path(args.src), Path(args.ref)))
-            return [s for s, _ in pairs], [t for _, t in pairs], args.src
-        sources = list(iter_lines(Path(args.src)))
-        if not sources:
+            raw, refs = zip(*iter_aligned(Path(args.src), Path(args.ref), strip=False))
+            refs = [t.strip() for t in refs]
+        else:
+            raw, refs = list(iter_lines(Path(args.src), strip=False)), None
+        if not raw:
             raise InputError(f"{args.src} is empty: nothing to generate")
-        return sources, None, args.src
+        sources = [line.strip() for line in raw]
+        return sources, refs, args.src, sum(a != b for a, b in zip(raw, sources))
     if args.ref:
         raise InputError("--ref goes with --src: a corpus's split has its references")
     from datamodules.corpus import ParallelCorpusDataModule  # Lightning's: here, not before generate.py's arguments
@@ -96,4 +94,4 @@ def read_input(args, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str]
     settings.update(dataset=args.dataset, dataset_config=args.dataset_config)
     source = corpus_source(settings)
     pairs = list(source.pairs(args.split))
-    return [s for s, _ in pairs], [t for _, t in pairs], source.describe(args.split)
+    return [s for s, _ in pairs], [t for _, t in pairs], source.describe(args.split), 0

@@ -61,7 +61,7 @@ from deploy.engines import (  # noqa: E402
     decoding_options,
     search_label,
 )
-from deploy.generation_input import add_input_arguments, languages, read_input, stripped_lines  # noqa: E402
+from deploy.generation_input import add_input_arguments, languages, read_input  # noqa: E402
 from training.signals import program, resume_command  # noqa: E402
 
 
@@ -112,16 +112,6 @@ def options(args: argparse.Namespace, engine=None):
     return opts.replace(seed=0) if opts.sampling and opts.seed is None else opts
 
 
-def without_time_limit(argv: list[str]) -> list[str]:
-    """The arguments less `--max-time` and its value: the resume line runs to the end of the corpus."""
-    kept, skip = [], False
-    for arg in argv:
-        if not skip and arg != "--max-time" and not arg.startswith("--max-time="):
-            kept.append(arg)
-        skip = arg == "--max-time"
-    return kept
-
-
 def seconds(text: str) -> float:
     """`--max-time`: seconds, or DD:HH:MM:SS (`--trainer.max_time`'s form; leading fields may be left out)."""
     try:
@@ -156,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from deploy.generation_run import StoppedAtOnce, stopping_at_shards
 
-    resume = resume_command(without_time_limit(argv), script, switch="--resume", dropped=("--force",))
+    resume = resume_command(argv, script, switch="--resume", dropped=("--force",), unset=("--max-time",))
     try:
         with stopping_at_shards():  # a signal from here on stops the run before its next shard, with its line
             job = prepare(args, resume)
@@ -174,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     counts = gen.assemble(job.folder, job.plan, job.sources, job.refs, job.names, job.opts.nbest, args.tag)
     record = {
         "model": job.models,
-        "engine": " ".join(filter(None, (args.engine, search_label(args)))),
+        "engine": job.engine_label,
         "options": job.opts.as_dict(),
         "command": shlex.join([program(sys.executable or "python"), script, *argv]),
         "input": job.described,
@@ -204,14 +194,15 @@ def prepare(args: argparse.Namespace, resume: str) -> argparse.Namespace:
     job.engine = load_translator(args)
     job.ensemble = load_ensemble(args, job.engine)
     job.opts = opts = options(args, job.engine)
+    job.engine_label = " ".join(filter(None, (args.engine, search_label(args))))
     src_lang, tgt_lang = languages(args, job.engine)
-    job.sources, job.refs, job.described = read_input(args, src_lang, tgt_lang)
+    job.sources, job.refs, job.described, stripped = read_input(args, src_lang, tgt_lang)
     max_len = job.engine.net.max_len if args.engine == "torch" else job.engine.meta["max_len"]
     lengths, over = gen.measure(job.engine.src_tokenizer, job.sources, max_len)
     empty = sum(1 for s in job.sources if not s)
     if empty == len(job.sources):
         raise InputError(f"{job.described} has no sentence (only empty lines): nothing to generate")
-    job.counts = {"lines": len(job.sources), "empty": empty, "over_long": over, "stripped": stripped_lines(args)}
+    job.counts = {"lines": len(job.sources), "empty": empty, "over_long": over, "stripped": stripped}
     job.plan = plan = gen.make_plan(lengths, args.max_tokens, args.batch_size, args.shard_size)
     job.names = gen.outputs_of(job.folder, args.prefix, src_lang, tgt_lang, job.refs is not None)
     if not gen.launching_process():
@@ -225,7 +216,7 @@ def prepare(args: argparse.Namespace, resume: str) -> argparse.Namespace:
         "plan": plan.digest(),
         "shards": len(plan.shards),
         "model": [m["sha256"] for m in job.models],
-        "engine": " ".join(filter(None, (args.engine, search_label(args)))),  # a resume with another search is refused
+        "engine": job.engine_label,  # a resume with another search is refused
         "options": opts.as_dict(),
         "files": [args.prefix, src_lang, tgt_lang, args.tag],
     }

@@ -210,13 +210,15 @@ def resume_command(
     environment: dict[str, str] | None = None,
     switch: str | None = None,
     dropped: tuple[str, ...] = (),
+    unset: tuple[str, ...] = (),
 ) -> str:
     """The command that resumes a run started with `args`: the interpreter that runs this process (the
     README's `.venv/bin/python` rather than whatever `python` means in the user's shell), the environment
     settings `environment` (`chosen_environment()` as the run started; now when None), the same arguments but
     for `settings` ({flag: value}, in place of any value given), then `--ckpt_path last`. A script resumed by a
     flag of its own (`switch`: scripts/generate.py's `--resume`) gets that flag instead, and loses the flags
-    without a value in `dropped` (its `--force`)."""
+    without a value in `dropped` (its `--force`); the flags in `unset` go with their values (its `--max-time`, so
+    that the resume runs to the end)."""
     settings = {**(settings or {}), **({} if switch else {"--ckpt_path": "last"})}
     kept, skip = [], False
     for arg in args:
@@ -224,9 +226,9 @@ def resume_command(
             skip = False
         elif arg == switch or arg in dropped:
             continue
-        elif arg in settings:
+        elif arg in settings or arg in unset:
             skip = True
-        elif arg.split("=", 1)[0] not in settings:
+        elif arg.split("=", 1)[0] not in (*settings, *unset):
             kept.append(arg)
     environment = chosen_environment() if environment is None else environment
     env = [f"{name}={shlex.quote(value)}" for name, value in environment.items()]
