@@ -333,7 +333,7 @@ def suite_markdown(args, env: dict, records: list[dict], total: float, out: Path
              f"Measured {env['date_utc']} at {commit}, {total:.0f} s in all.", "", hardware_line(env), ""]  # fmt: skip
     if env["missing_peers"]:
         lines += [f"Not installed, so left out of the peers' tables: {', '.join(env['missing_peers'])}.", ""]
-    from training.signals import program
+    from common.commands import program
 
     command = shlex.join([program(PY), "benchmarks/gpu_suite.py", *sys.argv[1:]])  # as run, from the checkout's root
     lines += ["```bash", f"PYTHONPATH=. {command}", "```", ""]

@@ -6,6 +6,9 @@ public attributes (its loggers, their `save_dir`, `name` and `version`).
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import weakref
 from pathlib import Path
 
@@ -47,3 +50,42 @@ def claim_run_folder(trainer) -> None:
     for callback in trainer.checkpoint_callbacks:
         if callback.dirpath is None:
             callback.dirpath = str(folder / "checkpoints")
+
+
+def run_record(ckpt: Path | None) -> dict:
+    """What the training run left beside its checkpoint: its summary.json (the test scores) and config.yaml."""
+    record: dict = {}
+    if ckpt is None:
+        return record
+    for folder in list(ckpt.resolve().parents)[:3]:
+        summary, config = folder / "summary.json", folder / "config.yaml"
+        if "summary" not in record and summary.is_file():
+            with contextlib.suppress(OSError, ValueError):
+                record["summary"] = json.loads(summary.read_text(encoding="utf-8"))
+        if "config" not in record and config.is_file():
+            with contextlib.suppress(OSError):
+                record["config"] = config.read_text(encoding="utf-8")
+    return record
+
+
+def data_settings(config_yaml: str) -> dict:
+    """The data settings worth a card (languages, corpus, vocabulary) from a run's config.yaml."""
+    if not config_yaml:
+        return {}
+    import yaml
+
+    try:
+        data = (yaml.safe_load(config_yaml) or {}).get("data", {}) or {}
+    except yaml.YAMLError:
+        return {}
+    args = data.get("init_args", data) if isinstance(data, dict) else {}
+    keys = ("data_dir", "src_lang", "tgt_lang", "train_prefix", "test_prefix", "src_tokenizer", "src_vocab_size", "shared_vocab")
+    return {k: args[k] for k in keys if isinstance(args, dict) and args.get(k) is not None}
+
+
+def launcher_pid(trainer) -> int | None:
+    """In a DDP process that Lightning started (rank > 0 on this node, Lightning's own environment rather than
+    torchrun's or SLURM's), the pid of the process that started it (local rank 0); None elsewhere."""
+    if trainer.local_rank > 0 and type(trainer.strategy.cluster_environment).__name__ == "LightningEnvironment":
+        return os.getppid()
+    return None

@@ -20,6 +20,7 @@ import numpy as np
 from lightning.pytorch.utilities import rank_zero_info
 
 from common.errors import HyperparameterError
+from common.progress import is_terminal
 from models.checks import at_least, check_hparams, finite_above, no_more_than, one_of
 
 from .cache import default_root, digest, file_fingerprint
@@ -28,7 +29,6 @@ from .corpus_readers import Pair
 from .languages import Direction, name, parse_directions, tagged, tags
 from .pair_sampling import ConcatPairs, TemperatureBatchSampler
 from .preparation import PreparedCorpus, cached_tokenizers
-from .progress import is_terminal
 from .resumable import shard_of
 from .sources import SPLITS, AlignedFiles, CorpusSource
 from .tokenizers import tokenizer_from_dict, train_tokenizer, with_symbols

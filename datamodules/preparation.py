@@ -16,11 +16,11 @@ import numpy as np
 from lightning.pytorch.utilities import rank_zero_info
 
 from common.errors import CorpusFormatError, DataCacheError
+from common.progress import StageBar, is_terminal
 
 from .cache import default_root, digest, open_or_build
 from .corpus_readers import Pair
 from .indexed import IndexedIds, IndexedIdsWriter, TokenPairs, ids_dtype
-from .progress import StageBar, is_terminal
 from .sources import SPLITS, CorpusSource, corpus_source
 from .tokenizers import SubwordTokenizer, tokenizer_from_dict, train_tokenizer
 from .vocab import Tokenizer

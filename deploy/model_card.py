@@ -3,31 +3,14 @@ it, its recipe and data, its test BLEU, its checkpoint and the command that made
 
 from __future__ import annotations
 
-import contextlib
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from common.runs import data_settings, run_record
 from datamodules.languages import target_languages, target_tag
 
 if TYPE_CHECKING:  # an annotation only: scripts/generate.py reads a run's record here before torch loads
     from models.config import Seq2SeqConfig
-
-
-def run_record(ckpt: Path | None) -> dict:
-    """What the training run left beside its checkpoint: its summary.json (the test scores) and config.yaml."""
-    record: dict = {}
-    if ckpt is None:
-        return record
-    for folder in list(ckpt.resolve().parents)[:3]:
-        summary, config = folder / "summary.json", folder / "config.yaml"
-        if "summary" not in record and summary.is_file():
-            with contextlib.suppress(OSError, ValueError):
-                record["summary"] = json.loads(summary.read_text(encoding="utf-8"))
-        if "config" not in record and config.is_file():
-            with contextlib.suppress(OSError):
-                record["config"] = config.read_text(encoding="utf-8")
-    return record
 
 
 def model_card(
@@ -127,21 +110,6 @@ def model_card(
     if record.get("config"):
         lines += ["", "The training run's configuration (`config.yaml`):", "", "```yaml", record["config"].strip(), "```"]
     return "\n".join(front + lines) + "\n"
-
-
-def data_settings(config_yaml: str) -> dict:
-    """The data settings worth a card (languages, corpus, vocabulary) from a run's config.yaml."""
-    if not config_yaml:
-        return {}
-    import yaml
-
-    try:
-        data = (yaml.safe_load(config_yaml) or {}).get("data", {}) or {}
-    except yaml.YAMLError:
-        return {}
-    args = data.get("init_args", data) if isinstance(data, dict) else {}
-    keys = ("data_dir", "src_lang", "tgt_lang", "train_prefix", "test_prefix", "src_tokenizer", "src_vocab_size", "shared_vocab")
-    return {k: args[k] for k in keys if isinstance(args, dict) and args.get(k) is not None}
 
 
 def checkpoint_meta(state: dict) -> dict:

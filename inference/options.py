@@ -4,7 +4,7 @@
     options.replace(sampling=True, top_k=10)      # a new, checked object
 
 Each option's name, default and check is written here once (models.checks: every mistake in one line). The
-scripts' flags are made from the fields (`add_decoding_arguments`; fairseq's names, kept in each field's
+scripts' flags are made from the fields (inference/flags.py; fairseq's names, kept in each field's
 `flag`); a checkpoint keeps its decoding defaults among its hyperparameters (`CHECKPOINT_DEFAULTS`) and a
 CTranslate2 export beside its weights, both as plain dicts (`as_dict`, `from_mapping`);
 deploy/ctranslate2_translator.py maps them once to CTranslate2's arguments.
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -187,46 +186,3 @@ class DecodingOptions:
 
 
 # ------------------------------------------------------------------------------------------ flags
-
-
-def flag_of(name: str) -> str:
-    return DecodingOptions.__dataclass_fields__[name].metadata["flag"]
-
-
-def add_decoding_arguments(
-    parser, names: tuple[str, ...], title: str = "decoding", shown: dict[str, str] | None = None, **defaults: Any
-) -> None:
-    """The flags of the options `names`, made from their fields: each defaults to None (the model's own default)
-    unless `defaults` gives the script's (translate.py's --beam-size 4, say); `shown`: the default a script's help
-    names where the script, not the option, decides it (generate.py's seed 0). `options_from_args` reads them."""
-    group = parser.add_argument_group(title)
-    for name in names:
-        meta = DecodingOptions.__dataclass_fields__[name].metadata
-        default, own = defaults.get(name), DecodingOptions.default(name)
-        extra = {k: v for k, v in meta.items() if k not in ("flag", "help", "unset")}
-        if own is False:
-            group.add_argument(meta["flag"], dest=name, action="store_true", default=None, help=meta["help"])
-            continue
-        label = default if default is not None else "the model's" if name in CHECKPOINT_DEFAULTS else own
-        label = (shown or {}).get(name, label if label is not None else meta.get("unset"))
-        label = f" (default: {label})" if label is not None else ""
-        kind = extra.pop("type", None) or (float if isinstance(own, float) else str if "choices" in extra else int)
-        extra.setdefault("metavar", None if "choices" in extra else meta["flag"].removeprefix("--").replace("-", "_").upper())
-        group.add_argument(meta["flag"], dest=name, type=kind, default=default, help=meta["help"] + label, **extra)
-
-
-def options_from_args(args, defaults: DecodingOptions, names: tuple[str, ...]) -> DecodingOptions:
-    """`defaults` (the model's) with the flags of `names` that were given; a bad value or combination is one
-    `InputError` line that names the flags."""
-    given = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
-    try:
-        return defaults.replace(**given)
-    except InputError as err:
-        raise InputError(_in_flags(str(err).removeprefix("DecodingOptions: "))) from None
-
-
-def _in_flags(message: str) -> str:
-    """A check's message in the flags' words: `top_p=1.5` → `--sampling-topp 1.5`, `sampling` → `--sampling`."""
-    names = "|".join(sorted((n for n, f in DecodingOptions.__dataclass_fields__.items() if "flag" in f.metadata), key=len)[::-1])
-    message = re.sub(rf"\b({names})=", lambda m: flag_of(m.group(1)) + " ", message)
-    return re.sub(rf"(?<![-\w])({names})\b", lambda m: flag_of(m.group(1)), message)

@@ -46,10 +46,10 @@ from common.environment import require_environment  # noqa: E402
 
 require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
 
+from common.commands import RESUME_ENVIRONMENT, program  # noqa: E402
 from common.errors import InputError, OutputError  # noqa: E402
 from common.exits import exit_on_user_error, write_fault, writing_to  # noqa: E402
 from common.files import atomic_output, atomic_write_text  # noqa: E402
-from training.signals import RESUME_ENVIRONMENT, program  # noqa: E402
 from training.variants import VARIANTS_DIR, Variant, misfit, read_variant, recipe_task, task_input, variants  # noqa: E402
 
 RESULT = "result.json"  # in each run's folder, once the run has ended: what --resume reads back
@@ -266,7 +266,7 @@ def finished(folder: Path) -> dict | None:
 
 def resume_command(argv: list[str]) -> str:
     """This sweep's command with --resume (before any `--`, whose words are fit.py's), as the user would paste it: the
-    interpreter running it and the environment settings that change what a run does (training.signals)."""
+    interpreter running it and the environment settings that change what a run does (common.signals)."""
     head, tail = (argv[: argv.index("--")], argv[argv.index("--") :]) if "--" in argv else (argv, [])
     env = [f"{name}={shlex.quote(os.environ[name])}" for name in RESUME_ENVIRONMENT if os.environ.get(name)]
     again = [*head, *([] if "--resume" in head else ["--resume"]), *tail]

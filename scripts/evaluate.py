@@ -41,10 +41,10 @@ from common.checkpoints import add_weights_argument, read_checkpoint, weights_la
 from common.errors import DataNotFoundError, InputError  # noqa: E402
 from common.exits import exit_on_user_error, writing_to  # noqa: E402
 from common.files import atomic_output  # noqa: E402
+from common.progress import translation_progress  # noqa: E402
 from datamodules.corpus_readers import read_aligned  # noqa: E402
 from datamodules.languages import parse_direction, tagged  # noqa: E402
-from datamodules.progress import translation_progress  # noqa: E402
-from deploy.engines import (  # noqa: E402
+from inference.flags import (  # noqa: E402
     add_engine_arguments,
     add_search_arguments,
     check_engine_arguments,

@@ -30,7 +30,7 @@ import torch  # noqa: E402
 
 from common.checkpoints import add_weights_argument, load_checkpoint, load_training_weights, read_checkpoint, weights_label  # noqa: E402
 from common.exits import exit_on_user_error  # noqa: E402
-from datamodules.progress import StageBar  # noqa: E402
+from common.progress import StageBar  # noqa: E402
 
 BATCH_SIZE = 500
 PRECISIONS = ("32", "bf16-mixed")

@@ -23,12 +23,13 @@ from common.environment import require_environment  # noqa: E402
 
 require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
 
-from training import signals  # noqa: E402  (the standard library only: installed before torch loads)
+from common import signals  # noqa: E402  (the standard library only: installed before torch loads)
 
 if __name__ == "__main__":
     signals.install()  # from here on SIGTERM and SIGINT raise signals.Stopped: one line and 143 or 130 (exit_on_stop)
 
 with signals.exit_on_stop():
+    from common.commands import chosen_environment, resume_command
     from common.errors import TrainingDivergedError
     from common.exits import EXIT_NOTHING_TO_DO, USER_ERRORS, exit_on_user_error
     from training.checkpointing import checkpoint_step
@@ -43,7 +44,7 @@ def main(args: list[str] | None = None) -> None:
     task) ends with one line on stderr and exit status 2; a loss that becomes NaN with one line and
     status 1; a full disk or an unwritable folder with one line naming the path and status 1
     (`exit_on_user_error`); SIGTERM or SIGINT with a checkpoint at the end of the step and one line
-    saying how to resume, status 143 or 130 (training/signals.py); `--trainer.max_time` with one line saying
+    saying how to resume, status 143 or 130 (common/signals.py); `--trainer.max_time` with one line saying
     where it stopped and how to resume, status 0; a resumed run with nothing left to train (its checkpoint
     reached max_steps, max_epochs or max_time) with one line and status 3; a config error with
     jsonargparse's usage message and status 2."""
@@ -55,7 +56,7 @@ def main(args: list[str] | None = None) -> None:
         args = ["--config", str(DEFAULT_CONFIG)] + args
     _import_every_class_for_help(args)
     # The environment as the user set it: the time limit's resume line is made once the W&B logger has changed it.
-    resume = functools.partial(signals.resume_command, given, script, environment=signals.chosen_environment())
+    resume = functools.partial(resume_command, given, script, environment=chosen_environment())
     cli = None
     with signals.exit_on_stop(resume(), last_checkpoint):
         try:

@@ -50,19 +50,20 @@ from common.environment import require_environment  # noqa: E402
 
 require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
 
+from common import signals  # noqa: E402
 from common.checkpoints import add_weights_argument  # noqa: E402
+from common.commands import program, resume_command  # noqa: E402
 from common.errors import InputError  # noqa: E402
 from common.exits import EXIT_NOTHING_TO_DO, EXIT_TIME_LIMIT, exit_on_user_error  # noqa: E402
-from deploy import generation as gen  # noqa: E402
-from deploy.engines import (  # noqa: E402
+from inference.flags import (  # noqa: E402
     add_engine_arguments,
     add_search_arguments,
     check_engine_arguments,
     decoding_options,
     search_label,
 )
-from deploy.generation_input import add_input_arguments, languages, read_input  # noqa: E402
-from training.signals import program, resume_command  # noqa: E402
+from inference.generation import plan as gen  # noqa: E402
+from inference.generation.input import add_input_arguments, languages, read_input  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -74,6 +75,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     out.add_argument("--output", required=True, metavar="DIR", help="the folder of the new corpus")
     out.add_argument("--prefix", default="train", help="the files' names: DIR/PREFIX.LANG (default: train)")
     out.add_argument("--tag", default="", help="a word put before every output (tagged back-translation)")
+    out.add_argument("--keep-closest", action="store_true",
+                     help="of each line's --nbest outputs, write only the one closest to its reference (sentence BLEU; "
+                     "Kim & Rush 2016's sequence-level interpolation): needs references (--ref, or a corpus split)")  # fmt: skip
     out.add_argument("--resume", action="store_true", help="go on with DIR's shards (the same model, input, options)")
     out.add_argument("--force", action="store_true", help="replace DIR's output (this script's files only)")
     work = parser.add_argument_group("batches and processes")
@@ -97,6 +101,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1")
     if args.batch_size is not None and args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
+    if args.keep_closest and (args.nbest or 1) < 2:
+        parser.error("--keep-closest picks one of several outputs a line: give --nbest N (N >= 2)")
     if args.resume and args.force:
         raise InputError("--resume goes on with an output, --force replaces it: give one of them")
     args.max_time = seconds(args.max_time) if args.max_time is not None else None
@@ -144,14 +150,13 @@ def main(argv: list[str] | None = None) -> None:
     started, script = time.time(), sys.argv[0] if argv is None else "scripts/generate.py"
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    from deploy.generation_run import StoppedAtOnce, stopping_at_shards
 
     resume = resume_command(argv, script, switch="--resume", dropped=("--force",), unset=("--max-time",))
     try:
-        with stopping_at_shards():  # a signal from here on stops the run before its next shard, with its line
+        with signals.deferred():  # a signal from here on stops the run before its next shard, with its line
             job = prepare(args, resume)
             processes = decode(args, job)
-    except StoppedAtOnce as stop:
+    except signals.Stopped as stop:  # a second signal
         if os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0":  # one line, rank 0's
             name = signal.Signals(stop.signum).name
             print(
@@ -161,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(128 + stop.signum) from None
     if processes is None:  # not rank 0: rank 0 puts the output together
         return
-    counts = gen.assemble(job.folder, job.plan, job.sources, job.refs, job.names, job.opts.nbest, args.tag)
+    counts = gen.assemble(job.folder, job.plan, job.sources, job.refs, job.names, job.opts.nbest, args.tag, args.keep_closest)
     record = {
         "model": job.models,
         "engine": job.engine_label,
@@ -184,8 +189,8 @@ def main(argv: list[str] | None = None) -> None:
 def prepare(args: argparse.Namespace, resume: str) -> argparse.Namespace:
     """The model, the input, the plan; on rank 0, the output folder made ready (or refused) and the input's
     empty and over-long lines said once."""
-    from deploy.engines import load_ensemble, load_translator
-    from deploy.generation_run import check_decodes
+    from inference.flags import load_ensemble, load_translator
+    from inference.generation.run import check_decodes
 
     if args.engine == "torch":
         args.accelerator = args.accelerator or ("gpu" if args.device.startswith("cuda") else "cpu")
@@ -197,6 +202,8 @@ def prepare(args: argparse.Namespace, resume: str) -> argparse.Namespace:
     job.engine_label = " ".join(filter(None, (args.engine, search_label(args))))
     src_lang, tgt_lang = languages(args, job.engine)
     job.sources, job.refs, job.described, stripped = read_input(args, src_lang, tgt_lang)
+    if args.keep_closest and job.refs is None:
+        raise InputError(f"--keep-closest needs references: {job.described} has none (give --ref FILE)")
     max_len = job.engine.net.max_len if args.engine == "torch" else job.engine.meta["max_len"]
     lengths, over = gen.measure(job.engine.src_tokenizer, job.sources, max_len)
     empty = sum(1 for s in job.sources if not s)
@@ -218,7 +225,7 @@ def prepare(args: argparse.Namespace, resume: str) -> argparse.Namespace:
         "model": [m["sha256"] for m in job.models],
         "engine": job.engine_label,  # a resume with another search is refused
         "options": opts.as_dict(),
-        "files": [args.prefix, src_lang, tgt_lang, args.tag],
+        "files": [args.prefix, src_lang, tgt_lang, args.tag, args.keep_closest],
     }
     # One sentence decoded as the run will decode them all: what the engine refuses (its options, a language) is
     # one line before the folder is touched.
@@ -246,7 +253,7 @@ def decode(args: argparse.Namespace, job: argparse.Namespace) -> int | None:
     number of processes once every shard is written, or a stop's one line and exit; elsewhere None."""
     import lightning as L
 
-    from deploy.generation_run import Generation, ShardSampler, loader, stop_reason
+    from inference.generation.run import Generation, ShardSampler, loader
 
     sampler = ShardSampler(job.plan, args.max_time, time.monotonic())
     world = args.devices * args.num_nodes
@@ -271,7 +278,7 @@ def decode(args: argparse.Namespace, job: argparse.Namespace) -> int | None:
     written = len(gen.complete_shards(job.folder, shards))
     if written == shards:
         return trainer.world_size
-    why, signum = stop_reason()
+    why, signum = sampler.stop_reason()
     print(
         f"stopped by {why or 'an error on another process'}: {written} of {shards} shards written in "
         f"{job.folder / gen.SHARDS}; resume with: {job.resume}",

@@ -52,7 +52,7 @@ require_environment()  # another Python than the project's: one line naming .ven
 from common.errors import DataNotFoundError, InputError  # noqa: E402
 from common.exits import exit_on_user_error, writing_to  # noqa: E402
 from datamodules.corpus_readers import LineDecodeError, decode_lines, iter_lines  # noqa: E402
-from deploy.engines import (  # noqa: E402
+from inference.flags import (  # noqa: E402
     add_engine_arguments,
     add_search_arguments,
     check_engine_arguments,
@@ -60,7 +60,6 @@ from deploy.engines import (  # noqa: E402
     load_ensemble,
     load_translator,
 )
-from inference.options import DecodingOptions  # noqa: E402
 
 OPTIONS = ("nbest", "alignment_layer", "static_cache")  # this script's decoding options beyond evaluate.py's
 
@@ -81,27 +80,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.alignment_layer = -1  # the last layer's
     if not args.print_alignment:
         args.alignment_layer = None  # alignments are computed only to be printed
-    options(args)  # bad values and combinations refused before anything loads
+    decoding_options(args, None, *OPTIONS)  # bad values and combinations refused before anything loads
     if args.engine == "ctranslate2" and args.print_alignment:
         raise InputError("CTranslate2 has no alignments (--print-alignment): use --engine torch")
     if args.score_reference and (args.nbest or args.sampling or args.prefix_file):
         raise InputError("--score-reference scores given translations: it takes no --nbest, --sampling or --prefix-file")
     if args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
-    if args.static_cache and args.engine != "torch":
-        parser.error("--static-cache decodes this project's model: it needs --engine torch")
-    if args.static_cache == "cuda-graph" and not args.device.startswith("cuda"):
-        parser.error("--static-cache cuda-graph needs --device cuda")
     if args.static_cache and (tabbed(args) or args.prefix_file or len(args.ckpt or []) > 1):
-        parser.error("--static-cache decodes the plain greedy or beam search of one model: not with --nbest, an ensemble "
-                     "or the decoding tools")  # fmt: skip
+        # The search's own tools and --nbest are refused by DecodingOptions; these are the script's.
+        parser.error("--static-cache decodes the plain greedy or beam search of one model: not with --print-scores, "
+                     "--print-alignment, --score-reference, --prefix-file or an ensemble")  # fmt: skip
     return args
-
-
-def options(args: argparse.Namespace, translator=None):
-    """The decoding options of the flags, over `translator`'s defaults (a plain `DecodingOptions` without one)."""
-    defaults = translator.options if translator is not None else DecodingOptions()
-    return decoding_options(args, defaults, *OPTIONS)
 
 
 def chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
@@ -212,7 +202,9 @@ def main(argv: list[str] | None = None) -> None:
             refs = read_line_file(args.score_reference, "--score-reference", len(source))
         if args.prefix_file:
             prefixes = read_line_file(args.prefix_file, "--prefix-file", len(source))
-    opts = options(args, model)  # built once, over the model's defaults, and passed whole to every call
+    opts = decoding_options(
+        args, model.options, *OPTIONS
+    )  # built once, over the model's defaults, and passed whole to every call
     start = 0
     for chunk in chunks(source, args.batch_size):
         end = start + len(chunk)

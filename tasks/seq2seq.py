@@ -14,8 +14,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from torchmetrics.classification import MulticlassAccuracy
 
 from common.errors import CheckpointError, HyperparameterError
+from common.progress import translation_progress
 from datamodules.batching import Seq2SeqBatch
-from datamodules.progress import translation_progress
 from datamodules.tokenizers import same_vocabulary, tokenizer_from_dict
 from inference.networks import TRANSLATION, build_network, read_network, read_pretrained
 from inference.options import CHECKPOINT_DEFAULTS, DecodingOptions

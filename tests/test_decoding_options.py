@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from common.errors import InputError
-from deploy.engines import SEARCH, TOOLS, add_search_arguments, decoding_options
-from inference.options import CHECKPOINT_DEFAULTS, DecodingOptions, add_decoding_arguments, flag_of
+from inference.flags import SEARCH, TOOLS, add_decoding_arguments, add_search_arguments, decoding_options, flag_of
+from inference.options import CHECKPOINT_DEFAULTS, DecodingOptions
 
 # The flags of translate.py and evaluate.py before the options were one object: their names must not change.
 FLAGS = {

@@ -39,12 +39,27 @@ class WaitForSignalAt(Callback):
         self.step, self.marker = step, marker
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        from training import signals
+        from common import signals
 
         if trainer.global_step == self.step:
             Path(self.marker).write_text(f"{trainer.current_epoch} {batch_idx}")
             deadline = time.monotonic() + 60
             while signals.received() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+
+
+class HoldAt(Callback):
+    """Test helper: after optimizer step `step`, every rank writes its pid to `marker`.<rank> and waits there (a
+    minute at most), so that signals sent to any rank land in that step."""
+
+    def __init__(self, step: int, marker: str):
+        self.step, self.marker = step, marker
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            Path(f"{self.marker}.{trainer.global_rank}").write_text(str(os.getpid()))
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
                 time.sleep(0.02)
 
 
@@ -229,6 +244,40 @@ class TimeUpAtStep(Timer):
 
     def time_elapsed(self, stage="train"):
         return 601.0 if self.global_step >= self.step else super().time_elapsed(stage)
+
+
+@pytest.mark.slow
+def test_a_second_signal_to_another_ddp_process_stops_the_run_from_rank_0(tmp_path):
+    """Two Ctrl-C's sent to rank 1 alone (`kill -INT PID` twice): the second stops the run at once, decided by rank 0,
+    which ends rank 1 and prints the one line with the command that resumes and status 130, rather than rank 1
+    dying alone and Lightning SIGKILLing rank 0 ("Forcefully terminating all other processes", status 137, no
+    line). The last checkpoint is left whole, and no process outlives the run."""
+    root, marker = tmp_path / "run", tmp_path / "held"
+    ddp = ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp"]
+    proc = start(root, *COMMON, *CSV, *ddp, callback_arg(HoldAt, step=18, marker=str(marker)))
+    for rank in (0, 1):
+        wait_for(Path(f"{marker}.{rank}"), proc)
+    child = int(Path(f"{marker}.1").read_text())
+    os.kill(child, signal.SIGINT)
+    time.sleep(0.5)
+    os.kill(child, signal.SIGINT)
+    status, stderr = finish(proc)
+    assert status == 128 + signal.SIGINT and "Forcefully terminating" not in stderr, stderr[-3000:]
+    line = one_line((status, stderr), "stopped by SIGINT")
+    assert "at once" in line and line.endswith("--ckpt_path last"), line
+    assert torch.load(next(root.rglob("last.ckpt")), weights_only=True)["global_step"] == 16  # epoch 0's, whole
+    deadline = time.monotonic() + 10
+    while running(child):
+        assert time.monotonic() < deadline, f"rank 1 (pid {child}) outlived the run"
+        time.sleep(0.1)
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (ended, its status not yet collected)."""
+    try:
+        return "(zombie)" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
 
 
 @pytest.mark.slow
@@ -434,7 +483,7 @@ def test_sigterm_during_a_checkpoint_save(tmp_path, times):
 
 
 # A signal that lands while a finalizer runs: the handler's exception cannot leave a finalizer, and Python would
-# print it as "Exception ignored in ..." with a traceback and drop it. The program is training/signals.py's (or
+# print it as "Exception ignored in ..." with a traceback and drop it. The program is common/signals.py's (or
 # generate's) handling alone, the signal sent from within a finalizer so that it lands there every time.
 FINALIZER_PROGRAM = """
 import os, signal, sys
@@ -445,11 +494,11 @@ class Finalized:
 {body}
 """
 TRAINING = """
-from training import signals
+from common import signals
 signals.install()
 with signals.exit_on_stop("RESUME"):
     if sys.argv[1] == "second":
-        signals.defer_while_training()
+        signals.defer()
         os.kill(os.getpid(), signal.SIGTERM)  # the first, noted while training
     Finalized()
     for _ in range(3 * 10**6):
@@ -457,15 +506,15 @@ with signals.exit_on_stop("RESUME"):
     print("not stopped", file=sys.stderr)
 """
 GENERATION = """
-from deploy.generation_run import StoppedAtOnce, stopping_at_shards
+from common import signals
 try:
-    with stopping_at_shards():
+    with signals.deferred():
         os.kill(os.getpid(), signal.SIGTERM)  # the first: the run stops at its next shard
         Finalized()
         for _ in range(3 * 10**6):
             pass
         print("not stopped", file=sys.stderr)
-except StoppedAtOnce as stop:
+except signals.Stopped as stop:
     print("stopped at once", file=sys.stderr)
     sys.exit(128 + stop.signum)
 """
@@ -554,7 +603,7 @@ def test_slurm_requeue_signal_still_works(tmp_path):
 
 
 def test_resume_command_replaces_an_earlier_ckpt_path():
-    from training.signals import resume_command
+    from common.commands import resume_command
 
     env = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "0,1", "HOME": "/root"}
     with pytest.MonkeyPatch.context() as mp:

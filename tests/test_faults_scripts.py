@@ -335,7 +335,7 @@ def test_a_stop_that_interrupts_torchs_writer_is_a_stop_not_a_write_failure(tmp_
     import torch
 
     from common import files
-    from training.signals import Stopped
+    from common.signals import Stopped
 
     calls = [0]
 

@@ -101,7 +101,7 @@ def corpus(out: Path, langs) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("max_tokens, batch_size, shard_size", [(20, None, 10), (64, 3, 1), (7, None, 1000)])
 def test_the_plan_holds_every_line_once_within_the_budget(max_tokens, batch_size, shard_size):
-    from deploy.generation import make_plan
+    from inference.generation.plan import make_plan
 
     rng = random.Random(0)
     lengths = [rng.choice([0, 1, 2, 3, 5, 8, 13]) for _ in range(300)]
@@ -162,6 +162,42 @@ def test_nbest_repeats_the_source_beside_its_outputs_with_the_tag(cases, capsys,
     expected = [[f"<BT> {h.text}" for h in next(rows)] if s else ["", ""] for s in sources]
     assert lines_of(tmp_path / "out" / "train.zh") == [s for s in sources for _ in range(2)]
     assert lines_of(tmp_path / "out" / "train.en") == [h for row in expected for h in row]
+
+
+def test_keep_closest_writes_each_lines_nbest_output_nearest_its_reference(cases, capsys, tmp_path):
+    """Sequence-level interpolation (Kim & Rush 2016): of each line's 4 best, the one with the highest sentence BLEU
+    against its reference, by sacrebleu's own scorer over the same run's n-best, the likelier of equals; one line a
+    source, the references beside. An untrained model, so that the 4 outputs differ and the choice matters."""
+    import sacrebleu
+
+    ckpt, args, _ = cases["multi30k"]
+    flags = ["--beam-size", "4", "--nbest", "4", "--max-len", "12"]
+    assert generate(capsys, cases["multi30k"], tmp_path / "all", *flags)[0] == 0
+    assert generate(capsys, cases["multi30k"], tmp_path / "kept", *flags, "--keep-closest")[0] == 0
+    refs, rows = lines_of(args[3]), lines_of(tmp_path / "all" / "train.en")
+    expected = []
+    for i, ref in enumerate(refs):
+        row = rows[4 * i : 4 * i + 4]
+        scores = [sacrebleu.sentence_bleu(h, [ref]).score for h in row]
+        expected.append(row[scores.index(max(scores))])
+    assert lines_of(tmp_path / "kept" / "train.en") == expected
+    assert lines_of(tmp_path / "kept" / "train.de") == lines_of(args[1])
+    assert lines_of(tmp_path / "kept" / "train.ref.en") == refs
+    assert sum(e != rows[4 * i] for i, e in enumerate(expected)) >= 10  # not simply the best of each beam
+
+
+@pytest.mark.parametrize(
+    "case, flags, said",
+    [
+        ("multi30k", ["--keep-closest"], "--keep-closest picks one of several outputs a line: give --nbest N"),
+        ("toy", ["--keep-closest", "--nbest", "2"], "--keep-closest needs references"),
+    ],
+)
+def test_keep_closest_without_nbest_or_references_is_one_line(cases, tmp_path, case, flags, said):
+    ckpt, args, _ = cases[case]
+    result = run([sys.executable, "scripts/generate.py", "--ckpt", ckpt, *args, "--output", str(tmp_path / "out"), *flags])
+    assert_one_line_error(result, said)
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_ctranslate2_export_goes_the_same_way(cases, capsys, tmp_path, trained_toy):
@@ -317,7 +353,7 @@ def test_a_stop_finishes_the_shard_begun_and_begins_no_other(cases, capsys, tmp_
     finished or, not begun, left whole to the resume; no batch is decoded for a shard that is not written, every
     shard written holds all its lines, and the resumed corpus is one uninterrupted run's. Shards of several
     batches, so that the stop falls on a shard's first, middle and last batches."""
-    import deploy.generation_run as generation_run
+    import inference.generation.run as generation_run
 
     flags = ["--sampling", "--sampling-topk", "5", "--seed", "3", "--max-tokens", "16", "--shard-size", "8"]
     assert generate(capsys, cases["weak"], tmp_path / "one", *flags)[0] == 0
@@ -330,7 +366,7 @@ def test_a_stop_finishes_the_shard_begun_and_begins_no_other(cases, capsys, tmp_
 
     def stop(calls: list, at: str) -> None:
         if when == at and len(calls) == stop_at:
-            generation_run._stop.update(why="SIGTERM", signum=signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)  # noted, as the first signal is
 
     def fetch_then_stop(self, b):
         fetched.append(b)
@@ -360,7 +396,7 @@ def test_a_resume_refuses_a_shard_that_is_not_its_planned_lines(cases, capsys, t
     """A written shard that lacks a line or an output, or is not JSON (edited, or written by a faulty run): a
     resume refuses it in one line that names it, before it decodes anything, rather than put together a corpus
     whose missing lines are empty; removed, the resume decodes it again and the corpus is one run's."""
-    import deploy.generation_run as generation_run
+    import inference.generation.run as generation_run
 
     flags = ["--nbest", "2", "--beam-size", "2", "--max-tokens", "24", "--shard-size", "8"]
     assert generate(capsys, cases["toy"], tmp_path / "one", *flags)[0] == 0
@@ -368,7 +404,7 @@ def test_a_resume_refuses_a_shard_that_is_not_its_planned_lines(cases, capsys, t
     decode = generation_run.decode
 
     def decode_then_stop(*args, **kwargs):
-        generation_run._stop.update(why="SIGTERM", signum=signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)  # noted, as the first signal is
         return decode(*args, **kwargs)
 
     monkeypatch.setattr(generation_run, "decode", decode_then_stop)
@@ -549,3 +585,17 @@ def test_bad_input_is_one_line_and_touches_nothing(cases, capsys, tmp_path, ckpt
     assert code == 1 and "not a folder" in err.strip().splitlines()[-1], err
     code, _, err = run_script(capsys, "generate", "--ckpt", cases["toy"][0], "--src", cases["toy"][1][1], "--output", str(out))
     assert code == 2 and "--tgt-lang" in err.strip().splitlines()[-1], err
+
+
+def test_a_generation_run_imports_inference_datamodules_models_and_common_only(cases, tmp_path):
+    """Corpus generation is inference: a whole run (one process) loads no training, task or deploy code. The
+    imported modules are the interpreter's own record of them (`-X importtime`)."""
+    ckpt, args, _ = cases["toy"]
+    result = run(
+        [sys.executable, "-X", "importtime", "scripts/generate.py", "--ckpt", ckpt, *args, "--output", str(tmp_path / "o")],
+        env=ENV,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    imported = {line.split("|")[-1].strip().partition(".")[0] for line in result.stderr.splitlines() if "import time:" in line}
+    project = {"common", "models", "datamodules", "training", "inference", "tasks", "deploy"}
+    assert imported & project == {"common", "models", "datamodules", "inference"}, sorted(imported & project)

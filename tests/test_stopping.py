@@ -7,10 +7,10 @@ import torch
 from lightning.pytorch.callbacks import Callback, Timer
 from lightning.pytorch.demos.boring_classes import BoringModel
 
+from common.signals import Stopped
 from tasks.schedules import adamw_with_warmup, warmup_lr_lambda
 from tests.helpers import quiet_trainer
 from training.checkpointing import BestCheckpoint, checkpoint_callbacks
-from training.signals import Stopped
 from training.stopping import StopAtStep
 from training.time_budget import MEASURED_STEPS, TimeBudget
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import yaml
 from lightning.pytorch.cli import LightningArgumentParser
 
-from .signals import program
+from common.commands import program
+
 from .variants import misfit
 
 

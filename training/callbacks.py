@@ -32,10 +32,10 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 from common.errors import TrainingDivergedError
 from common.runs import run_folder
+from common.signals import Stopped
 
 from .checkpoint_io import check_writable
 from .lightning_internals import hand_over_loader_states, logged_in_running_loop
-from .signals import Stopped
 
 
 class RngStateCallback(Callback):

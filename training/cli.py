@@ -17,8 +17,9 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from common.errors import HyperparameterError
+from common.progress import is_terminal
 from common.runs import claim_run_folder
-from datamodules.progress import is_terminal
+from common.signals import Stopped
 
 from .arguments import RecipeParser, check_pad_to_multiple, check_run_options, moved_setting
 from .callbacks import (
@@ -39,7 +40,6 @@ from .precision import asked_precision, check_accelerator, machine_precision, pr
 from .progress import EpochBar, ProgressLog
 from .records import StepTimer, best_checkpoint, write_summary
 from .resume import prepare_resume
-from .signals import Stopped
 from .stopping import StopAtStep, report_time_limit
 from .time_budget import TimeBudget
 

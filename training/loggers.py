@@ -21,10 +21,10 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
+from common.commands import program
 from common.network import answers
 
 from .lightning_internals import continue_wandb_run_id, wandb_offline, wandb_run_started
-from .signals import program
 
 DEFAULT_PROJECT = "transformer-lightning"
 

@@ -26,7 +26,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, RichProgressBar, Timer
 from lightning.pytorch.trainer.states import TrainerFn
 
-from datamodules.progress import clock, eta, is_terminal
+from common.progress import eta, is_terminal, progress_line
 from datamodules.vocab import PAD
 
 from .lightning_internals import logged_in_running_loop
@@ -109,14 +109,9 @@ class ProgressLog(Callback):
             parts.append(f"loss {float(loss):.3f}")
         if trainer.optimizers:
             parts.append(f"lr {trainer.optimizers[0].param_groups[0]['lr']:.2e}")
-        if elapsed > 0:
-            parts.append(f"{self._units / elapsed:,.0f} {self._unit}/s")
-        parts.append(f"elapsed {clock(elapsed)}")
         timer = time_limit(trainer)
         left = eta(step - self._start_step, total - self._start_step, elapsed, timer.time_remaining() if timer else None)
-        if left is not None:
-            parts.append(f"eta {left}")
-        return " | ".join(parts)
+        return progress_line(" | ".join(parts), elapsed, {self._unit: self._units}, left)
 
 
 class EpochBar(RichProgressBar):

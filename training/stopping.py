@@ -1,6 +1,6 @@
 """How a run stops early: `StopAtStep`, the one stopper, at the step boundary, with its three triggers, and
 `report_time_limit`, the line a time limit ends with. The exception every stop raises is `signals.Stopped`
-(training/signals.py, where the signal handlers raise it too, before Lightning is imported).
+(common/signals.py, where the signal handlers raise it too, before Lightning is imported).
 
 The triggers:
 - a signal (SIGTERM, SIGINT) noted while training (`signals.received()`): the script then ends with one line
@@ -24,7 +24,9 @@ from datetime import timedelta
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-from . import signals
+from common import signals
+from common.runs import launcher_pid
+
 from .checkpointing import write_last
 from .lightning_internals import validation_or_epoch_end_follows
 from .progress import max_time_value, time_limit
@@ -39,7 +41,7 @@ class StopAtStep(Callback):
     epoch's start (after every callback's end-of-epoch saves) or the end of training. Every rank stops at the
     same step (a rank that got no signal follows one that did).
 
-    Signals are deferred from `on_train_start` to `on_train_end` (`signals.defer_while_training`). Last among the
+    Signals are deferred from `on_train_start` to `on_train_end` (`signals.defer`). Last among the
     callbacks (Lightning moves the `ModelCheckpoint`s to the end when fit starts, before `setup`): a stop comes
     after every checkpoint of its step is written and after the `Timer` has looked at the clock."""
 
@@ -48,7 +50,9 @@ class StopAtStep(Callback):
         trainer.callbacks = [c for c in trainer.callbacks if c is not self] + [self]
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        signals.defer_while_training()
+        # Each rank notes its own signals (a group's reaches them all; the stop is agreed at the step's end); a stop
+        # at once is rank 0's, which ends the others.
+        signals.defer(getattr(trainer.strategy.launcher, "procs", ()), launcher=launcher_pid(trainer))
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
         if validation_or_epoch_end_follows(trainer):

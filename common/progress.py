@@ -1,7 +1,7 @@
-"""Progress for long work: a bar on a terminal, one line a stage (or every N steps) in a file.
-
-Both the data preparation here and training (training/progress.py) decide by `is_terminal()`: a bar in a
-file is either nothing until the end or thousands of carriage returns in a scheduler's log.
+"""Progress for long work: a bar on a terminal, one line a stage (or every N steps) in a file, the same line in
+every command (`progress_line`): data preparation, training (training/progress.py), evaluation and corpus
+generation (inference/generation/run.py). All decide by `is_terminal()`: a bar in a file is either nothing until the
+end or thousands of carriage returns in a scheduler's log.
 """
 
 from __future__ import annotations
@@ -35,6 +35,16 @@ def eta(done: float, total: float | None, elapsed: float, limit: float | None = 
     if limit is not None:
         left = limit if left is None else min(left, limit)
     return None if left is None else clock(left)
+
+
+def progress_line(head: str, elapsed: float, rates: dict[str, float] | None = None, left: str | None = None) -> str:
+    """`HEAD | 12.3 sentences/s | elapsed 0:00:52 | eta 0:00:31`: `rates` ({unit: count so far}) per second of
+    `elapsed`, shown with a decimal below 100; `left` from `eta`, left out when None."""
+    parts = [head]
+    if elapsed > 0:
+        parts += [f"{n / elapsed:,.{1 if n / elapsed < 100 else 0}f} {unit}/s" for unit, n in (rates or {}).items()]
+    parts.append(f"elapsed {clock(elapsed)}")
+    return " | ".join(parts + ([f"eta {left}"] if left is not None else []))
 
 
 class StageBar:
@@ -80,14 +90,8 @@ class StageBar:
     def line(self) -> str:
         elapsed = time.monotonic() - self.start
         of = f"/{self.total:,}" if self.total is not None else ""
-        parts = [f"{self.description}: {self.done:,}{of} {self.unit}"]
-        if elapsed > 0:
-            parts.append(f"{self.done / elapsed:,.1f} {self.unit}/s")
-        parts.append(f"elapsed {clock(elapsed)}")
         left = eta(self.shared, 1.0, elapsed) if self.shared is not None else eta(self.done, self.total, elapsed)
-        if left is not None:
-            parts.append(f"eta {left}")
-        return " | ".join(parts)
+        return progress_line(f"{self.description}: {self.done:,}{of} {self.unit}", elapsed, {self.unit: self.done}, left)
 
     def __exit__(self, *exc) -> None:
         if self._bar is not None:

@@ -1,16 +1,23 @@
-"""The engines a trained translator runs on, as the scripts pick them: this project's (`--engine torch --ckpt
-CKPT`, an `inference.Translator`) or CTranslate2 (`--engine ctranslate2 --model DIR`, from scripts/export.py).
-Both translate with `translate`, `translate_many` and `score`, and take the same `DecodingOptions`."""
+"""The one module that turns decoding into command-line flags, for every script that decodes (translate, evaluate,
+generate, ablate): the engine's flags (`--engine torch --ckpt CKPT`, an `inference.Translator`, or `--engine
+ctranslate2 --model DIR`, a scripts/export.py export run by deploy/ctranslate2_translator.py), and each
+`DecodingOptions` field's flag, made from the field (`add_decoding_arguments`) and read back into one checked object
+(`options_from_args`). Both engines translate with `translate`, `translate_many` and `score`, and take the same
+`DecodingOptions`. Only the standard library at import: a script's `--help` and argument errors load no torch."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+import re
+from typing import TYPE_CHECKING, Any
 
 from common.errors import InputError
-from inference.options import DecodingOptions, add_decoding_arguments, options_from_args
+from inference.options import CHECKPOINT_DEFAULTS, DecodingOptions
 
 if TYPE_CHECKING:  # imported where a model loads: the scripts' flags and their checks need no torch
     from inference.translator import Translator
+
+CTRANSLATE2_ENGINE = "deploy.ctranslate2_translator"  # `--engine ctranslate2`
 
 # The decoding options every script that translates takes as flags (inference.options), the search's first.
 SEARCH = ("beam_size", "length_penalty", "max_len")
@@ -65,6 +72,10 @@ def check_engine_arguments(parser, args) -> None:
         parser.error(f"--ct2-patience {args.ct2_patience:g}: CTranslate2's patience is at least 1")
     if args.engine == "ctranslate2" and not args.model:
         parser.error("--engine ctranslate2 needs --model DIR (a directory written by scripts/export.py)")
+    if getattr(args, "static_cache", None) and args.engine != "torch":
+        parser.error("--static-cache decodes this project's model: it needs --engine torch")
+    if getattr(args, "static_cache", None) == "cuda-graph" and not str(args.device).startswith("cuda"):
+        parser.error("--static-cache cuda-graph needs --device cuda")
 
 
 def add_search_arguments(parser, *extra: str, beam_size: int = 4, shown: dict[str, str] | None = None) -> None:
@@ -87,8 +98,9 @@ def load_translator(args):
     weights when `args.weights == "training"`) or a `deploy.ctranslate2_translator.CTranslate2Translator`. With several
     checkpoints, `load_ensemble` gives the others."""
     if args.engine == "ctranslate2":
-        from .ctranslate2_translator import CTranslate2Translator  # imported only when asked for: CTranslate2 is optional
-
+        # Named, not imported: CTranslate2 is optional, and deploy/ (which runs our models in other formats) stands
+        # above inference/ in the import tree; the one engine that lives there is loaded by its name when asked for.
+        CTranslate2Translator = importlib.import_module(CTRANSLATE2_ENGINE).CTranslate2Translator
         return CTranslate2Translator(
             args.model, device=args.device, compute_type=args.compute_type, search=args.ct2_search, patience=args.ct2_patience
         )
@@ -118,3 +130,46 @@ def _load(args, path: str) -> Translator:
     from inference.translator import Translator
 
     return Translator.from_checkpoint(path, weights=getattr(args, "weights", "averaged"), device=args.device)
+
+
+def flag_of(name: str) -> str:
+    return DecodingOptions.__dataclass_fields__[name].metadata["flag"]
+
+
+def add_decoding_arguments(
+    parser, names: tuple[str, ...], title: str = "decoding", shown: dict[str, str] | None = None, **defaults: Any
+) -> None:
+    """The flags of the options `names`, made from their fields: each defaults to None (the model's own default)
+    unless `defaults` gives the script's (translate.py's --beam-size 4, say); `shown`: the default a script's help
+    names where the script, not the option, decides it (generate.py's seed 0). `options_from_args` reads them."""
+    group = parser.add_argument_group(title)
+    for name in names:
+        meta = DecodingOptions.__dataclass_fields__[name].metadata
+        default, own = defaults.get(name), DecodingOptions.default(name)
+        extra = {k: v for k, v in meta.items() if k not in ("flag", "help", "unset")}
+        if own is False:
+            group.add_argument(meta["flag"], dest=name, action="store_true", default=None, help=meta["help"])
+            continue
+        label = default if default is not None else "the model's" if name in CHECKPOINT_DEFAULTS else own
+        label = (shown or {}).get(name, label if label is not None else meta.get("unset"))
+        label = f" (default: {label})" if label is not None else ""
+        kind = extra.pop("type", None) or (float if isinstance(own, float) else str if "choices" in extra else int)
+        extra.setdefault("metavar", None if "choices" in extra else meta["flag"].removeprefix("--").replace("-", "_").upper())
+        group.add_argument(meta["flag"], dest=name, type=kind, default=default, help=meta["help"] + label, **extra)
+
+
+def options_from_args(args, defaults: DecodingOptions, names: tuple[str, ...]) -> DecodingOptions:
+    """`defaults` (the model's) with the flags of `names` that were given; a bad value or combination is one
+    `InputError` line that names the flags."""
+    given = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+    try:
+        return defaults.replace(**given)
+    except InputError as err:
+        raise InputError(_in_flags(str(err).removeprefix("DecodingOptions: "))) from None
+
+
+def _in_flags(message: str) -> str:
+    """A check's message in the flags' words: `top_p=1.5` → `--sampling-topp 1.5`, `sampling` → `--sampling`."""
+    names = "|".join(sorted((n for n, f in DecodingOptions.__dataclass_fields__.items() if "flag" in f.metadata), key=len)[::-1])
+    message = re.sub(rf"\b({names})=", lambda m: flag_of(m.group(1)) + " ", message)
+    return re.sub(rf"(?<![-\w])({names})\b", lambda m: flag_of(m.group(1)), message)

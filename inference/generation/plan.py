@@ -194,22 +194,42 @@ def prepare_folder(folder: Path, plan_record: dict, outputs: list[Path], resume:
 
 
 def assemble(
-    folder: Path, plan: Plan, sources: list[str], refs: list[str] | None, names: list[Path], nbest: int, tag: str
+    folder: Path,
+    plan: Plan,
+    sources: list[str],
+    refs: list[str] | None,
+    names: list[Path],
+    nbest: int,
+    tag: str,
+    keep_closest: bool = False,
 ) -> dict:
-    """The final files from the shards, in input order (`names`: source, outputs, references); the counts."""
+    """The final files from the shards, in input order (`names`: source, outputs, references); the counts. With
+    `keep_closest`, each line's one output closest to its reference (`closest`) rather than all `nbest`."""
     outputs: dict[int, list[str]] = {}
     for k in range(len(plan.shards)):
         outputs.update(read_shard(folder, plan, k, nbest))
     src, hyp, ref, empty_outputs = [], [], [], 0
     for i, line in enumerate(sources):
         row = outputs.get(i, [""] * nbest)
+        if keep_closest and refs is not None:
+            row = [closest(row, refs[i])]
         empty_outputs += sum(1 for h in row if line and not h)
-        src += [line] * nbest
+        src += [line] * len(row)
         hyp += [f"{tag} {h}" if tag and line else h for h in row]
-        ref += [refs[i]] * nbest if refs is not None else []
+        ref += [refs[i]] * len(row) if refs is not None else []
     for path, lines in zip(names, (src, hyp, ref)):
         atomic_write_text(path, "".join(f"{line}\n" for line in lines))
     return {"outputs": len(hyp), "empty_outputs": empty_outputs}
+
+
+def closest(outputs: list[str], reference: str) -> str:
+    """Of `outputs` (best first), the one with the highest sentence BLEU against `reference` (sacrebleu's, smoothed
+    'exp', effective order), the likelier of equals: Kim & Rush (2016)'s sequence-level interpolation, which trains
+    a student on the teacher's n-best output nearest the reference."""
+    from sacrebleu import sentence_bleu  # the scorer, imported only for the runs that keep the closest
+
+    scores = [sentence_bleu(h, [reference]).score for h in outputs]
+    return outputs[scores.index(max(scores))]
 
 
 def write_record(folder: Path, record: dict, started: float) -> None:

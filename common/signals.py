@@ -1,30 +1,23 @@
-"""SIGTERM and SIGINT: how a signal reaches a run, the exception that ends a run early (`Stopped`), and the line
-and exit status a stop ends the script with. Where the run stops, with a checkpoint, is training/stopping.py
-(`StopAtStep`), the one stopper at the step boundary for a signal, a time limit and `max_steps`.
+"""SIGTERM and SIGINT, for every script that runs long (fit, generate): how a signal reaches a run, the one
+exception that ends a run early (`Stopped`), and the line, resume command and exit status a stop ends with.
 
-SLURM, Kubernetes and cloud schedulers send SIGTERM some seconds before they kill a job; Ctrl-C sends
-SIGINT. Lightning alone turns SIGTERM into a `SIGTERMException`, a `SystemExit` without a code (exit
-status 0, no checkpoint), raised at points of its own, one of them in the middle of validation; and
-Ctrl-C into exit status 1 after stopping wherever the step was. Here:
+SLURM, Kubernetes and cloud schedulers send SIGTERM some seconds before they kill a job; Ctrl-C sends SIGINT.
+Lightning alone turns SIGTERM into a `SystemExit` without a code (status 0, no checkpoint), raised at points of its
+own, one of them in the middle of validation; and Ctrl-C into status 1 wherever the step was. Here:
 
-- `install()`, the first thing scripts/fit.py does: both signals raise `Stopped`, at once. Before
-  training there is nothing to save; after it, nothing more.
-- While training (`stopping.StopAtStep`, from `on_train_start` to `on_train_end`), the first
-  signal is only noted (`received()`). At the end of that step (or, when the step ends an epoch or is
-  followed by a validation, once the checkpoints of the epoch's end or of that validation are written),
-  `StopAtStep` writes last.ckpt at the step if it was not (`checkpointing.write_last`) and raises
-  `Stopped`, so the checkpoint is one an exact resume starts from. A second signal raises `Stopped` at
-  once: whatever was being saved is left as it was (saves are atomic), and the last checkpoint is the one
-  before.
-- `exit_on_stop(resume)`, around everything scripts/fit.py runs: `Stopped` becomes one line on stderr
-  (`stop_message`: where it stopped, the checkpoint, the command that resumes) and the exit status.
-- A stop raised while a finalizer runs (a handler runs wherever the main thread is) would be printed and
-  dropped by Python; `resend_when_swallowed` sends its signal again instead.
-- Lightning's handler for SLURM's requeue signal (SIGUSR1) is never touched. Its SIGTERM handler
-  (which also runs the requeue's "bypass") is replaced while training: it would stop mid-validation.
+- `install()`: both signals raise `Stopped` at once (scripts/fit.py's first act; before training there is nothing
+  to save).
+- `defer()`: the first signal is only noted (`received()`) and passed on to the run's child processes; the work
+  stops at its next boundary: training at the end of its step, once last.ckpt is written there
+  (training/stopping.py), corpus generation once its shards under way are written (inference/generation). A second
+  signal raises `Stopped` at once: what was being written is left as it was (writes are atomic). Under DDP the
+  launching process (rank 0) decides a stop at once, wherever the second signal landed, and prints the line.
+- `exit_on_stop(resume)`: `Stopped` becomes one line on stderr (`stop_message`: where, the checkpoint, the command
+  that resumes: common/commands.py) and the exit status 128 + the signal (143 SIGTERM, 130 SIGINT), as a shell
+  reports a process the signal killed.
+- A stop raised while a finalizer runs would be printed and dropped by Python; `resend_when_swallowed` sends its
+  signal again instead. Lightning's handler of SLURM's requeue signal (SIGUSR1) is never touched.
 
-The process exits with 128 + the signal's number (143 for SIGTERM, 130 for SIGINT), as a shell
-reports a process that the signal killed, so schedulers and wrappers still see a stop by signal.
 Only the standard library: `install()` runs, and `Stopped` may be raised, before torch and Lightning are imported.
 """
 
@@ -32,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import signal
 import sys
 import threading
@@ -45,6 +37,15 @@ _received: int | None = None  # the signal noted while training, acted on at the
 _deferring = False
 _stopping = False  # a stop is under way: further signals change nothing
 _trainer = None  # the Trainer that trains (`watch`), for the exit line of a stop at once
+# Lightning's DDP processes and the one that launched them (rank 0), which decides every stop at once, so that it
+# prints the line: another process passes its second signal on to the launcher (`RELAYED`, one for each signal),
+# and the launcher's stop at once ends the others (`ENDED`) with status 0, so that Lightning's watch over its
+# children does not SIGKILL the launcher (status 137, no line) when one of them ends.
+_children: tuple = ()  # the launcher's processes (`defer`)
+_forward = False  # whether a noted signal is passed on to them
+_launcher: int | None = None  # in another process: the launcher's pid
+RELAYED = {signal.SIGTERM: signal.SIGRTMIN, signal.SIGINT: signal.SIGRTMIN + 1}
+ENDED = signal.SIGRTMIN + 2
 
 
 class Stopped(BaseException):
@@ -84,7 +85,22 @@ def _handle(signum: int, frame) -> None:
         return
     if _deferring and _received is None:
         _received = signum  # nothing printed here: the handler may interrupt a write to stderr
+        for child in _children if _forward else ():
+            if child.poll() is None:
+                child.send_signal(signum)  # a signal sent to rank 0 alone, as schedulers may, reaches every rank
         return
+    if _launcher is not None:
+        with contextlib.suppress(OSError):  # gone: this process stops on its own
+            return os.kill(_launcher, RELAYED[signum])
+    _stop_at_once(signum)
+
+
+def _stop_at_once(signum: int) -> None:
+    if _stopping:
+        return
+    for child in _children:
+        if child.poll() is None:
+            child.send_signal(ENDED)
     raise Stopped(signum)
 
 
@@ -94,6 +110,8 @@ def install() -> None:
     global _children_shielded
     for signum in SIGNALS:
         signal.signal(signum, _handle)
+        signal.signal(RELAYED[signum], lambda relayed, frame, signum=signum: _stop_at_once(signum))
+    signal.signal(ENDED, lambda ended, frame: os._exit(0))
     if not _children_shielded:
         os.register_at_fork(after_in_child=_shield_child)
         resend_when_swallowed(Stopped, _stop_again)
@@ -161,18 +179,35 @@ def ignore_further() -> None:
             signal.signal(signum, signal.SIG_IGN)
 
 
-def defer_while_training() -> None:
-    """Note the first signal rather than stop at once, until `stop_deferring()`. Installs the handler
-    again: Lightning puts its own SIGTERM handler in front of it for each `fit` (and restores the one
-    it found when `fit` ends)."""
-    global _received, _deferring
-    _received, _deferring = None, True
+def defer(children=(), again: bool = False, forward: bool = False, launcher: int | None = None) -> None:
+    """Note the first signal rather than stop at once, until `stop_deferring()`: training stops at the end of its
+    step (training/stopping.py), corpus generation once its shards under way are written (inference/generation).
+    `children`: the processes a stop at once ends (Lightning's DDP processes, `subprocess.Popen`s), to which a
+    noted signal is passed on when `forward`; `launcher`: in such a process, the pid a second signal goes to.
+    Installs the handler again: Lightning puts its own SIGTERM handler in front of it for each `fit` or `predict`;
+    `again` keeps a signal noted before that."""
+    global _received, _deferring, _children, _forward, _launcher
+    _received = _received if again else None
+    _deferring, _children, _forward, _launcher = True, tuple(children), forward, launcher
     install()
 
 
 def stop_deferring() -> None:
-    global _deferring
-    _deferring = False
+    global _deferring, _children, _launcher
+    _deferring, _children, _launcher = False, (), None
+
+
+@contextlib.contextmanager
+def deferred():
+    """`defer()` within the block, the handlers found before it put back after it (scripts/generate.py's run)."""
+    before = {signum: signal.getsignal(signum) for signum in SIGNALS}
+    defer()
+    try:
+        yield
+    finally:
+        stop_deferring()
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
 
 
 def watch(trainer) -> None:
@@ -182,68 +217,13 @@ def watch(trainer) -> None:
 
 
 def received() -> int | None:
-    """The signal noted while training and not yet acted on, if any."""
-    return _received
+    return _received  # the signal noted (`defer`) and not yet acted on, if any
 
 
 def forget() -> None:
     """The noted signal was acted on (or the caller decided to ignore it)."""
     global _received
     _received = None
-
-
-# The environment settings that change what a resumed run does or how fast it goes, kept in the resume command.
-RESUME_ENVIRONMENT = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG", "WANDB_MODE")
-
-
-def chosen_environment() -> dict[str, str]:
-    """The settings of `RESUME_ENVIRONMENT` set now. Taken as a run starts, they are the user's: once the run is
-    under way, Lightning's W&B logger has set `WANDB_MODE=dryrun` in this process for an offline run, which a
-    resumed run must not inherit (it would stay offline after the user logs in)."""
-    return {name: os.environ[name] for name in RESUME_ENVIRONMENT if os.environ.get(name)}
-
-
-def resume_command(
-    args: list[str],
-    script: str = "scripts/fit.py",
-    settings: dict[str, str] | None = None,
-    environment: dict[str, str] | None = None,
-    switch: str | None = None,
-    dropped: tuple[str, ...] = (),
-    unset: tuple[str, ...] = (),
-) -> str:
-    """The command that resumes a run started with `args`: the interpreter that runs this process (the
-    README's `.venv/bin/python` rather than whatever `python` means in the user's shell), the environment
-    settings `environment` (`chosen_environment()` as the run started; now when None), the same arguments but
-    for `settings` ({flag: value}, in place of any value given), then `--ckpt_path last`. A script resumed by a
-    flag of its own (`switch`: scripts/generate.py's `--resume`) gets that flag instead, and loses the flags
-    without a value in `dropped` (its `--force`); the flags in `unset` go with their values (its `--max-time`, so
-    that the resume runs to the end)."""
-    settings = {**(settings or {}), **({} if switch else {"--ckpt_path": "last"})}
-    kept, skip = [], False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == switch or arg in dropped:
-            continue
-        elif arg in settings or arg in unset:
-            skip = True
-        elif arg.split("=", 1)[0] not in (*settings, *unset):
-            kept.append(arg)
-    environment = chosen_environment() if environment is None else environment
-    env = [f"{name}={shlex.quote(value)}" for name, value in environment.items()]
-    given = [word for flag, value in settings.items() for word in (flag, value)] + [switch] * bool(switch)
-    return " ".join([*env, shlex.join([program(sys.executable or "python"), script, *kept, *given])])
-
-
-def program(path: str) -> str:
-    """How to name the program at `path` in a command a user pastes: relative to the working folder when it lies
-    below it (`.venv/bin/python`, `./python`), else the absolute path; never a bare name that PATH would resolve
-    to another program (or to none: the venv's `wandb` is on PATH only inside the venv)."""
-    relative = os.path.relpath(path)
-    if relative.startswith(".."):
-        return path
-    return relative if os.sep in relative else os.path.join(".", relative)
 
 
 def stop_message(stop: Stopped, last_checkpoint: str | None, resume: str) -> str:

@@ -10,11 +10,10 @@ from pathlib import Path
 
 from common.checkpoints import read_checkpoint
 from common.errors import CheckpointError, DataNotFoundError, InputError
+from common.runs import data_settings, run_record
 from datamodules.corpus_readers import iter_aligned, iter_lines
 from datamodules.languages import parse_direction
 from datamodules.sources import SPLITS, corpus_source
-
-from .model_card import data_settings, run_record
 
 
 def add_input_arguments(parser) -> None:
@@ -27,7 +26,7 @@ def add_input_arguments(parser) -> None:
     group.add_argument("--dataset", help="--format hf: a Hugging Face dataset (default: local files in --data-dir)")
     group.add_argument("--dataset-config", help="--format hf: the dataset's configuration")
     group.add_argument("--src-lang", help="the input's language (default: from the run that made the model, or --src's name)")
-    # --tgt-lang, the outputs' language, is the decoding flag (deploy.engines): a multilingual model is asked for it
+    # --tgt-lang, the outputs' language, is the decoding flag (inference.flags): a multilingual model is asked for it
 
 
 def languages(args, engine) -> tuple[str, str]:

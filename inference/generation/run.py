@@ -1,12 +1,11 @@
 """The processes of scripts/generate.py: Lightning's prediction loop, on one process or under DDP, over the shards of
-a plan (deploy/generation.py). Each rank takes the shards not yet written round-robin (the list of written ones is
-rank 0's, broadcast, so that every rank sees the same), decodes each shard's planned batches, and writes the shard
-whole as soon as its last batch is done. A stop (SIGTERM, SIGINT, the time limit) ends each rank once the shard it
-is decoding is written; a SIGKILL loses that shard only, which the resumed run decodes again."""
+a plan (plan.py). Each rank takes the shards not yet written round-robin (the list of written ones is rank 0's,
+broadcast, so that every rank sees the same), decodes each shard's planned batches, and writes the shard whole as
+soon as its last batch is done. A stop (SIGTERM, SIGINT: common/signals.py's `defer`; the time limit) ends each rank
+once the shard it is decoding is written; a SIGKILL loses that shard only, which the resumed run decodes again."""
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import sys
 import time
@@ -18,63 +17,11 @@ import numpy as np
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from datamodules.progress import clock, eta
-from training.signals import resend_when_swallowed
+from common import signals
+from common.progress import eta, progress_line
+from common.runs import launcher_pid
 
-from .generation import Plan, complete_shards, write_shard
-
-_stop: dict[str, object] = {"why": None, "signum": None}  # why the run stops early, set by a signal or the time limit
-
-
-class StoppedAtOnce(BaseException):
-    """A second SIGTERM or SIGINT (Ctrl-C pressed twice): the run ends now rather than after the shards under way,
-    which are lost as a SIGKILL loses them; the shards written are whole (each is written atomically). A
-    BaseException, as KeyboardInterrupt, so that no `except Exception` on the way swallows it."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-def stop_reason() -> tuple[str | None, int | None]:
-    return _stop["why"], _stop["signum"]  # type: ignore[return-value]
-
-
-def catch_signals(children=()) -> dict:
-    """The first SIGTERM or SIGINT ends the run at the next shard, and reaches Lightning's child processes too (a
-    signal sent to rank 0 alone, as schedulers may); a second ends it at once (`StoppedAtOnce`), children killed.
-    Returns the handlers it replaced."""
-
-    def handle(signum, frame):
-        if _stop["signum"] is not None:
-            for child in children:
-                if child.poll() is None:
-                    child.kill()  # one may wait in a collective for this process, which no longer answers
-            raise StoppedAtOnce(signum)
-        _stop["why"], _stop["signum"] = signal.Signals(signum).name, signum  # a signal after the time limit wins
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signum)
-
-    if not _resent["installed"]:  # a second signal's StoppedAtOnce raised in a finalizer would be dropped
-        resend_when_swallowed(StoppedAtOnce)
-        _resent["installed"] = True
-    return {signum: signal.signal(signum, handle) for signum in (signal.SIGTERM, signal.SIGINT)}
-
-
-_resent = {"installed": False}
-
-
-@contextlib.contextmanager
-def stopping_at_shards():
-    """Signals caught (`catch_signals`) within the block, and no stop left over from an earlier run in this process."""
-    _stop.update(why=None, signum=None)
-    before = catch_signals()
-    try:
-        yield
-    finally:
-        for signum, handler in before.items():
-            signal.signal(signum, handler)
+from .plan import Plan, complete_shards, write_shard
 
 
 def batch_seed(seed: int, batch: int) -> int:
@@ -126,6 +73,7 @@ class ShardSampler(Sampler[int]):
     def __init__(self, plan: Plan, max_time: float | None, started: float):
         self.plan, self.max_time, self.started = plan, max_time, started
         self.shards: list[int] = []
+        self.timed_out = False
 
     def assign(self, remaining: list[int], rank: int, world: int) -> None:
         self.shards = remaining[rank::world]
@@ -134,14 +82,25 @@ class ShardSampler(Sampler[int]):
         if not self.shards:
             yield IDLE
         for k in self.shards:
-            if self.max_time is not None and time.monotonic() - self.started >= self.max_time and _stop["why"] is None:
-                _stop["why"] = "the time limit (--max-time)"
-            if _stop["why"] is not None:
+            if self.max_time is not None and time.monotonic() - self.started >= self.max_time:
+                self.timed_out = True
+            if self.stopping():
                 return
             yield from self.plan.shards[k]
 
     def __len__(self) -> int:
         return sum(len(self.plan.shards[k]) for k in self.shards) or 1
+
+    def stopping(self) -> bool:
+        """Whether the run stops at the next shard: a signal was noted (`common.signals.defer`) or the time is up."""
+        return signals.received() is not None or self.timed_out
+
+    def stop_reason(self) -> tuple[str | None, int | None]:
+        """Why the run stopped early (a signal after the time limit wins) and the signal, if any."""
+        signum = signals.received()
+        if signum is not None:
+            return signal.Signals(signum).name, signum
+        return ("the time limit (--max-time)" if self.timed_out else None), None
 
 
 class Generation(L.LightningModule):
@@ -169,7 +128,8 @@ class Generation(L.LightningModule):
 
     def on_predict_start(self) -> None:
         launcher = self.trainer.strategy.launcher
-        catch_signals(getattr(launcher, "procs", ()))  # again: Lightning put its SIGTERM handler in front of ours
+        # Again: Lightning put its SIGTERM handler in front of ours.
+        signals.defer(getattr(launcher, "procs", ()), again=True, forward=True, launcher=launcher_pid(self.trainer))
 
     def predict_step(self, batch, batch_idx: int) -> None:
         b, lines, sentences = batch
@@ -179,7 +139,7 @@ class Generation(L.LightningModule):
         if b == self.plan.shards[shard][0]:
             # Decided once a shard, at its first batch: a stop that comes later, even before a batch the sampler has
             # already chosen, lets the shard finish; one that came before skips all of it, not its first batch alone.
-            self.skipping = _stop["why"] is not None
+            self.skipping = self.sampler.stopping()
         if self.skipping:
             return
         options = self.options
@@ -207,14 +167,9 @@ class Generation(L.LightningModule):
             return
         self.printed = now
         (lines, tokens), (lines0, tokens0), elapsed = self._done(), self.at_start, now - self.started
-        parts = [f"generating: {lines:,}/{self.total:,} sentences"]
-        if elapsed > 0:
-            parts += [f"{(lines - lines0) / elapsed:,.1f} sentences/s", f"{(tokens - tokens0) / elapsed:,.0f} tok/s"]
-        parts.append(f"elapsed {clock(elapsed)}")
+        rates = {"sentences": lines - lines0, "tok": tokens - tokens0}
         left = eta(lines - lines0, self.total - lines0, elapsed)
-        if left is not None:
-            parts.append(f"eta {left}")
-        print(" | ".join(parts), file=sys.stderr, flush=True)
+        print(progress_line(f"generating: {lines:,}/{self.total:,} sentences", elapsed, rates, left), file=sys.stderr, flush=True)
 
 
 def _as_is(batch):
