@@ -47,7 +47,7 @@ def test_the_readme_runs_the_notebook_with_what_dev_installs(tmp_path):
 
 
 def test_what_a_newcomer_looks_for_is_in_the_docs():
-    readme, guide = ((ROOT / doc).read_text() for doc in ("README.md", "docs/guide.md"))
+    readme, guide = ((ROOT / doc).read_text() for doc in ("README.md", "docs/guide/pretrained.md"))
     assert "`--test false` skips it" in readme
     assert "save_pretrained('opus-mt-de-en')" in guide and "scripts/import_pretrained.py opus-mt-de-en " in guide
     ignored = subprocess.run(["git", "check-ignore", "-q", "exported/multi30k/model.bin"], cwd=ROOT)
