@@ -10,7 +10,7 @@
 Every engine decodes the same sentences in the same batches: sorted by length and cut into --batch-size chunks
 (datamodules/batching.py `map_in_length_batches`, what `translate_many` does), at --beam-size and greedy, with
 the checkpoint's length penalty and length limit. `generate` is given what makes it stop where ours stops
-(docs/guide.md, "Sharing a model"): `max_new_tokens=min(int(a * S + b), max_len - 1)`, S a sentence's source
+(docs/guide/export-deploy.md, "Sharing a model"): `max_new_tokens=min(int(a * S + b), max_len - 1)`, S a sentence's source
 in tokens, `<eos>` included, for the sentences of a batch that share that limit; its length penalty divides by
 n ** alpha where ours divides by GNMT's ((5 + n) / 6) ** alpha, so at alpha != 0 some beam outputs differ (the
 "same as ours" column counts them). The CTranslate2 rows are `deploy.ctranslate2_translator.CTranslate2Translator`

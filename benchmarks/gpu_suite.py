@@ -1,6 +1,6 @@
 """The project's GPU measurements in two parts that each fit five minutes on one H100, first step to last table
 (a cluster's debug slot), run from a checkout's root with the project's venv, or on a machine's own PyTorch without
-installing the project (its `python3` in place of `.venv/bin/python`; docs/guide.md, "The GPU suite"):
+installing the project (its `python3` in place of `.venv/bin/python`; docs/guide/gpu-suite.md):
 
     PYTHONPATH=. .venv/bin/python benchmarks/gpu_suite.py --out runs/gpu_suite                 # both parts, 10 minutes
     PYTHONPATH=. .venv/bin/python benchmarks/gpu_suite.py --out runs/gpu_suite --part speed    # within 5 minutes
@@ -27,7 +27,7 @@ pytest for the speed part, jsonargparse for scripts/fit.py) stops the suite with
 before any step; a missing optional peer (transformers, x-transformers, ctranslate2) is named in one line and its
 rows are left out. Each step writes `<step>.md` (its tables), `<step>.json` (its numbers) and `<step>.log` (its
 stderr) into --out; `suite.md` holds the device, driver, torch, CUDA, commit and every step's figures in the form
-of docs/results.md, and `suite.json` the same as numbers.
+of docs/results/benchmarks-gpu.md, and `suite.json` the same as numbers.
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def requirement_error(args) -> str | None:
 
 
 def _install_hint(pip_name: str) -> str:
-    return f"pip install '{pip_name}'; offline: benchmarks/node_wheels.txt, docs/guide.md"
+    return f"pip install '{pip_name}'; offline: benchmarks/node_wheels.txt, docs/guide/gpu-suite.md"
 
 
 # ------------------------------------------------------------------------------------------
@@ -325,7 +325,7 @@ def hardware_line(env: dict) -> str:
 
 
 def suite_markdown(args, env: dict, records: list[dict], total: float, out: Path) -> str:
-    """suite.md: docs/results.md's form (when, where, the command, then each step's figures)."""
+    """suite.md: docs/results/benchmarks-gpu.md's form (when, where, the command, then each step's figures)."""
     commit = f"`{env['commit'][:7]}`" if env["commit"][0].isalnum() and " " not in env["commit"] else env["commit"]
     commit += " with local changes" if env["dirty"] else ""
     what = "at toy size (--tiny)" if args.tiny else ("both parts" if args.part == "all" else f"the {args.part} part")

@@ -26,7 +26,7 @@ CTranslate2 in bfloat16 (and int8 weights with bfloat16 activations). MFU = 6 ·
 model's parameters counted once (tied tables once), tokens the source plus target tokens of the batch that
 are not padding; the peak is the GPU's dense bf16 rate (H100 SXM: 989 TFLOPS, NVIDIA H100 Tensor Core GPU
 datasheet; H100 PCIe 756) or --peak-tflops.
-The peers are optional (pip install -e ".[bench]", or docs/guide.md's offline wheels): a missing one is named in one
+The peers are optional (pip install -e ".[bench]", or docs/guide/gpu-suite.md's offline wheels): a missing one is named in one
 line on stderr and its rows are left out; torch.nn.Transformer is always there.
 """
 

@@ -220,7 +220,7 @@ class PreparedCorpus:
     def splits(self) -> dict[str, TokenPairs]:
         """Every split's prepared pairs, memory-mapped (prepared first if no process has), checked against the
         vocabularies: files changed in place after their build (same sizes, other bytes) must not feed the model ids
-        outside them. One pass over the maps: about 0.5 s for 4.5M pairs (docs/results.md)."""
+        outside them. One pass over the maps: about 0.5 s for 4.5M pairs (docs/results/data-scale.md)."""
         folder, meta = self.ids()
         src_tok, tgt_tok = self.tokenizers()
         dtypes = [np.dtype(d) for d in meta["dtypes"]]

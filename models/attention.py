@@ -139,7 +139,7 @@ class MultiHeadAttention(nn.Module):
 def _slow_cpu_backward(q: torch.Tensor, dropout_p: float) -> bool:
     """Whether SDPA would pick its CPU flash kernel (no dropout) for a pass that will be differentiated in
     bf16/fp16: that kernel's backward is 4-9x slower there than the math kernel's, while its forward is the
-    faster one (measured in docs/results.md, "bf16 training without dropout on the CPU"). With dropout SDPA
+    faster one (measured in docs/results/benchmarks-training.md, "bf16 training without dropout on the CPU"). With dropout SDPA
     takes the math kernel anyway."""
     return q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16) and q.requires_grad and dropout_p == 0
 

@@ -3,7 +3,7 @@
 `position_similarity`: how alike the encoder's outputs at a sentence's positions are. A network that reads its
 source gives each token its own vector (a mean cosine of 0.09 to 0.20 in trained Multi30k models); one whose encoder
 has collapsed gives every position the same vector (cosine 1), and then the decoder can only learn a language model of
-the target, whatever the source says (docs/results.md, "Many languages in one model").
+the target, whatever the source says (docs/results/multilingual.md, "Many languages in one model").
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ With none, reads standard input line by line and prints one line per input line,
 chunks of --batch-size lines so that output streams while input is still coming; an empty input
 line gives an empty output line, which keeps the output aligned with the input.
 
-Decoding tools (docs/guide.md, "Decoding"): `--nbest N` writes N lines per input, best first, as
+Decoding tools (docs/guide/decoding.md): `--nbest N` writes N lines per input, best first, as
 `INDEX<TAB>SCORE<TAB>TRANSLATION` (INDEX: the input's, from 0; SCORE: the sum of the token
 log-probabilities, <eos> included, divided by the length penalty lp = ((5 + n) / 6) ** alpha of
 beam search, alpha = 0 for greedy search and sampling); `--print-scores` adds the raw sum and each

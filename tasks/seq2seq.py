@@ -31,7 +31,7 @@ from .metrics import TokenMean, scores_by_set
 from .schedules import Schedule, adamw_with_warmup
 
 # val/encoder_similarity above this: a collapsed encoder (1.000 and 0.986 where the many-to-many collapsed; 0.09 to 0.20 in
-# trained Multi30k models, 0.62 a thousand steps into a healthy run; docs/results.md)
+# trained Multi30k models, 0.62 a thousand steps into a healthy run; docs/results/multilingual.md)
 COLLAPSED_ENCODER = 0.95
 
 SUMMARY_SAMPLES = 10  # validation sentences the best checkpoint translates in the run's summary
@@ -272,7 +272,7 @@ class Seq2SeqTransformer(L.LightningModule):
         rank_zero_info(
             f"warning: epoch {self.current_epoch} step {self.global_step}: val/encoder_similarity={similarity:.3f}: the "
             "encoder gives nearly the same vector at every source position, so the decoder cannot read the source "
-            '(a learning rate too high for the data is one cause: docs/results.md, "Many languages in one model")'
+            "(a learning rate too high for the data is one cause: docs/results/multilingual.md)"
         )
 
     def on_test_epoch_end(self) -> None:

@@ -196,8 +196,9 @@ def test_sequence_longer_than_positions_is_refused():
 
 
 def test_cpu_bf16_backward_is_routed_to_the_math_kernel_with_the_same_result(monkeypatch):
-    """SDPA's CPU flash kernel differentiates bf16 several times slower than its math kernel (docs/results.md), so a
-    pass that will be differentiated takes the math kernel; values and gradients stay those of SDPA's own choice."""
+    """SDPA's CPU flash kernel differentiates bf16 several times slower than its math kernel
+    (docs/results/benchmarks-training.md), so a pass that will be differentiated takes the math kernel; values and
+    gradients stay those of SDPA's own choice."""
     half = torch.zeros(1, dtype=torch.bfloat16, requires_grad=True)
     assert attention._slow_cpu_backward(half, 0.0)
     assert not attention._slow_cpu_backward(half, 0.1)  # dropout: SDPA takes the math kernel by itself

@@ -1,6 +1,6 @@
 """The core's invariants again on a CUDA device, where other kernels run (SDPA picks flash or memory-efficient
 attention there, cuBLAS the matrix products), and the round trip a user makes: train on a GPU, load and translate on
-a CPU. Skipped where no GPU is present, as in CI; docs/results.md says when and where they last ran."""
+a CPU. Skipped where no GPU is present, as in CI; docs/results/benchmarks-gpu.md says when and where they last ran."""
 
 from __future__ import annotations
 

@@ -272,8 +272,8 @@ def test_pipeline_translates_the_toy_set_as_ours(trained_toy):
 
 
 def test_hf_translate_benchmark_translates_as_translate_py(trained_toy, capsys):
-    """benchmarks/hf_translate.py (transformers alone, the Multi30k comparison of docs/results.md): our outputs,
-    an empty line kept as one, greedy and beam 4 at alpha 0."""
+    """benchmarks/hf_translate.py (transformers alone, the Multi30k comparison of docs/results/benchmarks-exports.md):
+    our outputs, an empty line kept as one, greedy and beam 4 at alpha 0."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import hf_translate
 

@@ -272,7 +272,7 @@ def test_the_docs_list_each_exporters_refusals():
         "Hugging Face": refused_settings(marian_shape.check_exportable),
     }
     fields = set(Seq2SeqConfig.field_names())
-    for doc in ("README.md", "docs/guide.md"):
+    for doc in ("README.md", "docs/guide/export-deploy.md"):
         text = " ".join((ROOT / doc).read_text(encoding="utf-8").split())
         sentences = re.findall(r"The (CTranslate2|Hugging Face) export refuses(.*?)\.(?:\s|$)", text)
         assert {engine for engine, _ in sentences} == set(refusals), doc

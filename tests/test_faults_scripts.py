@@ -219,7 +219,7 @@ def test_a_reader_that_goes_away_is_a_quiet_exit(ckpts, tmp_path):  # noqa: F811
         stderr = proc.stderr.read().decode()
         status = proc.wait(timeout=HANG_TIMEOUT)
     assert running, "translate.py had ended before its reader went away"
-    assert status == 141, stderr[-2000:]  # 128 + SIGPIPE, as docs/guide.md promises
+    assert status == 141, stderr[-2000:]  # 128 + SIGPIPE, as docs/guide/faults-and-exits.md promises
     for noise in ("Traceback", "BrokenPipe", "Exception ignored", "error:"):
         assert noise not in stderr, stderr[-2000:]
 

@@ -372,7 +372,7 @@ class ColumnPositions(torch.nn.Module):
 
 
 def test_a_new_norm_is_its_code_and_one_table_entry(monkeypatch):
-    """docs/guide.md's checklist: a norm registered in models.norms.NORMS alone is a value both networks' settings
+    """docs/guide/variants.md's checklist: a norm registered in models.norms.NORMS alone is a value both networks' settings
     take, and both networks build with it everywhere a norm goes and keep the invariants."""
     from models.norms import NORMS
 

@@ -5,7 +5,7 @@ autocast, is replaced here as the machine decides, in one line (`asked_precision
 summary say what ran. A GPU asked for on a machine without one is one line before anything is read
 (`check_accelerator`).
 
-Where bf16 is not native, autocast emulates it, and a step is many times slower than in fp32 (docs/results.md,
+Where bf16 is not native, autocast emulates it, and a step is many times slower than in fp32 (docs/results/benchmarks-training.md,
 "Precision and threads"). Natively, bf16 autocast is faster:
 a GPU of compute capability 8.0 or later (Ampere, Hopper, ...), a CPU with AVX-512 BF16 or AMX (recent Xeon and
 EPYC) or an Arm CPU with the BF16 extension.
