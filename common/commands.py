@@ -33,8 +33,10 @@ def resume_command(
     for `settings` ({flag: value}, in place of any value given), then `--ckpt_path last`. A script resumed by a
     flag of its own (`switch`: scripts/generate.py's `--resume`) gets that flag instead, and loses the flags
     without a value in `dropped` (its `--force`); the flags in `unset` go with their values (its `--max-time`, so
-    that the resume runs to the end)."""
+    that the resume runs to the end). Words after a `--` are another program's (scripts/ablate.py's for fit.py):
+    kept as they are, after the rest."""
     settings = {**(settings or {}), **({} if switch else {"--ckpt_path": "last"})}
+    args, tail = (args[: args.index("--")], args[args.index("--") :]) if "--" in args else (args, [])
     kept, skip = [], False
     for arg in args:
         if skip:
@@ -48,7 +50,7 @@ def resume_command(
     environment = chosen_environment() if environment is None else environment
     env = [f"{name}={shlex.quote(value)}" for name, value in environment.items()]
     given = [word for flag, value in settings.items() for word in (flag, value)] + [switch] * bool(switch)
-    return " ".join([*env, shlex.join([program(sys.executable or "python"), script, *kept, *given])])
+    return " ".join([*env, shlex.join([program(sys.executable or "python"), script, *kept, *given, *tail])])
 
 
 def program(path: str) -> str:

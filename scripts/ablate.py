@@ -30,8 +30,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import shlex
 import signal
 import statistics
 import subprocess
@@ -46,7 +44,7 @@ from common.environment import require_environment  # noqa: E402
 
 require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
 
-from common.commands import RESUME_ENVIRONMENT, program  # noqa: E402
+from common.commands import program, resume_command  # noqa: E402
 from common.errors import InputError, OutputError  # noqa: E402
 from common.exits import exit_on_user_error, write_fault, writing_to  # noqa: E402
 from common.files import atomic_output, atomic_write_text  # noqa: E402
@@ -264,15 +262,6 @@ def finished(folder: Path) -> dict | None:
     return result if result and result["status"] == 0 else None
 
 
-def resume_command(argv: list[str]) -> str:
-    """This sweep's command with --resume (before any `--`, whose words are fit.py's), as the user would paste it: the
-    interpreter running it and the environment settings that change what a run does (common.signals)."""
-    head, tail = (argv[: argv.index("--")], argv[argv.index("--") :]) if "--" in argv else (argv, [])
-    env = [f"{name}={shlex.quote(os.environ[name])}" for name in RESUME_ENVIRONMENT if os.environ.get(name)]
-    again = [*head, *([] if "--resume" in head else ["--resume"]), *tail]
-    return " ".join([*env, shlex.join([program(sys.executable or "python"), "scripts/ablate.py", *again])])
-
-
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     """A full disk or an unwritable --out or --root is one line naming it, exit status 1; --out's place
@@ -320,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"stopped by {name}: {len(results)} of {len(plan)} runs finished" + (":\n" if results else "."))
             if results:
                 say(table(results, recipe, extra))
-            say(f"resume the rest with: {resume_command(argv)}")
+            say(f"resume the rest with: {resume_command(argv, 'scripts/ablate.py', switch='--resume')}")
             raise Stopped(stop.signum)  # out of the outputs: --out is written only with a complete table
         text = table(results, recipe, extra)
         say(text)

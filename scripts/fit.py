@@ -32,6 +32,9 @@ with signals.exit_on_stop():
     from common.commands import chosen_environment, resume_command
     from common.errors import TrainingDivergedError
     from common.exits import EXIT_NOTHING_TO_DO, USER_ERRORS, exit_on_user_error
+    from training.noise import silence
+
+    silence()  # before Lightning loads: some of its lines come at import
     from training.checkpointing import checkpoint_step
     from training.cli import DEFAULT_CONFIG, TransformerCLI, run_fit
     from training.resume import NothingToTrain, last_checkpoint

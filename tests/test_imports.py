@@ -77,6 +77,14 @@ def test_the_packages_load_what_their_names_need_when_first_used():
     code = "import common, models, datamodules, training, inference, tasks, deploy, models.checks, inference.options"
     result, modules, _ = traced("-c", code)
     assert result.returncode == 0 and not packages(modules) & HEAVY, result.stderr[-3000:]
+    # Nor do they change anything: no warning filtered, no logger touched, until a run starts.
+    code = (
+        "import logging, warnings; before = list(warnings.filters), logging.root.manager.loggerDict.copy(); "
+        "import common, models, datamodules, training, inference, tasks, deploy; "
+        "assert (list(warnings.filters), logging.root.manager.loggerDict) == before, 'import changed something'"
+    )
+    result = run([sys.executable, "-c", code])
+    assert result.returncode == 0, result.stderr[-3000:]
     code = "from datamodules import ToyTranslationDataModule, Vocab; from models import Seq2SeqNet; import sys"
     result = run([sys.executable, "-c", f"{code}; print(*sys.modules)"])
     modules = set(result.stdout.split())

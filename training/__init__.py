@@ -5,8 +5,7 @@ they reach the disk (checkpoint_io.py); what a run leaves behind (records.py); t
 (callbacks.py); Lightning's private state read in one place (lightning_internals.py); the W&B logger that never
 prompts (loggers.py); the precision a run trains in (precision.py); where a time limit stops the schedule, and the
 schedule fitted to it (time_budget.py). Errors, exit statuses, atomic writes and checkpoint reading are common/'s; the tasks
-themselves are in tasks/."""
+themselves are in tasks/.
 
-from .noise import silence
-
-silence()  # Lightning's and torch's messages no user can act on, for every entry point and notebook (noise.py)
+Importing it runs nothing: the messages no user can act on are filtered when a run starts (`TransformerCLI`); a
+notebook that drives Lightning itself calls `training.noise.silence()` for the same."""
