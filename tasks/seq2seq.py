@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 from typing import get_args
@@ -14,7 +13,6 @@ from lightning.pytorch.utilities import rank_zero_info
 from torchmetrics.classification import MulticlassAccuracy
 
 from common.errors import CheckpointError, HyperparameterError
-from common.progress import translation_progress
 from datamodules.batching import Seq2SeqBatch
 from datamodules.tokenizers import same_vocabulary, tokenizer_from_dict
 from inference.networks import TRANSLATION, build_network, read_network, read_pretrained
@@ -29,6 +27,7 @@ from .figures import attached_trainer, attention_figure, save_and_log_figure
 from .loading import load_task
 from .metrics import TokenMean, scores_by_set
 from .schedules import Schedule, adamw_with_warmup
+from .scored_sets import scored_sets, translate_shared
 
 # val/encoder_similarity above this: a collapsed encoder (1.000 and 0.986 where the many-to-many collapsed; 0.09 to 0.20 in
 # trained Multi30k models, 0.62 a thousand steps into a healthy run; docs/results/multilingual.md)
@@ -208,41 +207,11 @@ class Seq2SeqTransformer(L.LightningModule):
         trainer = attached_trainer(self)
         return bool(n) and n > 0 and trainer is not None and not trainer.sanity_checking and (self.current_epoch + 1) % n == 0
 
-    def _sets(self, stage: str, limit: int | None = None) -> list[tuple[str, list[tuple[str, str]], bool]]:
-        """(name, pairs, in the mean) of each set `stage` scores, its first `limit` sentences: a multilingual data
-        module's directions (its `eval_sets`: tasks.metrics.scores_by_set), or one unnamed set of `{stage}_pairs()`."""
-        datamodule = getattr(attached_trainer(self), "datamodule", None)
-        if callable(sets := getattr(datamodule, "eval_sets", None)):
-            found = [(s.name, list(s.pairs), s.in_mean) for s in sets(stage)]
-        else:
-            found = [("", list(get()), True)] if callable(get := getattr(datamodule, f"{stage}_pairs", None)) else []
-        return [(name, pairs[:limit], in_mean) for name, pairs, in_mean in found if pairs]
-
-    def _translate_shared(self, sources: list[str], beam_size: int) -> list[str]:
-        """Translate `sources`, each process its share (every world_size-th sentence) under DDP;
-        every process gets all hypotheses back in input order. The test's (a beam search, minutes) shows its
-        progress as scripts/evaluate.py does: rank zero's share."""
-        world = self.trainer.world_size
-        distributed = world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized()
-        share = sources[self.trainer.global_rank :: world] if distributed else sources
-        shown = self.trainer.testing and self.trainer.is_global_zero
-        progress = translation_progress(share, self.translator.batch_size, "test: translating") if shown else None
-        with progress or contextlib.nullcontext() as on_batch:
-            hyps = self.translate_many(share, beam_size=beam_size, on_batch=on_batch)
-        if not distributed:
-            return hyps
-        gathered: list[list[str] | None] = [None] * world
-        torch.distributed.all_gather_object(gathered, hyps)
-        ordered: list[str] = [""] * len(sources)
-        for r, part in enumerate(gathered):
-            ordered[r::world] = part
-        return ordered
-
     def _score(self, sets: list, stage: str, beam_size: int) -> None:
         if not sets:
             return
         sources = [s for _, pairs, _ in sets for s, _ in pairs]
-        hyps = self._translate_shared(sources, beam_size)
+        hyps = translate_shared(self, sources, beam_size)
         values, lines, signatures = scores_by_set(stage, sets, hyps)
         for key, value in values.items():  # every process holds the same scores: no sync needed
             self.log(key, value, prog_bar=key == f"{stage}/bleu", batch_size=len(sources))
@@ -258,7 +227,7 @@ class Seq2SeqTransformer(L.LightningModule):
         self._warn_if_the_encoder_collapsed()
         if not self._bleu_due():
             return
-        sets = self._sets("val", self.hparams.bleu_val_sentences)  # None: the whole split
+        sets = scored_sets(attached_trainer(self), "val", self.hparams.bleu_val_sentences)  # None: the whole split
         self._score(sets, "val", beam_size=1)
         if self.hparams.attention_maps > 0 and sets:
             sources = [s for s, _ in sets[0][1][: self.hparams.attention_maps]]
@@ -280,7 +249,9 @@ class Seq2SeqTransformer(L.LightningModule):
         loaders = self.trainer.test_dataloaders
         total = sum(len(dl) for dl in (loaders if isinstance(loaders, (list, tuple)) else [loaders]))
         share = min(1.0, sum(self.trainer.num_test_batches) / total) if total else 1.0
-        sets = [(name, pairs[: math.ceil(share * len(pairs))], in_mean) for name, pairs, in_mean in self._sets("test")]
+        sets = [
+            (name, pairs[: math.ceil(share * len(pairs))], in_mean) for name, pairs, in_mean in scored_sets(self.trainer, "test")
+        ]
         self._score(sets, "test", beam_size=self.hparams.eval_beam_size)
 
     def attention_map(self, sentence: str, raw_pieces: bool | None = None, layer: int = -1):

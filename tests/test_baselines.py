@@ -313,9 +313,10 @@ model = Seq2SeqTransformer.load_from_checkpoint({ckpt!r}, map_location="cpu")
 decoded = []
 translate_many = model.translate_many
 model.translate_many = lambda sources, **kw: decoded.extend(sources) or translate_many(sources, **kw)
-shared = model._translate_shared
+import tasks.seq2seq as task
+shared = task.translate_shared
 hyps = []
-model._translate_shared = lambda sources, beam: hyps.extend(shared(sources, beam)) or hyps
+task.translate_shared = lambda module, sources, beam: hyps.extend(shared(module, sources, beam)) or hyps
 dm = ParallelCorpusDataModule(data_dir={data!r}, download=False, src_tokenizer="bpe", tgt_tokenizer="bpe",
                               src_vocab_size=150, tgt_vocab_size=150, max_tokens=400, max_len=48)
 dm.tokenizers = model.hparams.tokenizers

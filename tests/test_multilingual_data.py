@@ -13,6 +13,7 @@ import pytest
 import torch
 from sacrebleu.metrics import BLEU, CHRF
 
+import tasks.seq2seq as task
 from common.errors import CorpusFormatError, DataNotFoundError, HyperparameterError
 from datamodules.languages import source_tag, target_tag
 from datamodules.multilingual import MultilingualCorpusDataModule
@@ -179,14 +180,14 @@ def test_each_direction_is_scored_and_the_mean_is_their_mean():
 
 
 @pytest.mark.parametrize("limit", [1, 1.0])
-def test_limit_test_batches_shortens_the_decoding_test_of_every_direction(tmp_path, limit):
+def test_limit_test_batches_shortens_the_decoding_test_of_every_direction(tmp_path, limit, monkeypatch):
     """`--trainer.limit_test_batches` keeps a share of the test's batches (1 of 3 here; 1.0: all): the beam-decoded
     test keeps the same share of each direction's sentences, its first (a whole many-to-many test is minutes)."""
     dm = module(tmp_path)
     net = Seq2SeqSettings(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32, max_len=24)
     model = Seq2SeqTransformer(tokenizers=dm.tokenizers, net=net, attention_maps=0, eval_beam_size=1)
     decoded = []
-    model._translate_shared = lambda sources, beam_size: decoded.extend(sources) or ["a"] * len(sources)
+    monkeypatch.setattr(task, "translate_shared", lambda module, sources, beam: decoded.extend(sources) or ["a"] * len(sources))
     quiet_trainer(tmp_path, limit_test_batches=limit).test(model, datamodule=dm, verbose=False)
     batches = len(dm.test_dataloader())
     assert batches == 3
@@ -195,7 +196,7 @@ def test_limit_test_batches_shortens_the_decoding_test_of_every_direction(tmp_pa
     assert len(decoded) < sum(len(d.pairs) for d in dm.eval_sets("test")) / 2 if isinstance(limit, int) else True
 
 
-def test_validation_and_test_log_every_direction_and_their_mean(tmp_path):
+def test_validation_and_test_log_every_direction_and_their_mean(tmp_path, monkeypatch):
     dm = module(tmp_path, test_pairs=["fr-cs"])
     net = Seq2SeqSettings(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32, max_len=24)
     model = Seq2SeqTransformer(tokenizers=dm.tokenizers, net=net, attention_maps=0, bleu_val_sentences=3, eval_beam_size=1)
@@ -204,7 +205,9 @@ def test_validation_and_test_log_every_direction_and_their_mean(tmp_path):
         # An untrained model scores 0 everywhere: the outputs here are each source's own reference, but for fr-en
         # nothing, so each direction's score says whose hypotheses it was given.
         answers = {src: "" if s.name == "fr-en" else ref for s in dm.eval_sets(stage) for src, ref in s.pairs}
-        model._translate_shared = lambda sources, beam_size, answers=answers: [answers[src] for src in sources]
+        monkeypatch.setattr(
+            task, "translate_shared", lambda module, sources, beam, answers=answers: [answers[s] for s in sources]
+        )
         metrics = run_stage(model, datamodule=dm, verbose=False)[0]
         names = ["de-en", "fr-en", "en-cs"] + (["fr-cs"] if stage == "test" else [])
         assert metrics[f"{stage}/bleu/de-en"] == pytest.approx(100) and metrics[f"{stage}/bleu/fr-en"] == 0
