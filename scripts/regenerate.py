@@ -80,17 +80,14 @@ def with_refusals(text: str) -> str:
     return REFUSALS.sub(lambda m: f"{m.group(1)}{lists[' '.join(m.group(2).split())]}.", text)
 
 
-def main(argv: list[str] | None = None) -> list[Path]:
+def main(argv: list[str] | None = None) -> None:
     argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False).parse_args(argv)
     targets = [(p, sweep_of_variants) for p in sorted((ROOT / "configs" / "sweeps").glob("*.yaml"))]
-    written = []
     for path, generate in targets + [(ROOT / doc, with_refusals) for doc in DOCS]:
         old = path.read_text(encoding="utf-8")
         if (new := generate(old)) != old:
             path.write_text(new, encoding="utf-8")
-            written.append(path)
             print(f"rewrote {path.relative_to(ROOT)}")
-    return written
 
 
 if __name__ == "__main__":
