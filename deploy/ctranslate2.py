@@ -36,11 +36,12 @@ from common.files import atomic_output
 from datamodules.languages import tokens_of
 from datamodules.vocab import PAD, SPECIAL_TOKENS
 from inference.options import CHECKPOINT_DEFAULTS
+from models.activations import ACTIVATIONS
 from models.config import Seq2SeqConfig
 from models.positional import SinusoidalPositionalEncoding
 
 from .choices import QUANTIZATIONS  # named without torch, for scripts/export.py's flags
-from .verify import ANY, COMMON, ExportError, Weights, check_greedy, check_scores, check_settings, only, probes
+from .verify import ANY, COMMON, ExportError, Rule, Weights, check_greedy, check_scores, check_settings, only, probes
 
 TOKENIZERS_FILE = "tokenizers.json"  # our tokenizers and decoding defaults, beside CTranslate2's model.bin
 
@@ -54,12 +55,14 @@ def _ctranslate2():
 
 
 ENGINE = "CTranslate2"
-_ACTIVATIONS = ("relu", "gelu", "silu", "swiglu", "geglu")
 # What CTranslate2's TransformerSpec computes as we do, for every field of the network's settings
 # (models/config.py: Seq2SeqConfig); a field missing here is refused until someone decides (tests/test_export_settings.py).
 ALLOWED = {
     **COMMON,
-    "activation": only(*_ACTIVATIONS, why=f"CTranslate2's feed-forwards are {', '.join(_ACTIVATIONS)}"),
+    "activation": Rule(
+        lambda value, config: ACTIVATIONS[value].ctranslate2 is not None,
+        "its entry in models/activations.py names no CTranslate2 activation",
+    ),
     "layer_norm_eps": ANY,
     "norm_first": ANY,
     "bias": ANY,  # without biases: CTranslate2's LayerNorm gets a zero one
@@ -115,18 +118,14 @@ def build_spec(model):
     net = model.net
     config = net.config
     check_exportable(config)
-    activation = config.activation
-    rms = config.norm == "rmsnorm"
+    activation = ACTIVATIONS[config.activation]
     kv_heads = config.num_kv_heads or config.nhead
-    act = common_spec.Activation.GELU if activation in ("gelu", "geglu") else common_spec.Activation.RELU
-    if activation in ("swiglu", "silu"):
-        act = common_spec.Activation.SWISH
     final_norm = config.final_norm
     options = dict(
         pre_norm=final_norm,  # declares each stack's final norm; post-norm models set pre_norm back below
-        activation=act,
-        ffn_glu=activation in ("swiglu", "geglu"),
-        rms_norm=rms,
+        activation=common_spec.Activation[activation.ctranslate2],
+        ffn_glu=activation.gated,
+        rms_norm=config.norm == "rmsnorm",
         num_heads_kv=kv_heads if kv_heads != config.nhead else None,
     )
     encoder = transformer_spec.TransformerEncoderSpec(config.num_encoder_layers, config.nhead, **options)
@@ -148,7 +147,7 @@ def build_spec(model):
         prefix = f"core.encoder_layers.{i}"
         _set_attention(layer.self_attention, state, f"{prefix}.self_attn", self_attention=True)
         _set_norm(layer.self_attention.layer_norm, state, f"{prefix}.norm1")
-        _set_ffn(layer.ffn, state, f"{prefix}.ff", activation)
+        _set_ffn(layer.ffn, state, f"{prefix}.ff", activation.gated)
         _set_norm(layer.ffn.layer_norm, state, f"{prefix}.norm2")
     for i, layer in enumerate(decoder.layer):
         prefix = f"core.decoder_layers.{i}"
@@ -156,7 +155,7 @@ def build_spec(model):
         _set_norm(layer.self_attention.layer_norm, state, f"{prefix}.norm1")
         _set_attention(layer.attention, state, f"{prefix}.cross_attn", self_attention=False)
         _set_norm(layer.attention.layer_norm, state, f"{prefix}.norm2")
-        _set_ffn(layer.ffn, state, f"{prefix}.ff", activation)
+        _set_ffn(layer.ffn, state, f"{prefix}.ff", activation.gated)
         _set_norm(layer.ffn.layer_norm, state, f"{prefix}.norm3")
     decoder.projection.weight = state["generator.weight"]
     if "generator.bias" in state:  # Marian's final_logits_bias
@@ -206,8 +205,8 @@ def _set_attention(spec, state, prefix, self_attention: bool) -> None:
     _set_linear(spec.linear[-1], state, f"{prefix}.out_proj")
 
 
-def _set_ffn(spec, state, prefix, activation: str) -> None:
-    if activation in ("swiglu", "geglu"):  # our linear1 holds [gate; value]; CTranslate2 splits them
+def _set_ffn(spec, state, prefix, gated: bool) -> None:
+    if gated:  # our linear1 holds [gate; value]; CTranslate2 splits them
         weight, bias = state[f"{prefix}.linear1.weight"], state.get(f"{prefix}.linear1.bias")
         gate_w, value_w = weight.chunk(2, dim=0)
         spec.linear_0.weight, spec.linear_0_noact.weight = gate_w.contiguous(), value_w.contiguous()

@@ -22,8 +22,9 @@ import re
 
 import torch
 
+from models.activations import ACTIVATIONS
 from models.config import Seq2SeqConfig
-from models.marian import ACTIVATIONS_TO_MARIAN, state_dict_to_marian
+from models.marian import state_dict_to_marian
 from models.seq2seq import Seq2SeqNet
 
 from .verify import COMMON, ExportError, Rule, Weights, check_settings, only
@@ -45,7 +46,10 @@ class HubExportError(ExportError):
 # Seq2SeqConfig); a field missing here is refused until someone decides (tests/test_export_settings.py).
 ALLOWED = {
     **COMMON,
-    "activation": only(*ACTIVATIONS_TO_MARIAN, why="Marian's feed-forward is ungated (relu, gelu, silu)"),
+    "activation": Rule(
+        lambda value, config: bool(ACTIVATIONS[value].marian) and not ACTIVATIONS[value].gated,
+        "its entry in models/activations.py names no Marian activation; Marian's feed-forward is ungated",
+    ),
     "layer_norm_eps": only(MARIAN_LAYER_NORM_EPS, why=f"Marian's norms use {MARIAN_LAYER_NORM_EPS}"),
     "norm_first": only(False, why="Marian's layers are post-norm"),
     "bias": only(True, why="Marian's linear layers and norms have biases"),

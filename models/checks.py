@@ -67,7 +67,7 @@ def one_of(options: Collection[str]) -> Check:
     def check(v):
         return None if v in options else f"must be one of {', '.join(map(repr, options))}"
 
-    check.options = tuple(options)  # what a test generated from the settings tries (tests/test_export_settings.py)
+    check.options = options  # read at each use (a table's entry added later too): what a generated test or doc lists
     return check
 
 

@@ -67,7 +67,7 @@ class TransformerConfig:
     num_decoder_layers: int = 3  # 0: an encoder alone (MnistNet's pooling heads)
     dim_feedforward: int = 1024  # the feed-forward's hidden width (of the gate and of the value when gated)
     dropout: float = 0.1  # on attention weights, the feed-forward's hidden units and each sublayer's output
-    # "relu", "gelu", "silu" (Marian's swish) or the gated "swiglu", "geglu" (models.layers.FeedForward)
+    # a name of models/activations.py's table: "relu", "gelu", "silu" (Marian's swish), the gated "swiglu", ...
     activation: str = "relu"
     layer_norm_eps: float = 1e-5  # every norm's epsilon
     norm_first: bool = False  # pre-norm (each sublayer's input normalised) instead of the paper's post-norm

@@ -24,10 +24,7 @@ import torch
 
 from common.errors import InputError
 
-# Hugging Face's activation names (transformers.activations.ACT2FN) → ours (models.activations.ACTIVATIONS).
-ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
-# Ours → the names OPUS-MT's configs use (swish for silu); the gated feed-forwards have none.
-ACTIVATIONS_TO_MARIAN = {"relu": "relu", "gelu": "gelu", "silu": "swish"}
+from .activations import ACTIVATIONS  # each entry's `marian`: Hugging Face's names for it (ACT2FN's), or none
 
 
 class MarianFormatError(InputError):
@@ -44,8 +41,9 @@ def options_from_config(config: dict, where: str = "config.json") -> dict:
         if config.get(a) != config.get(b):
             raise MarianFormatError(f"{where}: {a}={config.get(a)} differs from {b}={config.get(b)}; our core has one value")
     activation = config.get("activation_function", "gelu")
-    if activation not in ACTIVATIONS:
-        raise MarianFormatError(f"{where}: activation_function={activation!r} has no equivalent here ({', '.join(ACTIVATIONS)})")
+    ours = {theirs: name for name, entry in ACTIVATIONS.items() for theirs in entry.marian}
+    if activation not in ours:
+        raise MarianFormatError(f"{where}: activation_function={activation!r} has no equivalent here ({', '.join(ours)})")
     for flag in ("normalize_before", "add_final_layer_norm", "normalize_embedding"):  # BART's, never OPUS-MT's
         if config.get(flag):
             raise MarianFormatError(f"{where}: {flag}=true has no equivalent here (OPUS-MT models are post-norm, without it)")
@@ -57,7 +55,7 @@ def options_from_config(config: dict, where: str = "config.json") -> dict:
             num_decoder_layers=int(config["decoder_layers"]),
             dim_feedforward=int(config["encoder_ffn_dim"]),
             dropout=float(config.get("dropout", 0.1)),
-            activation=ACTIVATIONS[activation],
+            activation=ours[activation],
             norm_first=False,
             positional="sinusoidal_halves",
             max_len=int(config.get("max_position_embeddings", 512)),
@@ -86,7 +84,7 @@ def config_to_marian(config, pad_id: int, eos_id: int, bos_id: int) -> dict:
         decoder_attention_heads=c.nhead,
         encoder_ffn_dim=c.dim_feedforward,
         decoder_ffn_dim=c.dim_feedforward,
-        activation_function=ACTIVATIONS_TO_MARIAN[c.activation],
+        activation_function=ACTIVATIONS[c.activation].marian[0],  # deploy/marian_shape.py refuses one without
         dropout=c.dropout,
         attention_dropout=c.dropout,  # ours applies `dropout` there too
         activation_dropout=c.dropout,

@@ -678,3 +678,23 @@ def assert_close(got: dict, expected: dict) -> None:
     assert got.keys() == expected.keys()
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def readme_options_missing(readme: str) -> list[str]:
+    """What the README's table of research options ("## Research variants") lacks of the tables: each entry's name
+    in its setting's rows, and the file that holds the table in their `where` column ("activation: `squared_relu`")."""
+    from models import activations, norms, positional, relative
+
+    section = readme[readme.index("## Research variants") :]
+    rows = [line for line in section[: section.index("\n\n", section.index("| option |"))].splitlines() if line.startswith("| `")]
+    missing = []
+    for setting, module, table in (
+        ("activation", activations, activations.ACTIVATIONS),
+        ("norm", norms, norms.NORMS),
+        ("positional", positional, positional.POSITIONALS),
+        ("relative_bias", relative, relative.RELATIVE_BIASES),
+    ):
+        listed = " ".join(row for row in rows if row.startswith(f"| `{setting}` "))
+        where = Path(module.__file__).relative_to(ROOT).as_posix()
+        missing += [f"{setting}: `{name}`" for name in [*table, where] if f"`{name}`" not in listed]
+    return missing

@@ -12,16 +12,22 @@ with no rule in an exporter's allow-list fails `test_every_setting_has_a_rule_in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
+import shutil
 
 import pytest
 import torch
+import torch.nn.functional as F
+import yaml
 
 from datamodules.batching import frame_target, pad_sequences
 from datamodules.toy import ToyTranslationDataModule
 from datamodules.vocab import Vocab
+from models.activations import ACTIVATIONS, Activation
 from models.config import Seq2SeqConfig, Seq2SeqSettings
+from models.marian import options_from_config
 from tasks import Seq2SeqTransformer
 from tests.helpers import ROOT, save_checkpoint, script
 
@@ -278,6 +284,86 @@ def test_the_docs_list_each_exporters_refusals():
         assert {engine for engine, _ in sentences} == set(refusals), doc
         for engine, sentence in sentences:
             assert set(re.findall(r"`(\w+)`", sentence)) & fields == refusals[engine], (doc, engine, sentence)
+
+
+def test_the_docs_refusal_lists_are_what_regenerate_writes():
+    from scripts.regenerate import COMMAND, DOCS, with_refusals
+
+    for doc in DOCS:
+        text = (ROOT / doc).read_text(encoding="utf-8")
+        assert with_refusals(text) == text, f"{doc}'s list of what an export refuses is stale: run {COMMAND}"
+
+
+# ---------------------------------------------------------------------------------------------- a new activation
+
+
+# ReLU² (So et al., 2021, "Primer"): Hugging Face's relu2; CTranslate2 has no such activation.
+SQUARED_RELU = Activation(lambda x: F.relu(x).square(), marian=("relu2",))
+
+
+def test_a_new_activation_is_its_code_and_one_table_entry(tmp_path, monkeypatch):
+    """docs/guide/variants.md's checklist: an activation registered in models.activations.ACTIVATIONS and its variant file are
+    all the rest needs. The regenerated sweeps run the file and count it; the README's table check asks for the name;
+    the regenerated docs say which export refuses it; the Hugging Face export writes it under the entry's name and
+    computes ours, the CTranslate2 export (the entry names none) refuses it by name with nothing written."""
+    import training.variants
+    from scripts.regenerate import refusals, sweep_of_variants, with_refusals
+    from tests.helpers import readme_options_missing
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    monkeypatch.setitem(ACTIVATIONS, "squared_relu", SQUARED_RELU)
+    folder = shutil.copytree(training.variants.VARIANTS_DIR, tmp_path / "variants")
+    (folder / "squared_relu.yaml").write_text("fits: [text, image]\nmodel: {init_args: {net: {activation: squared_relu}}}\n")
+    monkeypatch.setattr(training.variants, "VARIANTS_DIR", folder)
+    for sweep in ("mnist_variants", "multi30k_variants"):
+        text = (ROOT / "configs" / "sweeps" / f"{sweep}.yaml").read_text()
+        new = sweep_of_variants(text)
+        values = [yaml.safe_load(t)["parameters"]["config"]["values"] for t in (text, new)]
+        assert set(values[1]) - set(values[0]) == {"configs/variants/squared_relu.yaml"} and len(values[1]) == len(values[0]) + 1
+        counts = [int(re.search(r"(\d+) (?:× \d+ )?runs", t)[1]) for t in (text, new)]
+        assert counts == [len(values[0]), len(values[1])], sweep
+    assert readme_options_missing(readme) == ["activation: `squared_relu`"]
+    assert readme_options_missing(readme.replace("\\| `geglu` |", "\\| `geglu` \\| `squared_relu` |")) == []
+    assert "`activation` squared_relu;" in refusals(ct2_export.ALLOWED)
+    assert "`activation` swiglu or geglu;" in refusals(marian_shape.ALLOWED)  # the Hugging Face export takes it
+    assert "`activation` squared_relu;" in with_refusals(readme) and "`activation` squared_relu" not in readme
+
+    model = random_model(activation="squared_relu")
+    with pytest.raises(ExportError, match=r"activation=squared_relu \(its entry in models/activations.py names no CTranslate2"):
+        export_ctranslate2(model, tmp_path / "ct2")
+    out = export_huggingface(model, tmp_path / "hf")
+    assert json.loads((out / "config.json").read_text())["activation_function"] == "relu2"
+    assert_hf_translates_as_ours(model, out)
+    assert options_from_config(json.loads((out / "config.json").read_text()))["activation"] == "squared_relu"  # and back
+    assert not (tmp_path / "ct2").exists()
+
+
+# Entries for what each engine runs: the one named, or refused by name; an entry naming the wrong function is refused
+# by the probes (its export computes otherwise than ours).
+ENTRIES = {
+    "gelu_tanh": Activation(functools.partial(F.gelu, approximate="tanh"), ctranslate2="GELUTanh", marian=("gelu_pytorch_tanh",)),
+    "reglu": Activation(F.relu, gated=True, ctranslate2="RELU"),  # gated (Shazeer, 2020): CTranslate2's ffn_glu
+    "mislabelled": Activation(lambda x: F.relu(x).square(), ctranslate2="RELU", marian=("relu",)),
+}
+
+
+@pytest.mark.parametrize("name", ENTRIES)
+def test_each_exporter_runs_what_an_activations_entry_names_or_refuses_it(tmp_path, monkeypatch, name):
+    entry = ENTRIES[name]
+    monkeypatch.setitem(ACTIVATIONS, name, entry)
+    model = random_model(activation=name)
+    for engine, named in (("ctranslate2", entry.ctranslate2), ("hf", entry.marian and not entry.gated)):
+        out = tmp_path / engine
+        if not named:
+            with pytest.raises(ExportError, match=f"activation={name} \\(its entry in models/activations.py names no"):
+                EXPORTS[engine](model, out)
+        elif name == "mislabelled":
+            with pytest.raises(ExportError, match="log-probs differ from ours"):
+                EXPORTS[engine](model, out)
+        else:
+            ORACLES[engine](model, EXPORTS[engine](model, out))
+            continue
+        assert not out.exists()
 
 
 def test_greedy_outputs_part_only_at_a_tie():

@@ -122,6 +122,21 @@ def test_a_sweep_of_variants_runs_every_variant_file_that_fits_its_recipe(path):
     assert sorted(listed) == sorted(f"configs/variants/{v.name}.yaml" for v in variants(network)), path.name
 
 
+@pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
+def test_a_sweep_file_is_what_regenerate_writes_and_its_header_counts_its_runs(path):
+    """The lists of variants and the header's count are scripts/regenerate.py's: a file left stale after a variant
+    was added (or removed) fails with the command; the count it states is its grid's, values × seeds."""
+    from scripts.regenerate import COMMAND, sweep_of_variants
+
+    text = path.read_text()
+    assert sweep_of_variants(text) == text, f"{path.name} is stale: run {COMMAND}"
+    sweep = yaml.safe_load(text)
+    if "config" in sweep["parameters"]:
+        stated = re.search(r"(\d+) (?:× (\d+) )?runs", text)
+        seeds = len(sweep["parameters"].get("seed_everything", {}).get("values", [0]))
+        assert (int(stated[1]), int(stated[2] or 1)) == (len(sweep["parameters"]["config"]["values"]), seeds)
+
+
 def test_runs_to_check_cover_every_value():
     sweep = {"parameters": {"a": {"values": [1, 2, 3]}, "b": {"min": 0.1, "max": 0.5}}}
     runs = runs_to_check(sweep)

@@ -22,7 +22,7 @@ from models.decoding import greedy_decode
 from models.layers import FeedForward
 from models.positional import RotaryEmbedding, apply_rotary
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
-from tests.helpers import BOS, EOS, PAD, TOY_MODEL, quiet_trainer, sources, tiny_net
+from tests.helpers import BOS, EOS, PAD, ROOT, TOY_MODEL, quiet_trainer, readme_options_missing, sources, tiny_net
 from training.variants import variants
 
 # Every variant file for text networks (configs/variants/), then options and combinations beyond them (a
@@ -411,25 +411,9 @@ def test_a_new_image_position_scheme_is_its_code_and_one_table_entry(monkeypatch
 
 
 def test_the_readmes_table_of_options_names_every_value_of_every_table():
-    """The README's list of the research options is held to the tables: a new entry without its line there fails."""
-    from models.activations import ACTIVATIONS
-    from models.norms import NORMS
-    from models.positional import POSITIONALS
-    from models.relative import RELATIVE_BIASES
-    from tests.helpers import ROOT
-
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Research variants") :]
-    rows = [line for line in section[: section.index("\n\n", section.index("| option |"))].splitlines() if line.startswith("| `")]
-    for setting, table in (
-        ("activation", ACTIVATIONS),
-        ("norm", NORMS),
-        ("positional", POSITIONALS),
-        ("relative_bias", RELATIVE_BIASES),
-    ):
-        listed = " ".join(row for row in rows if row.startswith(f"| `{setting}` "))
-        assert listed, setting
-        assert [name for name in table if f"`{name}`" not in listed] == [], setting
+    """The README's list of the research options is held to the tables: a new entry without its name there, or a
+    table moved to another file than its row says, fails."""
+    assert readme_options_missing((ROOT / "README.md").read_text()) == []
 
 
 # ---------------------------------------------------------------------------------------------- learning

@@ -1,0 +1,94 @@
+"""Rewrite what is derived from the tables of variants (models/activations.py, norms.py, ...) and the variant files:
+
+    .venv/bin/python scripts/regenerate.py
+
+  - each W&B sweep of variants (configs/sweeps/*.yaml with a `config` parameter): its list, every variant file that
+    fits its recipe's network (training/variants.py), and its header's count of runs;
+  - the sentences of README.md and docs/guide/export-deploy.md "The <engine> export refuses, in one line naming the setting: ...":
+    what each exporter's allow-list (`ALLOWED`) refuses of the settings, an activation by its table entry.
+tests/test_sweeps.py and tests/test_export_settings.py fail, naming this command, while a file differs from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
+
+from common.environment import require_environment  # noqa: E402
+
+require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+
+import yaml  # noqa: E402
+
+COMMAND = ".venv/bin/python scripts/regenerate.py"
+DOCS = ("README.md", "docs/guide/export-deploy.md")
+# The sentence each doc gives per engine, however its lines wrap; its list (up to the sentence's end) is generated.
+REFUSALS = re.compile(
+    r"(The (CTranslate2|Hugging Face) export refuses, in one line naming the setting[^:]*: )(.*?)\.(?=\s|$)".replace(" ", r"\s+"),
+    re.S,
+)
+
+
+def sweep_of_variants(text: str) -> str:
+    """A sweep file's text with its `config` values every variant file that fits its recipe (baseline first) and
+    its first "N runs" / "N × S runs" (S seeds) counted; a sweep of other settings comes back as it is."""
+    from training.variants import recipe_task, task_input, variants
+
+    sweep = yaml.safe_load(text)
+    if "config" not in sweep["parameters"]:
+        return text
+    recipe = ROOT / sweep["command"][sweep["command"].index("--config") + 1]
+    names = [f"configs/variants/{v.name}.yaml" for v in variants(task_input(recipe_task(recipe)))]
+    seeds = len(sweep["parameters"].get("seed_everything", {}).get("values", [0]))
+    text = re.sub(r"\d+ (× \d+ )?runs", f"{len(names)} × {seeds} runs" if seeds > 1 else f"{len(names)} runs", text, count=1)
+    listed = "".join(f"      - {name}\n" for name in names)
+    return re.sub(r"(\n  config:\n    values:\n)(      - .*\n)*", lambda m: m.group(1) + listed, text)
+
+
+def refusals(allowed) -> str:
+    """What an allow-list refuses of `Seq2SeqSettings`, field by field: the refused names of a table's field
+    (`one_of`: every entry, one added at run time too), the refused boolean, else the rule's reason."""
+    from deploy.verify import ANY
+    from models.config import Seq2SeqSettings
+
+    base, phrases = Seq2SeqSettings(), []
+    for field in dataclasses.fields(Seq2SeqSettings):
+        rule = allowed.get(field.name, ANY)
+        options = getattr(Seq2SeqSettings.CHECKS.get(field.name), "options", None)
+        if isinstance(field.default, bool):
+            options = (True, False)
+        if rule is ANY:
+            continue
+        if options is None:  # a number: the rule's reason says what it takes
+            phrases.append(f"`{field.name}` ({rule.why})")
+        elif refused := [str(v).lower() if isinstance(v, bool) else str(v) for v in options if not rule.allows(v, base)]:
+            phrases.append(f"`{field.name}` {' or '.join(refused)}")
+    return "; ".join(phrases)
+
+
+def with_refusals(text: str) -> str:
+    """`text` (a doc) with each export's refusal sentence listing what its allow-list refuses today."""
+    from deploy import ctranslate2, marian_shape
+
+    lists = {module.ENGINE: refusals(module.ALLOWED) for module in (ctranslate2, marian_shape)}
+    return REFUSALS.sub(lambda m: f"{m.group(1)}{lists[' '.join(m.group(2).split())]}.", text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False).parse_args(argv)
+    targets = [(p, sweep_of_variants) for p in sorted((ROOT / "configs" / "sweeps").glob("*.yaml"))]
+    for path, generate in targets + [(ROOT / doc, with_refusals) for doc in DOCS]:
+        old = path.read_text(encoding="utf-8")
+        if (new := generate(old)) != old:
+            path.write_text(new, encoding="utf-8")
+            print(f"rewrote {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
