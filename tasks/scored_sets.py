@@ -12,7 +12,9 @@ from common.progress import translation_progress
 
 def scored_sets(trainer, stage: str, limit: int | None = None) -> list[tuple[str, list[tuple[str, str]], bool]]:
     """(name, pairs, in the mean) of each set `stage` scores, its first `limit` sentences: a multilingual data
-    module's directions (its `eval_sets`: tasks.metrics.scores_by_set), or one unnamed set of `{stage}_pairs()`."""
+    module's directions (its `eval_sets`: tasks.metrics.scores_by_set), or one unnamed set of `{stage}_pairs()`.
+    References are the data module's raw sentences, not ids decoded back to text, which would hand SacreBLEU the
+    tokenizer's normalised text (NFKC, <unk>s, lost punctuation spacing); a data module with neither gets no BLEU."""
     datamodule = getattr(trainer, "datamodule", None)
     if callable(sets := getattr(datamodule, "eval_sets", None)):
         found = [(s.name, list(s.pairs), s.in_mean) for s in sets(stage)]

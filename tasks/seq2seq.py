@@ -198,9 +198,8 @@ class Seq2SeqTransformer(L.LightningModule):
         self._step(batch, "test", self.test_acc)
 
     # ----------------------------------------------------------------------------------------
-    # BLEU / chrF (through `translator`) and attention maps. References are the data module's raw sentences
-    # (`val_pairs()` / `test_pairs()`), not ids decoded back to text, which would hand SacreBLEU the tokenizer's
-    # normalised text (NFKC, <unk>s, lost punctuation spacing). A data module without `*_pairs()` gets no BLEU.
+    # BLEU / chrF (through `translator`; the references are the data's raw sentences: tasks/scored_sets.py) and
+    # attention maps.
 
     def _bleu_due(self) -> bool:
         n = self.hparams.bleu_every_n_epochs
