@@ -198,8 +198,7 @@ class Seq2SeqTransformer(L.LightningModule):
         self._step(batch, "test", self.test_acc)
 
     # ----------------------------------------------------------------------------------------
-    # BLEU / chrF (through `translator`; the references are the data's raw sentences: tasks/scored_sets.py) and
-    # attention maps.
+    # BLEU / chrF (through `translator`; the data's raw references: tasks/scored_sets.py) and attention maps.
 
     def _bleu_due(self) -> bool:
         n = self.hparams.bleu_every_n_epochs
