@@ -102,7 +102,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.batch_size is not None and args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
     if args.keep_closest and (args.nbest or 1) < 2:
-        parser.error("--keep-closest picks one of several outputs a line: give --nbest N (N >= 2)")
+        raise InputError("--keep-closest picks one of several outputs a line: give --nbest N (N >= 2)")
     if args.resume and args.force:
         raise InputError("--resume goes on with an output, --force replaces it: give one of them")
     args.max_time = seconds(args.max_time) if args.max_time is not None else None

@@ -446,7 +446,7 @@ def test_a_time_limit_stops_and_a_resume_with_other_options_is_refused(cases, ca
 
 def test_a_full_disk_keeps_the_shards_written_and_resumes(cases, capsys, tmp_path, monkeypatch):
     from common.files import atomic_output
-    from deploy import generation
+    from inference.generation import plan as generation
 
     real, written = generation.atomic_write_text, []
 
