@@ -186,8 +186,8 @@ def defer(children=(), again: bool = False, forward: bool = False, launcher: int
     noted signal is passed on when `forward`; `launcher`: in such a process, the pid a second signal goes to.
     Installs the handler again: Lightning puts its own SIGTERM handler in front of it for each `fit` or `predict`;
     `again` keeps a signal noted before that."""
-    global _received, _deferring, _children, _forward, _launcher
-    _received = _received if again else None
+    global _received, _deferring, _children, _forward, _launcher, _stopping
+    _received, _stopping = (_received, _stopping) if again else (None, False)  # a new run: an earlier stop is over
     _deferring, _children, _forward, _launcher = True, tuple(children), forward, launcher
     install()
 
