@@ -1,5 +1,6 @@
 """SIGTERM and SIGINT, for every script that runs long (fit, generate): how a signal reaches a run, the one
-exception that ends a run early (`Stopped`), and the line, resume command and exit status a stop ends with.
+exception that ends a run early (`Stopped`), and the line, resume command and exit status a stop ends with;
+`Relay`, for a script that runs such programs one after another (ablate).
 
 SLURM, Kubernetes and cloud schedulers send SIGTERM some seconds before they kill a job; Ctrl-C sends SIGINT.
 Lightning alone turns SIGTERM into a `SystemExit` without a code (status 0, no checkpoint), raised at points of its
@@ -208,6 +209,39 @@ def deferred():
         stop_deferring()
         for signum, handler in before.items():
             signal.signal(signum, handler)
+
+
+class Relay:
+    """SIGINT and SIGTERM while a script runs other programs one after another (scripts/ablate.py's runs): the
+    signal is noted (`signum`) and passed on to the program under way (`wait`), which stops its own way
+    (scripts/fit.py: at the end of its step, with a checkpoint; a second signal at once); the script then runs
+    no more. The programs start in a process group of their own, so Ctrl-C at a terminal reaches each once,
+    through here."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.run = None  # the subprocess.Popen under way
+        self.passed = 0  # signals passed on to it
+        for signum in SIGNALS:
+            signal.signal(signum, self._note)
+
+    def _note(self, signum: int, frame) -> None:
+        self.signum = signum
+        if self.run is not None and self.run.poll() is None:
+            self.run.send_signal(signum)
+            self.passed += 1
+
+    def wait(self, cmd: list[str], **kwargs) -> int:
+        """Run `cmd` to its end (a signal noted while it was being started reaches it too); its exit status."""
+        import subprocess
+
+        self.passed, self.run = 0, subprocess.Popen(cmd, process_group=0, **kwargs)
+        if self.signum is not None and not self.passed:
+            self._note(self.signum, None)
+        try:
+            return self.run.wait()
+        finally:
+            self.run = None
 
 
 def watch(trainer) -> None:

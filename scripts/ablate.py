@@ -48,6 +48,7 @@ from common.commands import program, resume_command  # noqa: E402
 from common.errors import InputError, OutputError  # noqa: E402
 from common.exits import exit_on_user_error, write_fault, writing_to  # noqa: E402
 from common.files import atomic_output, atomic_write_text  # noqa: E402
+from common.signals import Relay, Stopped  # noqa: E402
 from training.variants import VARIANTS_DIR, Variant, misfit, read_variant, recipe_task, task_input, variants  # noqa: E402
 
 RESULT = "result.json"  # in each run's folder, once the run has ended: what --resume reads back
@@ -103,40 +104,7 @@ def _variant(spec: str) -> Variant:
     return read_variant(path)
 
 
-class Stopped(Exception):
-    """The sweep ends early on a signal (`Interrupted`): leaves the outputs, which then write nothing."""
-
-
-class Interrupted:
-    """SIGINT and SIGTERM while the sweep runs: noted, and passed on to the run under way, which stops as
-    scripts/fit.py stops (at the end of its step, with a checkpoint; a second signal at once). The runs start in a
-    process group of their own, so Ctrl-C at a terminal reaches each one once, through here."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self.run: subprocess.Popen | None = None
-        self.passed = 0  # signals passed on to the run under way
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, self._note)
-
-    def _note(self, signum: int, frame) -> None:
-        self.signum = signum
-        if self.run is not None and self.run.poll() is None:
-            self.run.send_signal(signum)
-            self.passed += 1
-
-    def wait(self, cmd: list[str], **kwargs) -> int:
-        """Run `cmd` to its end (a signal noted while it was being started reaches it too); its exit status."""
-        self.passed, self.run = 0, subprocess.Popen(cmd, process_group=0, **kwargs)
-        if self.signum is not None and not self.passed:
-            self._note(self.signum, None)
-        try:
-            return self.run.wait()
-        finally:
-            self.run = None
-
-
-def run_one(recipe: Path, variant: Variant, seed: int, folder: Path, extra: list[str], stop: Interrupted) -> dict:
+def run_one(recipe: Path, variant: Variant, seed: int, folder: Path, extra: list[str], stop: Relay) -> dict:
     """One fit.py run; its summary.json, with the command, exit status and wall time added."""
     cmd = [sys.executable, str(ROOT / "scripts" / "fit.py"), "--config", str(recipe), "--config", str(variant.path)]
     cmd += ["--seed_everything", str(seed), "--trainer.default_root_dir", str(folder), "--trainer.enable_progress_bar", "false"]
@@ -271,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args, extra = parse_args(argv)
     recipe = Path(args.recipe)
-    stop = Interrupted()
+    stop = Relay()
     results = []
     plan = [(variant, seed) for seed in args.seeds for variant in args.variants]  # each variant once before any repeats
     with contextlib.suppress(Stopped), contextlib.ExitStack() as outputs:
