@@ -56,10 +56,10 @@ class Seq2SeqTransformer(L.LightningModule):
         bleu_val_sentences: int | None = None,  # validation BLEU on the first N sentences (of each direction, multilingual)
         attention_maps: int = 3,
         attention_raw_pieces: bool = False,
-        eval_beam_size: int = 4,
-        length_penalty: float = 1.0,
-        max_len_a: float = 1.5,
-        max_len_b: int = 10,
+        eval_beam_size: int = 4,  # validation's and test's beam (inference's own default is greedy)
+        length_penalty: float = DecodingOptions.length_penalty,  # the decoding defaults the checkpoint carries
+        max_len_a: float = DecodingOptions.max_len_a,
+        max_len_b: int = DecodingOptions.max_len_b,
         eval_batch_size: int = 64,
         compile: bool = False,
         compile_backend: str = "inductor",
