@@ -83,7 +83,7 @@ def main(argv=None) -> None:
     work = Path(tempfile.mkdtemp(prefix="ct2_parity_"))
     ckpt = Path(args.ckpt) if args.ckpt else train(args.train_steps, args.data_dir, work / "model.ckpt")
     ours = Translator.from_checkpoint(ckpt)
-    theirs = CTranslate2Translator(export_ctranslate2(ours, work / "ct2"), threads=1)
+    theirs = CTranslate2Translator(export_ctranslate2(ours, work / "ct2"), threads=1, search="exact")
     sources = [line.strip() for line in iter_lines(Path(args.src)) if line.strip()]
     sources = sources[: args.limit] if args.limit else sources
     flags = dict(beam_size=args.beam_size, nbest=args.nbest)

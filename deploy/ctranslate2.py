@@ -1,8 +1,8 @@
 """Export a trained `Seq2SeqTransformer` to CTranslate2 (https://opennmt.net/CTranslate2), the C++ inference engine
 translation models are deployed with: fused kernels, int8 weights, no Python per step. `export_ctranslate2` writes
 our weights into its `TransformerSpec`, and our tokenizers beside them (`tokenizers.json`), so that
-`deploy.ctranslate2_translator.CTranslate2Translator(out_dir).translate([...])` reads and writes text exactly as the
-checkpoint does.
+`deploy.ctranslate2_translator.CTranslate2Translator(out_dir).translate([...])` reads and writes text as the
+checkpoint does (exactly with `search="exact"`).
 
 Three details make a naive conversion translate differently, and are handled here:
   - both of our stacks end with a final norm, post-norm included (as `torch.nn.Transformer`). CTranslate2 builds

@@ -47,7 +47,7 @@ def test_toy_model_at_beam_4_with_default_flags(tmp_path, trained_toy):
     """The shipped toy model's three sentences at --beam-size 4 and its own length penalty (1.0): CTranslate2's
     beam, stopped after beam_size finished hypotheses, ended one of them early; run to the limit and ranked by
     our penalty it gives our translations, and our n-best lists with our scores."""
-    translator = CTranslate2Translator(export_ctranslate2(trained_toy, tmp_path / "ct2"))
+    translator = CTranslate2Translator(export_ctranslate2(trained_toy, tmp_path / "ct2"), search="exact")
     assert translator.options.length_penalty == 1.0
     ours = trained_toy.translate(TOY_SOURCES, beam_size=4)
     assert ours == [t for _, t in TOY_PAIRS]
@@ -60,12 +60,12 @@ def test_toy_model_at_beam_4_with_default_flags(tmp_path, trained_toy):
 
 
 def test_the_fast_search_keeps_the_toy_set_and_ranks_by_our_score(tmp_path, trained_toy):
-    """`search="fast"`: CTranslate2 ends a sentence after beam × patience finished hypotheses. At the default
+    """`search="fast"`, the default: CTranslate2 ends a sentence after beam × patience finished hypotheses. At the default
     patience (2) the toy set is right at beam 4 (at 1 it ends "I am a boy" before it finishes); its n-best lists are
     ranked and scored by ours: each score is what teacher-forced scoring of the text gives."""
     folder = export_ctranslate2(trained_toy, tmp_path / "ct2")
-    fast = CTranslate2Translator(folder, search="fast")
-    assert fast.patience == 2 and fast.translate(TOY_SOURCES, beam_size=4) == [t for _, t in TOY_PAIRS]
+    fast = CTranslate2Translator(folder)  # the default search
+    assert fast.search == "fast" and fast.patience == 2 and fast.translate(TOY_SOURCES, beam_size=4) == [t for _, t in TOY_PAIRS]
     impatient = CTranslate2Translator(folder, search="fast", patience=1)
     assert impatient.translate(TOY_SOURCES, beam_size=4) != [t for _, t in TOY_PAIRS]
     alpha = trained_toy.translator.options.length_penalty
@@ -85,7 +85,7 @@ def test_the_fast_search_stops_each_output_at_its_sentence_s_limit(tmp_path, max
     assert all(len(h.tokens) <= limit and h.tokens[-1] == fast.eos_id for row, limit in zip(found, limits) for h in row)
     assert sum(len(h.tokens) == limit for row, limit in zip(found, limits) for h in row) > 20  # <eos> forced there
     assert [row[0].text for row in found] == fast.translate(sources, beam_size=4, max_len=max_len)
-    with pytest.raises(InputError, match="the search is one of exact, fast"):
+    with pytest.raises(InputError, match="the search is one of fast, exact"):
         CTranslate2Translator(tmp_path / "ct2", search="greedy")
 
 
@@ -96,7 +96,7 @@ def test_random_model_over_many_sources_at_beam_4(tmp_path, max_len):
     <bos> are made improbable: CTranslate2's beam ranks by log-probs renormalised over the tokens it may
     generate (the module's docstring), ours by the model's own; with their mass at ~e-30 the two are the same."""
     model = biased_model(pad=-30.0, bos=-30.0)
-    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"))
+    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"), search="exact")
     sources = random_sources(60)
     flags = dict(beam_size=4, max_len=max_len)
     assert translator.translate(sources, **flags) == model.translate(sources, **flags)
@@ -145,7 +145,7 @@ def test_options_as_one_object_and_what_is_refused(tmp_path):
     """`options=` (a whole DecodingOptions) decodes as the same keywords do; given with keywords, a forced prefix
     in beam search, alignments: one InputError line each."""
     model = sharpened_model()
-    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"))
+    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"), search="exact")
     sources = random_sources(6, seed=2)
     options = translator.options.replace(beam_size=3, nbest=2, length_penalty=0.6)
     assert_same_lists(

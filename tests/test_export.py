@@ -65,7 +65,7 @@ def our_log_probs(model, sources, targets) -> torch.Tensor:
 )
 def test_exported_model_scores_every_token_as_ours(tmp_path, options):
     model = sharpened_model(**options)
-    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"))
+    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"), search="exact")
     vocab = vocabulary(model.tgt_tokenizer)
     results = translator.translator.score_batch(
         [translator.source_tokens(s) for s in SRC], [[vocab[i] for i in model.tgt_tokenizer.encode(t)] for t in TGT]
@@ -83,7 +83,7 @@ def test_post_norm_final_norm_is_exported(tmp_path):
     model = sharpened_model()
     with torch.no_grad():
         model.net.core.decoder_norm.weight.mul_(2.0)  # a norm that matters
-    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"))
+    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"), search="exact")
     vocab = vocabulary(model.tgt_tokenizer)
     result = translator.translator.score_batch(
         [translator.source_tokens(SRC[0])], [[vocab[i] for i in model.tgt_tokenizer.encode(TGT[0])]]
@@ -101,12 +101,12 @@ def assert_same_decoding(model, translator, sentences, batch_size=16):
 
 
 def test_trained_toy_model_translates_the_same(tmp_path, trained_toy):
-    translator = CTranslate2Translator(export_ctranslate2(trained_toy, tmp_path / "ct2"))
+    translator = CTranslate2Translator(export_ctranslate2(trained_toy, tmp_path / "ct2"), search="exact")
     sources = [s for s, _ in TOY_PAIRS]
     assert translator.translate(sources) == [t for _, t in TOY_PAIRS]
     assert_same_decoding(trained_toy, translator, sources + ["我 是", "学 生 我", "是 是 是"])
     before = {k: v.clone() for k, v in trained_toy.state_dict().items()}
-    int8 = CTranslate2Translator(export_ctranslate2(trained_toy, tmp_path / "int8", quantization="int8"))
+    int8 = CTranslate2Translator(export_ctranslate2(trained_toy, tmp_path / "int8", quantization="int8"), search="exact")
     assert int8.translate(sources) == [t for _, t in TOY_PAIRS]  # int8 weights: still the three pairs
     after = trained_toy.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # quantizing the export leaves the model alone
@@ -129,7 +129,7 @@ def test_model_trained_on_real_data_translates_the_same(tmp_path):
     )  # fmt: skip
     quiet_trainer(max_steps=300, limit_val_batches=0).fit(model, datamodule=dm)
     model.eval()
-    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"))
+    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"), search="exact")
     sentences = [s for s, _ in dm.test_pairs()[:64]]
     assert len(set(model.translate_many(sentences))) > 10  # it translates, not one string for everything
     assert_same_decoding(model, translator, sentences)
@@ -163,11 +163,12 @@ def test_export_and_translate_scripts(tmp_path, trained_toy):
     files = ["--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
     scored = script("evaluate", "--engine", "ctranslate2", "--model", str(out), "--compute-type", "int8", *files)
     assert scored.returncode == 0, scored.stderr[-2000:]
-    assert "engine: ctranslate2 (int8, exact search)" in scored.stdout and "SacreBLEU: 100.00" in scored.stdout
-    fast = script("evaluate", "--engine", "ctranslate2", "--model", str(out), "--ct2-search", "fast", *files)
-    assert fast.returncode == 0 and "engine: ctranslate2 (default, fast search, patience 2)" in fast.stdout, fast.stdout
-    assert "SacreBLEU: 100.00" in fast.stdout  # the toy set at beam 4 (evaluate.py's default), as the exact search
-    refused = script("evaluate", "--ckpt", str(ckpt), "--ct2-search", "fast", *files)
+    assert "engine: ctranslate2 (int8, fast search, patience 2)" in scored.stdout, scored.stdout  # the default search
+    assert "SacreBLEU: 100.00" in scored.stdout  # the toy set at beam 4 (evaluate.py's default)
+    exact = script("evaluate", "--engine", "ctranslate2", "--model", str(out), "--ct2-search", "exact", *files)
+    assert exact.returncode == 0 and "engine: ctranslate2 (default, exact search)" in exact.stdout, exact.stdout
+    assert "SacreBLEU: 100.00" in exact.stdout
+    refused = script("evaluate", "--ckpt", str(ckpt), "--ct2-search", "exact", *files)
     assert refused.returncode == 2 and "they go with --engine ctranslate2" in refused.stderr
 
     # An existing directory is kept unless --force, and --force never replaces something else.
@@ -199,8 +200,8 @@ def test_decoding_tools_through_ctranslate2_match_ours(tmp_path, trained_toy):
     what our decoding gives (alpha 0, where both searches stop alike); the scores are ours. The
     sharpened random model's outputs run to the length limit, the toy translator's end."""
     model = sharpened_model()
-    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"))
-    toy = CTranslate2Translator(export_ctranslate2(trained_toy, tmp_path / "toy"))
+    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"), search="exact")
+    toy = CTranslate2Translator(export_ctranslate2(trained_toy, tmp_path / "toy"), search="exact")
 
     def same(ours, theirs):
         assert [[h.text for h in row] for row in theirs] == [[h.text for h in row] for row in ours]
@@ -237,7 +238,9 @@ def test_decoding_tools_through_ctranslate2_match_ours(tmp_path, trained_toy):
     greedy = model.translate(SRC, beam_size=1)
     assert translator.translate(SRC, sampling=True, top_k=1, seed=0) == greedy
     samples = translator.translate(SRC, nbest=3, sampling=True, temperature=2.0, seed=1)
-    again = CTranslate2Translator(tmp_path / "ct2").translate(SRC, nbest=3, sampling=True, temperature=2.0, seed=1)
+    again = CTranslate2Translator(tmp_path / "ct2", search="exact").translate(
+        SRC, nbest=3, sampling=True, temperature=2.0, seed=1
+    )
     assert [[h.tokens for h in row] for row in again] == [[h.tokens for h in row] for row in samples]  # seeded
     assert len({h.text for row in samples for h in row}) > 4
     with pytest.raises(InputError, match="alignments"):
@@ -253,7 +256,7 @@ def test_a_model_that_ends_at_once_translates_alike_through_ctranslate2(tmp_path
     """Some of the model's best outputs are empty (`<eos>` first): CTranslate2, told our minimum length (0),
     gives them too, where its own default (1) would make it write a token first."""
     model = biased_model(eos=7.0)
-    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"))
+    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"), search="exact")
     ours = model.translate(MORE_SRC)
     assert 0 < ours.count("") < len(ours)  # some end at once, some do not
     assert translator.translate(MORE_SRC) == ours
@@ -266,7 +269,7 @@ def test_no_hypothesis_holds_pad_or_bos_in_either_engine(tmp_path):
     """A model whose likeliest tokens are <pad> and <bos>: no hypothesis of an n-best list, a sample or a
     greedy output holds either, through our decoder or CTranslate2."""
     model = biased_model(pad=12.0, bos=12.0)
-    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"))
+    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"), search="exact")
     src = model.translator.encode_sources(MORE_SRC)
     with torch.no_grad():
         memory, src_pad = model.net.encode(src)
@@ -289,9 +292,9 @@ def test_an_export_carries_the_decoding_defaults_and_reads_older_exports(tmp_pat
     out = export_ctranslate2(model, tmp_path / "ct2")
     meta = json.loads((out / TOKENIZERS_FILE).read_text())
     assert meta["decoding"] == {"length_penalty": 0.3, "max_len_a": 0.5, "max_len_b": 3}
-    assert CTranslate2Translator(out).options == model.translator.options
+    assert CTranslate2Translator(out, search="exact").options == model.translator.options
     (out / TOKENIZERS_FILE).write_text(json.dumps({k: v for k, v in meta.items() if k != "decoding"} | meta["decoding"]))
-    older = CTranslate2Translator(out)
+    older = CTranslate2Translator(out, search="exact")
     assert older.options == model.translator.options
     assert older.translate(SRC) == model.translate(SRC)
     assert all(len(t.split()) <= int(0.5 * 9 + 3) for t in older.translate(SRC))  # max_len_a × source + max_len_b
@@ -304,7 +307,7 @@ def test_translate_script_nbest_format_is_the_same_on_ctranslate2(tmp_path, trai
     argv = ["--beam-size", "2", "--nbest", "2", "--length-penalty", "0", "--print-scores", *sources]
     code, ours, err = run_script(capsys, "translate", "--ckpt", ckpt, *argv)
     assert code == 0, err
-    code, theirs, err = run_script(capsys, "translate", "--engine", "ctranslate2", "--model", out, *argv)
+    code, theirs, err = run_script(capsys, "translate", "--engine", "ctranslate2", "--model", out, "--ct2-search", "exact", *argv)
     assert code == 0, err
     assert [r[:1] + r[2:3] for r in parse(theirs)] == [r[:1] + r[2:3] for r in parse(ours)]
     for a, b in zip(parse(theirs), parse(ours)):
@@ -322,7 +325,7 @@ def test_export_makes_missing_parent_folders(tmp_path):
     out = tmp_path / "exported" / "deeper" / "toy"
     result = script("export", "--ckpt", str(ckpt), "--to", "ctranslate2", str(out))
     assert result.returncode == 0, result.stderr[-2000:]
-    assert CTranslate2Translator(out).translate(SRC) == model.translate(SRC)
+    assert CTranslate2Translator(out, search="exact").translate(SRC) == model.translate(SRC)
     (tmp_path / "a-file").write_text("not a folder\n")
     blocked = script("export", "--ckpt", str(ckpt), "--to", "ctranslate2", str(tmp_path / "a-file" / "sub" / "toy"))
     assert blocked.returncode == 1 and blocked.stderr.count("\n") == 1 and "cannot write" in blocked.stderr, blocked.stderr

@@ -208,11 +208,21 @@ def test_the_ctranslate2_export_goes_the_same_way(cases, capsys, tmp_path, train
     model = export_ctranslate2(trained_toy, tmp_path / "ct2")
     _, args, _ = cases["toy"]
     code, _, err = run_script(
-        capsys, "generate", "--engine", "ctranslate2", "--model", str(model), *args, "--output", str(tmp_path / "out")
+        capsys,
+        "generate",
+        "--engine",
+        "ctranslate2",
+        "--model",
+        str(model),
+        "--ct2-search",
+        "exact",
+        *args,
+        "--output",
+        str(tmp_path / "out"),
     )
     assert code == 0, err
     sources = lines_of(args[1])
-    translator = CTranslate2Translator(model)
+    translator = CTranslate2Translator(model, search="exact")
     expected = iter(translator.translate_many([s for s in sources if s], options=translator.options.replace(beam_size=4)))
     assert lines_of(tmp_path / "out" / "train.en") == [next(expected) if s else "" for s in sources]
 

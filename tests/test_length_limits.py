@@ -33,7 +33,9 @@ def engines(model, tmp_path_factory):
         from deploy.ctranslate2_translator import CTranslate2Translator
     except ImportError:
         return found
-    found["ctranslate2"] = CTranslate2Translator(export_ctranslate2(model, tmp_path_factory.mktemp("ct2") / "model"))
+    found["ctranslate2"] = CTranslate2Translator(
+        export_ctranslate2(model, tmp_path_factory.mktemp("ct2") / "model"), search="exact"
+    )
     return found
 
 

@@ -218,7 +218,7 @@ def test_imported_model_exported_to_ctranslate2_decodes_greedy_identically(tmp_p
 
     model = Seq2SeqTransformer.from_pretrained(str(marian_dir))
     out = export_ctranslate2(model, tmp_path / "ct2")
-    translator = CTranslate2Translator(out)
+    translator = CTranslate2Translator(out, search="exact")
     src = model.translator.encode_sources(MARIAN_SOURCES)
     ours = greedy_decode(model.net, src, model.bos_id, model.eos_id, 30)
     theirs = translator.translate_ids([translator.source_tokens(s) for s in MARIAN_SOURCES], beam_size=1, max_len=30)
