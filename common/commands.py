@@ -1,11 +1,13 @@
 """The commands a run prints for its user to paste: the one that resumes it (`resume_command`: after a signal, a
-time limit, or a corpus generation stopped part-way), and how to name this interpreter in it (`program`)."""
+time limit, or a corpus generation stopped part-way), and how to name this interpreter in it (`program`); and the
+stored help of the commands whose parser takes seconds to build (`answer_stored_help`)."""
 
 from __future__ import annotations
 
 import os
 import shlex
 import sys
+from pathlib import Path
 
 # The environment settings that change what a resumed run does or how fast it goes, kept in the resume command.
 RESUME_ENVIRONMENT = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG", "WANDB_MODE")
@@ -61,3 +63,20 @@ def program(path: str) -> str:
     if relative.startswith(".."):
         return path
     return relative if os.sep in relative else os.path.join(".", relative)
+
+
+def answer_stored_help(path: Path) -> None:
+    """With `-h` or `--help` alone on the command line: print the help stored in `path` and exit 0. scripts/fit.py's
+    and prepare.py's parsers are jsonargparse's, built from Lightning's classes after seconds of imports; the same
+    text, 80 columns wide, is written by scripts/regenerate.py from those parsers, and tests/test_imports.py fails
+    while it differs. With anything else on the command line (`--config RECIPE --help`: that recipe's values as
+    the defaults) the parser answers itself."""
+    if sys.argv[1:] not in (["-h"], ["--help"]):
+        return
+    try:
+        sys.stdout.write(path.read_text(encoding="utf-8"))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `fit.py --help | head`: the reader is gone, as `cat` ends
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(141) from None
+    raise SystemExit(0)

@@ -23,6 +23,11 @@ from common.environment import require_environment  # noqa: E402
 
 require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
 
+from common.commands import answer_stored_help  # noqa: E402
+
+if __name__ == "__main__":
+    answer_stored_help(ROOT / "scripts" / "help" / "fit.txt")  # at once, not after Lightning's imports
+
 from common import signals  # noqa: E402  (the standard library only: installed before torch loads)
 
 if __name__ == "__main__":

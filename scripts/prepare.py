@@ -24,6 +24,11 @@ from common.environment import require_environment  # noqa: E402
 
 require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
 
+from common.commands import answer_stored_help  # noqa: E402
+
+if __name__ == "__main__":
+    answer_stored_help(ROOT / "scripts" / "help" / "prepare.txt")  # at once, not after Lightning's imports
+
 import lightning as L  # noqa: E402
 from jsonargparse import ActionConfigFile  # noqa: E402
 

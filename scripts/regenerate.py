@@ -5,14 +5,21 @@
   - each W&B sweep of variants (configs/sweeps/*.yaml with a `config` parameter): its list, every variant file that
     fits its recipe's network (training/variants.py), and its header's count of runs;
   - the sentences of README.md and docs/guide/export-deploy.md "The <engine> export refuses, in one line naming the setting: ...":
-    what each exporter's allow-list (`ALLOWED`) refuses of the settings, an activation by its table entry.
-tests/test_sweeps.py and tests/test_export_settings.py fail, naming this command, while a file differs from it.
+    what each exporter's allow-list (`ALLOWED`) refuses of the settings, an activation by its table entry;
+  - scripts/help/fit.txt and prepare.txt: what `fit.py --help` and `prepare.py --help` print, from their parsers
+    (80 columns), which the scripts print at once (common.commands.answer_stored_help).
+tests/test_sweeps.py, tests/test_export_settings.py and tests/test_imports.py fail, naming this command, while a
+file differs from it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import importlib
+import io
+import os
 import re
 import sys
 from pathlib import Path
@@ -80,12 +87,33 @@ def with_refusals(text: str) -> str:
     return REFUSALS.sub(lambda m: f"{m.group(1)}{lists[' '.join(m.group(2).split())]}.", text)
 
 
+STORED_HELPS = ("fit", "prepare")  # scripts/help/<name>.txt
+
+
+def parsers_help(name: str) -> str:
+    """What scripts/<name>.py's parser prints for `--help` (fit.py's with its default recipe), 80 columns wide."""
+    script = importlib.import_module(f"scripts.{name}")
+    columns, os.environ["COLUMNS"] = os.environ.get("COLUMNS"), "80"
+    program, sys.argv[0] = sys.argv[0], f"{name}.py"  # the usage line's name, as the script run names itself
+    text = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(text), contextlib.suppress(SystemExit):
+            script.main(["--help"])
+    finally:
+        os.environ.pop("COLUMNS") if columns is None else os.environ.update(COLUMNS=columns)
+        sys.argv[0] = program
+    return text.getvalue()
+
+
 def main(argv: list[str] | None = None) -> None:
     argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False).parse_args(argv)
     targets = [(p, sweep_of_variants) for p in sorted((ROOT / "configs" / "sweeps").glob("*.yaml"))]
-    for path, generate in targets + [(ROOT / doc, with_refusals) for doc in DOCS]:
-        old = path.read_text(encoding="utf-8")
+    targets += [(ROOT / doc, with_refusals) for doc in DOCS]
+    targets += [(ROOT / "scripts" / "help" / f"{name}.txt", lambda old, name=name: parsers_help(name)) for name in STORED_HELPS]
+    for path, generate in targets:
+        old = path.read_text(encoding="utf-8") if path.is_file() else ""
         if (new := generate(old)) != old:
+            path.parent.mkdir(exist_ok=True)
             path.write_text(new, encoding="utf-8")
             print(f"rewrote {path.relative_to(ROOT)}")
 

@@ -51,7 +51,7 @@ def packages(modules: set[str]) -> set[str]:
     return {m.partition(".")[0] for m in modules}
 
 
-@pytest.mark.parametrize("name", sorted(ERRORS))
+@pytest.mark.parametrize("name", [*sorted(ERRORS), "fit", "prepare"])
 def test_a_scripts_help_loads_nothing_heavy(name):
     result, modules, _ = traced(f"scripts/{name}.py", "--help")
     assert result.returncode == 0 and "usage:" in result.stdout, result.stderr[-3000:]
@@ -102,6 +102,19 @@ def test_a_translation_run_loads_nothing_of_mnists_and_the_help_lists_every_clas
     help_text = " ".join(run([sys.executable, "scripts/fit.py", "--help"]).stdout.split())
     for name in ("tasks.MnistSequenceClassifier", "tasks.Seq2SeqTransformer", "datamodules.MNISTDataModule"):
         assert name in help_text, name
+
+
+@pytest.mark.parametrize("name", ["fit", "prepare"])
+def test_a_stored_help_is_what_the_parser_prints(name):
+    """fit.py's and prepare.py's `--help` print scripts/help/<name>.txt at once; it must be what their parsers
+    (jsonargparse's, from Lightning's classes) print, else scripts/regenerate.py writes it again."""
+    from scripts.regenerate import COMMAND, parsers_help
+
+    stored = (ROOT / "scripts" / "help" / f"{name}.txt").read_text(encoding="utf-8")
+    assert stored == parsers_help(name), f"scripts/help/{name}.txt is stale: run {COMMAND}"
+    assert stored.startswith(f"usage: {name}.py ")
+    printed = run([sys.executable, f"scripts/{name}.py", "--help"])
+    assert printed.returncode == 0 and printed.stdout == stored, printed.stderr[-3000:]
 
 
 def test_the_startup_benchmark_reports_these(tmp_path, capsys):
