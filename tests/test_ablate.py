@@ -19,6 +19,7 @@ from training.variants import VARIANTS_DIR, variants
 QUICK = ["--", "--trainer.max_steps", "4", "--trainer.logger", "CSVLogger"]  # a run's few steps, no W&B
 
 
+@pytest.mark.slow
 def test_ablation_runs_each_variant_and_writes_the_table(tmp_path):
     out = tmp_path / "ablation.md"
     result = script(
@@ -103,6 +104,7 @@ def test_a_variant_file_of_ones_own_is_labelled_by_its_file_name(tmp_path):
         parse_args(["--recipe", "configs/toy_translation.yaml", "--variants", str(own), str(namesake)])
 
 
+@pytest.mark.slow
 def test_ctrl_c_prints_the_finished_runs_and_the_command_that_resumes_the_rest(tmp_path):
     """SIGINT while the second run starts: the table of the first, and a command that, pasted, reads the first back
     and runs the second (a variant file of one's own, labelled by its name in the rows and the runs)."""
@@ -175,6 +177,7 @@ def test_each_variant_is_tested_against_the_baseline_on_the_seeds_both_ran(tmp_p
     assert "Δ" not in table(mnist, Path("configs/mnist_subset.yaml"), [])
 
 
+@pytest.mark.slow
 def test_a_translation_recipes_table_has_each_variants_difference_to_the_baseline(tmp_path):
     """End to end on a small Tatoeba corpus (the cmn-eng recipe, a tiny network, 4 steps): each run keeps its test
     translations beside its summary.json, and the table's p-value is the paired bootstrap's on them."""

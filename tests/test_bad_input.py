@@ -284,6 +284,7 @@ class PoisonWeightsAt(Callback):
                 next(pl_module.parameters()).fill_(float("nan"))
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_with_the_step(tmp_path):
     poison = '{"class_path": "tests.test_bad_input.PoisonWeightsAt", "init_args": {"step": 5}}'
     result = run(
@@ -327,6 +328,7 @@ class KillDuringSave(Callback):
         torch.save = dying_save
 
 
+@pytest.mark.slow
 def test_killed_while_saving_keeps_the_previous_checkpoint(tmp_path):
     # Epoch 0 writes the best checkpoint and last.ckpt (saves 1 and 2); epoch 1 dies by SIGKILL halfway
     # through its first save (a new best, or last.ckpt when the loss did not improve).

@@ -360,6 +360,7 @@ def test_test_decoding_is_split_across_two_processes_with_the_same_bleu(tmp_path
     "recipe, data",
     [("toy_translation", None), ("multi30k", "multi30k"), ("cmn_eng", "cmn-eng"), ("mnist_subset", "mnist"), ("mnist", "mnist")],
 )
+@pytest.mark.slow
 def test_every_recipe_trains_and_tests_on_the_shared_data(tmp_path, recipe, data):
     """Each shipped recipe as written (its sizes, EMA, checkpoint metric), a few steps on the real data."""
     from tests.helpers import fit

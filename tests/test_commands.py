@@ -120,6 +120,7 @@ def test_a_hugging_face_dataset_offline_is_one_line_at_once(tmp_path):
     assert "Retry" not in result.stderr and "thrown while requesting" not in result.stderr, result.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_a_compiled_decoder_on_a_cpu_says_nothing_of_cuda(ckpts, tmp_path):
     # A CUDA toolkit and no GPU: torch notes "No CUDA runtime is found" as the compile loads its C++ tools.
     env = {**ENV, "CUDA_HOME": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""}

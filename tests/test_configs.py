@@ -202,6 +202,7 @@ def test_a_schemes_setting_takes_the_names_of_its_table_that_fit_the_network_and
                 assert torch.isfinite(net(torch.zeros(1, 1, 28, 28))).all(), (setting, name)
 
 
+@pytest.mark.slow
 def test_a_variant_file_is_refused_in_one_line_by_a_recipe_whose_network_it_does_not_fit(tmp_path):
     """configs/variants/learned2d.yaml says `fits: [image]`: with the translation recipe, one line and nothing run; with
     the MNIST recipe, a --config like any other."""

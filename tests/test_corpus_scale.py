@@ -163,6 +163,7 @@ def test_a_cache_changed_in_place_is_one_line_naming_the_file(tmp_path, damage) 
     assert f"delete {folder} and run again" in message, message
 
 
+@pytest.mark.slow
 def test_fit_on_a_cache_changed_in_place_is_one_line(tmp_path) -> None:
     data = aligned_corpus(tmp_path / "d")
     module(data).setup("fit")
@@ -195,6 +196,7 @@ def kill_when(cmd: list[str], ready, timeout: float = HANG_TIMEOUT) -> int:
     return proc.pid
 
 
+@pytest.mark.slow
 def test_prepare_killed_while_training_or_encoding_never_leaves_a_cache_that_is_used(tmp_path) -> None:
     data = aligned_corpus(tmp_path / "d", n=20_000)
     cmd = [*_prepare_args(data)]
@@ -225,6 +227,7 @@ def _prepare_args(data: Path) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_prepare_shows_bars_on_a_terminal_and_one_line_a_stage_in_a_file(tmp_path) -> None:
     import fcntl
     import pty
@@ -263,6 +266,7 @@ def test_prepare_shows_bars_on_a_terminal_and_one_line_a_stage_in_a_file(tmp_pat
     assert "encoding train" in text and "2.00k/2.00k" in text and "pairs/s" in text, text[-3000:]
 
 
+@pytest.mark.slow
 def test_two_processes_preparing_at_once_encode_the_corpus_once(tmp_path) -> None:
     data = aligned_corpus(tmp_path / "d", n=5_000)
     procs = [subprocess.Popen(_prepare_args(data), cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
@@ -276,6 +280,7 @@ def test_two_processes_preparing_at_once_encode_the_corpus_once(tmp_path) -> Non
     assert len(folders(data / ".cache", "ids")) == 1
 
 
+@pytest.mark.slow
 def test_ddp_processes_share_one_preparation(tmp_path) -> None:
     data = aligned_corpus(tmp_path / "d", n=400)
     result = fit(

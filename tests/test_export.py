@@ -115,6 +115,7 @@ def test_trained_toy_model_translates_the_same(tmp_path, trained_toy):
 CMN = SHARED_DATA / "cmn-eng"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (CMN / "cmn.txt").exists(), reason=f"real Tatoeba data absent: put cmn.txt in {CMN}")
 def test_model_trained_on_real_data_translates_the_same(tmp_path):
     """Chinese characters in, English BPE out: a few hundred steps on Tatoeba, then 64 test sentences."""
@@ -149,6 +150,7 @@ def test_options_ctranslate2_cannot_represent_are_refused(tmp_path):
         assert not (tmp_path / name).exists()
 
 
+@pytest.mark.slow
 def test_export_and_translate_scripts(tmp_path, trained_toy):
     ckpt = save_checkpoint(trained_toy, tmp_path / "toy.ckpt")
     out = tmp_path / "ct2"

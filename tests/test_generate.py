@@ -307,6 +307,7 @@ def test_more_processes_than_shards_left(cases, capsys, tmp_path):
     ],
     ids=["toy-sigkill", "multi30k-sigkill", "sampling-sigterm", "toy-two-signals"],
 )
+@pytest.mark.slow
 def test_two_processes_stopped_then_resumed_give_one_process_s_corpus(cases, capsys, tmp_path, name, flags, stop):
     """SIGKILL to both processes (the process group), or SIGTERM to rank 0 alone (which passes it on: both stop
     once their shard is written, with one line and the command that resumes), or two signals (SIGINT, then SIGTERM:

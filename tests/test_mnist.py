@@ -387,6 +387,7 @@ def test_trains_on_real_mnist_subset_far_above_chance(tmp_path):
     assert metrics["test/acc"] > 0.8, metrics  # chance is 0.1
 
 
+@pytest.mark.slow
 def test_evaluate_mnist_script_says_which_weights_and_precision_and_prints_progress(tmp_path):
     """fit.py tests a bf16-mixed recipe under autocast, evaluate_mnist.py in float32 unless told: each output
     says which, and which weights; `--precision bf16-mixed` gives what autocast gives. Standard error is a

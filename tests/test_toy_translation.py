@@ -46,6 +46,7 @@ def trained_toy(tmp_path_factory):
     return result.stdout + result.stderr, ckpts[-1]
 
 
+@pytest.mark.slow
 def test_default_recipe_learns_the_three_pairs(trained_toy):
     output, ckpt = trained_toy
     for src, tgt in TOY_PAIRS:
@@ -85,6 +86,7 @@ def test_cli_print_config_and_overrides(tmp_path):
     assert "ToyTranslationDataModule" in result.stdout
 
 
+@pytest.mark.slow
 def test_cli_trainer_flags_and_resume(tmp_path):
     run = toy_run(tmp_path, "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3")
     assert subprocess.run(run, capture_output=True, cwd=ROOT, env=ENV, timeout=HANG_TIMEOUT).returncode == 0
