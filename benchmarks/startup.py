@@ -9,7 +9,8 @@ shared with other work leaves about as it is), the heavy packages each imported 
 A help or an argument error is answered before torch, Lightning, torchvision, transformers, datasets or sacrebleu
 load (tests/test_imports.py), but for the argument errors of scripts/fit.py and prepare.py: jsonargparse builds
 their parsers from Lightning's classes, and `import lightning` loads torchmetrics, which loads torchvision,
-transformers and matplotlib where they are installed (their `--help` is the parser's text, stored: scripts/help/). The standard library only: the measuring interpreter imports nothing it measures."""
+transformers and matplotlib where they are installed (their `--help` is the parser's text, stored: scripts/help/).
+The standard library only: the measuring interpreter imports nothing it measures."""
 
 from __future__ import annotations
 

@@ -65,16 +65,37 @@ def program(path: str) -> str:
     return relative if os.sep in relative else os.path.join(".", relative)
 
 
+def help_key() -> str:
+    """The versions a stored help was written under (Python, jsonargparse, Lightning, torch): what, beside our code,
+    decides what the parser prints. A stored help is printed only under the same key."""
+    from importlib.metadata import version
+
+    versions = [f"{name} {version(name)}" for name in ("jsonargparse", "lightning", "torch")]
+    return "; ".join([f"python {sys.version_info.major}.{sys.version_info.minor}", *versions])
+
+
+def stored_help(path: Path, key: str) -> str | None:
+    """The help stored in `path` (its first line `# key: KEY`, then the text), if it was written under `key`."""
+    try:
+        first, _, text = path.read_text(encoding="utf-8").partition("\n")
+    except OSError:
+        return None
+    return text if first == f"# key: {key}" else None
+
+
 def answer_stored_help(path: Path) -> None:
-    """With `-h` or `--help` alone on the command line: print the help stored in `path` and exit 0. scripts/fit.py's
-    and prepare.py's parsers are jsonargparse's, built from Lightning's classes after seconds of imports; the same
-    text, 80 columns wide, is written by scripts/regenerate.py from those parsers, and tests/test_imports.py fails
-    while it differs. With anything else on the command line (`--config RECIPE --help`: that recipe's values as
-    the defaults) the parser answers itself."""
+    """With `-h` or `--help` alone on the command line: print the help stored in `path` and exit 0, if it was written
+    under these versions (`help_key`; else the parser answers, seconds later). scripts/fit.py's and prepare.py's
+    parsers are jsonargparse's, built from Lightning's classes after seconds of imports; their text, 80 columns
+    wide, is written by scripts/regenerate.py, and tests/test_imports.py fails while it differs from the parser's
+    under the same versions. With anything else on the command line (`--config RECIPE --help`: that recipe's values
+    as the defaults) the parser answers itself."""
     if sys.argv[1:] not in (["-h"], ["--help"]):
         return
+    if (text := stored_help(path, help_key())) is None:
+        return
     try:
-        sys.stdout.write(path.read_text(encoding="utf-8"))
+        sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:  # `fit.py --help | head`: the reader is gone, as `cat` ends
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

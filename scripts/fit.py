@@ -25,8 +25,9 @@ require_environment()  # another Python than the project's: one line naming .ven
 
 from common.commands import answer_stored_help  # noqa: E402
 
+HELP = ROOT / "scripts" / "help" / "fit.txt"  # the parser's `--help`, stored (scripts/regenerate.py)
 if __name__ == "__main__":
-    answer_stored_help(ROOT / "scripts" / "help" / "fit.txt")  # at once, not after Lightning's imports
+    answer_stored_help(HELP)  # at once, not after Lightning's imports
 
 from common import signals  # noqa: E402  (the standard library only: installed before torch loads)
 

@@ -15,12 +15,10 @@ file differs from it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import importlib
-import io
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -91,25 +89,27 @@ STORED_HELPS = ("fit", "prepare")  # scripts/help/<name>.txt
 
 
 def parsers_help(name: str) -> str:
-    """What scripts/<name>.py's parser prints for `--help` (fit.py's with its default recipe), 80 columns wide."""
-    script = importlib.import_module(f"scripts.{name}")
-    columns, os.environ["COLUMNS"] = os.environ.get("COLUMNS"), "80"
-    program, sys.argv[0] = sys.argv[0], f"{name}.py"  # the usage line's name, as the script run names itself
-    text = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(text), contextlib.suppress(SystemExit):
-            script.main(["--help"])
-    finally:
-        os.environ.pop("COLUMNS") if columns is None else os.environ.update(COLUMNS=columns)
-        sys.argv[0] = program
-    return text.getvalue()
+    """What scripts/<name>.py's parser prints for `--help` (fit.py's with its default recipe), 80 columns wide: in a
+    fresh interpreter, where the classes it lists as known are those a run imports (and not, say, a test's)."""
+    code = f"import sys; sys.argv = ['{name}.py']; from scripts import {name}; {name}.main(['--help'])"
+    env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
+
+
+def stored_help_text(name: str) -> str:
+    """scripts/help/<name>.txt: the key it was written under (common.commands.help_key), then the parser's help."""
+    from common.commands import help_key
+
+    return f"# key: {help_key()}\n{parsers_help(name)}"
 
 
 def main(argv: list[str] | None = None) -> None:
     argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False).parse_args(argv)
     targets = [(p, sweep_of_variants) for p in sorted((ROOT / "configs" / "sweeps").glob("*.yaml"))]
     targets += [(ROOT / doc, with_refusals) for doc in DOCS]
-    targets += [(ROOT / "scripts" / "help" / f"{name}.txt", lambda old, name=name: parsers_help(name)) for name in STORED_HELPS]
+    targets += [
+        (ROOT / "scripts" / "help" / f"{name}.txt", lambda old, name=name: stored_help_text(name)) for name in STORED_HELPS
+    ]
     for path, generate in targets:
         old = path.read_text(encoding="utf-8") if path.is_file() else ""
         if (new := generate(old)) != old:
