@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -233,8 +234,6 @@ class Relay:
 
     def wait(self, cmd: list[str], **kwargs) -> int:
         """Run `cmd` to its end (a signal noted while it was being started reaches it too); its exit status."""
-        import subprocess
-
         self.passed, self.run = 0, subprocess.Popen(cmd, process_group=0, **kwargs)
         if self.signum is not None and not self.passed:
             self._note(self.signum, None)

@@ -50,14 +50,10 @@ from common.errors import InputError
 from datamodules.batching import frame_source, map_in_length_batches
 from datamodules.languages import target_languages, with_target_tag
 from datamodules.tokenizers import tokenizer_from_dict
-from inference.options import DecodingOptions
+from inference.options import CT2_PATIENCE, CT2_SEARCHES, DecodingOptions
 from models.decoding import Hypothesis, length_penalty_factor
 
 from .ctranslate2 import TOKENIZERS_FILE, ExportError, _ctranslate2, vocabulary
-
-# Beam search on CTranslate2 (the module's docstring): "fast" (the default) lets CTranslate2 end a sentence its own
-# way, after beam × patience finished hypotheses, and ranks those by our score; "exact" gives our search's outputs.
-SEARCHES = ("fast", "exact")
 
 
 def chosen(options: DecodingOptions | None, defaults: DecodingOptions, nbest, prefixes, sentences, given: dict):
@@ -83,11 +79,11 @@ class CTranslate2Translator:
         device: str = "cpu",
         compute_type: str = "default",
         threads: int = 0,
-        search: str = SEARCHES[0],
-        patience: float = 2.0,
+        search: str = CT2_SEARCHES[0],
+        patience: float = CT2_PATIENCE,
     ):
-        if search not in SEARCHES or not (isinstance(patience, (int, float)) and patience >= 1):
-            raise InputError(f"search={search!r}, patience={patience!r}: the search is one of {', '.join(SEARCHES)}, "
+        if search not in CT2_SEARCHES or not (isinstance(patience, (int, float)) and patience >= 1):
+            raise InputError(f"search={search!r}, patience={patience!r}: the search is one of {', '.join(CT2_SEARCHES)}, "
                              "the patience a number ≥ 1")  # fmt: skip
         self.search, self.patience = search, float(patience)
         ctranslate2 = _ctranslate2()

@@ -12,7 +12,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from common.errors import InputError
-from inference.options import CHECKPOINT_DEFAULTS, DecodingOptions
+from inference.options import CHECKPOINT_DEFAULTS, CT2_PATIENCE, CT2_SEARCHES, DecodingOptions
 
 if TYPE_CHECKING:  # imported where a model loads: the scripts' flags and their checks need no torch
     from inference.translator import Translator
@@ -41,12 +41,14 @@ def add_engine_arguments(parser) -> None:
     parser.add_argument("--device", default="cpu", help="torch or CTranslate2 device (default: cpu)")
     parser.add_argument(
         "--ct2-search",
-        default="fast",
-        choices=["fast", "exact"],
+        default=CT2_SEARCHES[0],
+        choices=CT2_SEARCHES,
         help="CTranslate2's beam search: fast (ends a sentence after beam x --ct2-patience finished hypotheses, "
         "ranked by our score) or exact (our outputs; runs every beam to the length limit) (default: fast)",
     )
-    parser.add_argument("--ct2-patience", type=float, default=2.0, help="--ct2-search fast's patience, >= 1 (default: 2)")
+    parser.add_argument(
+        "--ct2-patience", type=float, default=CT2_PATIENCE, help=f"--ct2-search fast's patience, >= 1 (default: {CT2_PATIENCE:g})"
+    )
 
 
 def check_engine_arguments(parser, args) -> None:
@@ -66,7 +68,7 @@ def check_engine_arguments(parser, args) -> None:
             raise InputError(f"--device {args.device}: this machine has no CUDA device (torch finds none); use --device cpu")
     if args.engine == "ctranslate2" and args.ckpt and len(args.ckpt) > 1:
         raise InputError("CTranslate2 runs one model: an ensemble of checkpoints needs --engine torch")
-    if args.engine == "torch" and (args.ct2_search != "fast" or args.ct2_patience != 2.0):
+    if args.engine == "torch" and (args.ct2_search != CT2_SEARCHES[0] or args.ct2_patience != CT2_PATIENCE):
         parser.error("--ct2-search and --ct2-patience choose CTranslate2's search: they go with --engine ctranslate2")
     if args.ct2_patience < 1:
         parser.error(f"--ct2-patience {args.ct2_patience:g}: CTranslate2's patience is at least 1")
