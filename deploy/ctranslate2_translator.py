@@ -3,12 +3,10 @@
     translator = CTranslate2Translator("exported/multi30k")
     translator.translate(["Ein Hund rennt."], beam_size=4, nbest=2)     # each sentence's 2 best Hypothesis
 
-Our tokenizers read and write the text around a `ctranslate2.Translator`; `translate`, `translate_many` and `score`
-take the same `DecodingOptions` as our engine. Two beam searches (`search`): "exact" gives what our engine gives
-(tests/test_ctranslate2_translator.py), as below; "fast", the default, lets CTranslate2 end a sentence its own way,
-after beam × `patience` finished hypotheses, and ranks those by our score: on the Multi30k teacher 2.1x as fast as
-"exact", its BLEU within 0.1 of ours, and the toy set right at beam 4 (docs/guide/export-deploy.md). Greedy search,
-sampling, n-best scores and `score` are the same in both.
+Our tokenizers read and write the text around a `ctranslate2.Translator`, with our `DecodingOptions`. Two beam
+searches (`search`): "exact" gives what our engine gives (tests/test_ctranslate2_translator.py), as below; "fast",
+the default, lets CTranslate2 end a sentence after beam × `patience` finished hypotheses and ranks those by our
+score (docs/results/benchmarks-decoding.md: faster, BLEU within 0.1 of ours, the toy set right at beam 4).
 
   - Beam search: CTranslate2 ranks finished hypotheses by score / length ** alpha and, with alpha > 0, ends a
     sentence once `beam_size × patience` hypotheses have finished, wherever they ranked; ours ranks by GNMT's
@@ -21,9 +19,8 @@ sampling, n-best scores and `score` are the same in both.
     early; our proof that stopping early changes nothing makes our N best of that set, by our penalty, our
     search's N best. Only as many of them are scored as finding those N takes (`_hypotheses`).
   - The length limit, each source's own (`DecodingOptions.output_limits`): both end an output that reaches it with
-    `<eos>` (models/decoding.py). CTranslate2 takes one limit a batch, so the sources of one limit are searched
-    together, one token short of it; each hypothesis of its last step that did not end gets `<eos>` appended, as
-    our search forces it on the same hypotheses.
+    `<eos>` (models/decoding.py): CTranslate2 searches one token short of it and `<eos>` is appended to what its
+    last step left unfinished. It takes one limit a batch; `_search` gives each source its own.
   - Every score is ours: CTranslate2's teacher-forced log-prob of each token (`score_batch`, which scores
     `<eos>` last), divided by our length penalty. A hypothesis's score is therefore what `score` gives its text.
   - CTranslate2 bans a token by setting its logit to -inf before the softmax: the log-probs its beam ranks by
@@ -35,9 +32,8 @@ sampling, n-best scores and `score` are the same in both.
     which reorders only candidates that close (benchmarks/ctranslate2_parity.py counts them on a real model).
   - Greedy search, n-best lists and the tools map to CTranslate2's own arguments. Sampling draws from the same
     distribution with CTranslate2's generator (seeded, reproducible, not torch's draws). Forced prefixes run with
-    greedy search only: CTranslate2's beam scores a prefix and the first step after it by its own rules.
-    Alignments and our static/uncached decoders are this project's engine's. What cannot be given exactly is an
-    `InputError` line, never an approximation.
+    greedy search only: CTranslate2's beam scores a prefix and the first step after it by its own rules. What
+    cannot be given exactly (alignments, our static or uncached decoders) is an `InputError` line.
 """
 
 from __future__ import annotations
@@ -176,24 +172,32 @@ class CTranslate2Translator:
         return mapped
 
     def _search(self, sources: list[list[str]], options: DecodingOptions, prefixes=None) -> list[list[tuple[list[int], float]]]:
-        """Each source's outputs as (ids ending in `<eos>`, CTranslate2's sum of their log-probs before the
-        appended `<eos>`): all that the beam search finished, or the greedy output, or the samples. CTranslate2 takes
-        one length limit a batch: the sources are searched in groups of one limit, each source under its own."""
+        """Each source's outputs as (ids ending in `<eos>`, CTranslate2's sum of their log-probs before the appended
+        `<eos>`), each source under its own length limit. Greedy and fast searches run once under the batch's longest
+        limit: a source whose search ended before its own limit's last step keeps what it found (its steps were
+        those it takes alone); the others, the exact search and samples are searched in groups of one limit."""
         limits = self.max_output_len(sources, options)
         found: list = [None] * len(sources)
-        for limit in sorted(set(limits)):
-            group = [i for i, n in enumerate(limits) if n == limit]
-            chosen_prefixes = None if prefixes is None else [prefixes[i] for i in group]
-            mapped = self.translate_batch_options(limit, options, chosen_prefixes)
-            if mapped["max_decoding_length"] < 1:  # a limit of one token: `<eos>`, forced
-                for i in group:
-                    found[i] = [([self.eos_id], 0.0)]
-                continue
-            results = self.translator.translate_batch([sources[i] for i in group], **mapped, return_scores=True)
-            for i, r in zip(group, results):  # scores: sum / length (alpha 1)
-                row = [([self.tgt_index[tok] for tok in hyp], score * len(hyp)) for hyp, score in zip(r.hypotheses, r.scores)]
-                found[i] = [(ids if ids[-1:] == [self.eos_id] else [*ids, self.eos_id], total) for ids, total in row]
+        todo = list(range(len(sources)))
+        if not options.sampling and (self.search == "fast" or options.beam_size == 1) and len(set(limits)) > 1:
+            self._search_group(sources, todo, max(limits), options, prefixes, found)
+            # A search that ended at step t returns an output of t + 1 tokens; the last step under a limit L is L - 2.
+            todo = [i for i in todo if limits[i] < max(limits) and max(len(ids) for ids, _ in found[i]) >= limits[i] - 1]
+        for limit in sorted({limits[i] for i in todo}):
+            self._search_group(sources, [i for i in todo if limits[i] == limit], limit, options, prefixes, found)
         return found
+
+    def _search_group(self, sources, group: list[int], limit: int, options: DecodingOptions, prefixes, found: list) -> None:
+        chosen_prefixes = None if prefixes is None else [prefixes[i] for i in group]
+        mapped = self.translate_batch_options(limit, options, chosen_prefixes)
+        if mapped["max_decoding_length"] < 1:  # a limit of one token: `<eos>`, forced
+            for i in group:
+                found[i] = [([self.eos_id], 0.0)]
+            return
+        results = self.translator.translate_batch([sources[i] for i in group], **mapped, return_scores=True)
+        for i, r in zip(group, results):  # scores: sum / length (alpha 1)
+            row = [([self.tgt_index[tok] for tok in hyp], score * len(hyp)) for hyp, score in zip(r.hypotheses, r.scores)]
+            found[i] = [(ids if ids[-1:] == [self.eos_id] else [*ids, self.eos_id], total) for ids, total in row]
 
     def _reseed(self, seed: int | None) -> None:
         """CTranslate2's generators live in the translator's worker threads and take the seed when those start: a

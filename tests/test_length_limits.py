@@ -33,9 +33,9 @@ def engines(model, tmp_path_factory):
         from deploy.ctranslate2_translator import CTranslate2Translator
     except ImportError:
         return found
-    found["ctranslate2"] = CTranslate2Translator(
-        export_ctranslate2(model, tmp_path_factory.mktemp("ct2") / "model"), search="exact"
-    )
+    exported = export_ctranslate2(model, tmp_path_factory.mktemp("ct2") / "model")
+    found["ctranslate2"] = CTranslate2Translator(exported, search="exact")
+    found["ctranslate2-fast"] = CTranslate2Translator(exported, search="fast")  # searched once under the longest limit
     return found
 
 
@@ -46,7 +46,7 @@ def outputs(engine, sentences: list[str], search: dict) -> list:
 
 
 @pytest.mark.parametrize("search", SEARCHES, ids=["greedy", "beam4", "beam4-nbest2"])
-@pytest.mark.parametrize("name", ["torch", "ctranslate2"])
+@pytest.mark.parametrize("name", ["torch", "ctranslate2", "ctranslate2-fast"])
 def test_a_sentence_s_output_is_its_output_alone_in_any_batch(engines, name, search):
     if name not in engines:
         pytest.skip("pip install -e '.[deploy]'")
@@ -64,7 +64,7 @@ def test_a_sentence_s_output_is_its_output_alone_in_any_batch(engines, name, sea
         assert [row for batch in batches for row in outputs(engine, batch, search)] == alone
 
 
-@pytest.mark.parametrize("name", ["torch", "ctranslate2"])
+@pytest.mark.parametrize("name", ["torch", "ctranslate2", "ctranslate2-fast"])
 def test_translate_many_and_a_fixed_max_len_keep_each_sentence_s_output(engines, name):
     if name not in engines:
         pytest.skip("pip install -e '.[deploy]'")
