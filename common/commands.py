@@ -1,10 +1,13 @@
 """The commands a run prints for its user to paste: the one that resumes it (`resume_command`: after a signal, a
 time limit, or a corpus generation stopped part-way), and how to name this interpreter in it (`program`); and the
-stored help of the commands whose parser takes seconds to build (`answer_stored_help`)."""
+stored help of the commands whose parser takes seconds to build, and the argument errors it answers at once
+(`answer_stored_help`)."""
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -84,20 +87,56 @@ def stored_help(path: Path, key: str) -> str | None:
 
 
 def answer_stored_help(path: Path) -> None:
-    """With `-h` or `--help` alone on the command line: print the help stored in `path` and exit 0, if it was written
-    under these versions (`help_key`; else the parser answers, seconds later). scripts/fit.py's and prepare.py's
-    parsers are jsonargparse's, built from Lightning's classes after seconds of imports; their text, 80 columns
-    wide, is written by scripts/regenerate.py, and tests/test_imports.py fails while it differs from the parser's
-    under the same versions. With anything else on the command line (`--config RECIPE --help`: that recipe's values
-    as the defaults) the parser answers itself."""
-    if sys.argv[1:] not in (["-h"], ["--help"]):
-        return
+    """Answer at once from the help stored in `path`, if it was written under these versions (`help_key`; else the
+    parser answers, seconds later): `-h` or `--help` alone prints it and exits 0; an option it does not list, or a
+    `--config` file that does not exist, is one line and exit 2. scripts/fit.py's and prepare.py's parsers are
+    jsonargparse's, built from Lightning's classes after seconds of imports; their text, 80 columns wide, is
+    written by scripts/regenerate.py, and tests/test_imports.py fails while it differs from the parser's under the
+    same versions. Everything else (`--config RECIPE --help`, a value of the wrong type) the parser answers."""
     if (text := stored_help(path, help_key())) is None:
         return
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:  # `fit.py --help | head`: the reader is gone, as `cat` ends
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise SystemExit(141) from None
-    raise SystemExit(0)
+    args = sys.argv[1:]
+    if args in (["-h"], ["--help"]):
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:  # `fit.py --help | head`: the reader is gone, as `cat` ends
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(141) from None
+        raise SystemExit(0)
+    if "-h" not in args and "--help" not in args and (error := argument_error(args, text)):
+        print(f"{os.path.basename(sys.argv[0])}: error: {error}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+NUMBER = re.compile(r"-\d|-\.\d|-inf|-nan", re.IGNORECASE)  # a value such as `--trainer.max_steps -1`
+
+
+def listed_options(help_text: str) -> tuple[set[str], set[str]]:
+    """The options a stored help lists (`--a.b`, `--a.b+`, `-c`), and those whose values are classes (`--model`,
+    `--trainer.logger`: any `--model.*` is the parser's to judge) or untyped (`--trainer` of prepare.py)."""
+    names = set()
+    for line in help_text.splitlines():
+        if line.startswith("  -"):  # an option's first line; its description is indented further
+            names |= {part.split()[0] for part in line.strip().split(", ") if part.startswith("-")}
+    parents = {name.rpartition(".")[0] for name in names if "." in name}
+    open_ = {name[: -len(".help")] for name in names if name.endswith(".help")}
+    return names, open_ | {name for name in names if name not in parents}
+
+
+def argument_error(args: list[str], help_text: str) -> str | None:
+    """What the parser would refuse first, of what the stored help can tell: an option it does not list (not one
+    below an option whose value is a class), or a `--config` file that does not exist; None when it cannot tell."""
+    names, open_ = listed_options(help_text)
+    for i, arg in enumerate(args):
+        if not arg.startswith("-") or NUMBER.match(arg) or (i and args[i - 1] in ("-c", "--config")):
+            continue
+        name, _, value = arg.partition("=")
+        if name in ("-c", "--config"):
+            value = value if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
+            if value and not re.search(r"[:{\n]", value) and not Path(value).exists():
+                return f"{name} {value}: no such file"
+        elif name not in names and not any(name.startswith(f"{parent}.") for parent in open_):
+            near = difflib.get_close_matches(name, names, n=1, cutoff=0.8)
+            return f"unrecognized argument {name}" + (f"; did you mean {near[0]}?" if near else "; --help lists the options")
+    return None

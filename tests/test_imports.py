@@ -132,6 +132,66 @@ def test_a_help_stored_under_another_key_is_not_printed(tmp_path):
     assert stored_help(tmp_path / "missing.txt", "any") is None
 
 
+# Arguments for fit.py and prepare.py, and what the stored help answers at once (None: the parser's to judge).
+STORED_ANSWERS = {
+    "fit": [
+        (["--model.init_args.net.d_model", "64", "--trainer.max_steps", "-1"], None),
+        (["--trainer.logger.init_args.project", "x", "--trainer.logger", "false"], None),
+        (["-c", "configs/multi30k.yaml", "--data.data_dir", "x", "--seed_everything=3"], None),
+        (["--trainer.callbacks+=lightning.pytorch.callbacks.RichModelSummary", "--model.net.d_model", "64"], None),
+        (["--early_stopping.patience", "2", "--checkpoint.monitor", "val/loss", "--data.init_args.batch_size", "8"], None),
+        (["--trainer.max_epoch", "3"], "unrecognized argument --trainer.max_epoch; did you mean --trainer.max_epochs?"),
+        (["--checkpoint.monitr", "x"], "unrecognized argument --checkpoint.monitr; did you mean --checkpoint.monitor?"),
+        (["--foo"], "unrecognized argument --foo; --help lists the options"),
+        (["--config=missing.yaml"], "--config missing.yaml: no such file"),
+    ],
+    "prepare": [
+        (["--config", "configs/multi30k.yaml", "--trainer.max_time", "1", "--seed_everything", "1"], None),
+        (["--dat.data_dir", "x"], "unrecognized argument --dat.data_dir; --help lists the options"),
+        (["-c", "missing.yaml"], "-c missing.yaml: no such file"),
+    ],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(STORED_ANSWERS))
+def test_the_stored_help_refuses_only_what_the_parser_refuses(name):
+    """The oracle is the parser itself (with --print_config: it parses, prints and exits 0): what it accepts, the
+    stored help lets through; what the stored help refuses, it refuses too."""
+    from common.commands import argument_error
+
+    cases = STORED_ANSWERS[name]
+    code = (
+        "import contextlib, io, json, sys\n"
+        f"from scripts import {name}\n"
+        "codes = []\n"
+        "for args in json.loads(sys.argv[1]):\n"
+        "    try:\n"
+        "        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+        f"            {name}.main([*args, '--print_config'])\n"
+        "        codes.append(0)\n"
+        "    except SystemExit as stop:\n"
+        "        codes.append(stop.code)\n"
+        "print(json.dumps(codes))\n"
+    )
+    result = run([sys.executable, "-c", code, json.dumps([args for args, _ in cases])], env={**ENV, "PYTHONPATH": str(ROOT)})
+    codes = json.loads(result.stdout.splitlines()[-1])
+    text = (ROOT / "scripts" / "help" / f"{name}.txt").read_text(encoding="utf-8").partition("\n")[2]
+    for (args, said), parsed in zip(cases, codes):
+        assert argument_error(args, text) == said, args
+        assert parsed == (0 if said is None else 2), args
+
+
+@pytest.mark.parametrize("args, said", [case for case in STORED_ANSWERS["fit"] if case[1]][:2])
+def test_an_argument_error_is_one_line_at_once(args, said):
+    from common.commands import help_key, stored_help
+
+    result, modules, lines = traced("scripts/fit.py", *args)
+    assert result.returncode == 2
+    if stored_help(ROOT / "scripts" / "help" / "fit.txt", help_key()) is not None:  # else the parser answers
+        assert lines == [f"fit.py: error: {said}"] and not packages(modules) & HEAVY, sorted(packages(modules) & HEAVY)
+
+
 def test_the_startup_benchmark_reports_these(tmp_path, capsys):
     # benchmarks/startup.py, end to end on one script (the runs themselves: a few tenths of a second).
     sys.path.insert(0, str(ROOT / "benchmarks"))
