@@ -105,7 +105,7 @@ def answer_stored_help(path: Path) -> None:
             raise SystemExit(141) from None
         raise SystemExit(0)
     if "-h" not in args and "--help" not in args and (error := argument_error(args, text)):
-        print(f"{os.path.basename(sys.argv[0])}: error: {error}", file=sys.stderr)
+        print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2)
 
 
@@ -137,6 +137,7 @@ def argument_error(args: list[str], help_text: str) -> str | None:
             if value and not re.search(r"[:{\n]", value) and not Path(value).exists():
                 return f"{name} {value}: no such file"
         elif name not in names and not any(name.startswith(f"{parent}.") for parent in open_):
+            given = arg if "=" in arg or i + 1 == len(args) or args[i + 1].startswith("--") else f"{arg} {args[i + 1]}"
             near = difflib.get_close_matches(name, names, n=1, cutoff=0.8)
-            return f"unrecognized argument {name}" + (f"; did you mean {near[0]}?" if near else "; --help lists the options")
+            return f"unrecognized arguments: {given}" + (f"; did you mean {near[0]}?" if near else "; --help lists the options")
     return None
