@@ -9,6 +9,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import logging
 import os
 import random
 import shutil
@@ -17,6 +18,7 @@ import subprocess
 import sys
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 import lightning as L
 import torch
@@ -151,6 +153,26 @@ def run_script(capsys, name: str, *argv: str) -> tuple[int, str, str]:
         code = exit_info.code
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+class Ran(NamedTuple):
+    """A script's run in this process, named as `subprocess.run`'s result is."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def fit_here(capsys, caplog, root: Path, *extra: str) -> Ran:
+    """`fit` in this process: for tests of what a run does and writes, not of its process (signals, imports, the
+    interpreter's exit). Lightning's logged lines (`rank_zero_info`) join stderr, as in a child's."""
+    with caplog.at_level(logging.INFO):
+        code, out, err = run_script(
+            capsys, "fit", *extra, "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false"
+        )
+    logged = caplog.text
+    caplog.clear()
+    return Ran(code, out, err + logged)
 
 
 def parse(stdout: str) -> list[list[str]]:

@@ -419,7 +419,6 @@ def test_the_readmes_table_of_options_names_every_value_of_every_table():
 # ---------------------------------------------------------------------------------------------- learning
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("options", params, ids=ids)
 def test_every_variant_learns_the_toy_set(tmp_path, options):
     L.seed_everything(0)
@@ -427,7 +426,8 @@ def test_every_variant_learns_the_toy_set(tmp_path, options):
     model = Seq2SeqTransformer(
         tokenizers=dm.tokenizers, attention_maps=0, **{**TOY_MODEL, "net": replace(TOY_MODEL["net"], **options)}
     )
-    quiet_trainer(tmp_path, max_epochs=25).fit(model, dm)
+    # Every variant here gets the set right after its first epoch (32 updates) and stays right: 5 leave a margin.
+    quiet_trainer(tmp_path, max_epochs=5).fit(model, dm)
     sources = [s for s, _ in TOY_PAIRS]
     assert model.translate(sources) == [t for _, t in TOY_PAIRS]
     assert model.translate(sources, beam_size=3, use_cache=False) == [t for _, t in TOY_PAIRS]

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from datamodules.toy import TOY_PAIRS
-from tests.helpers import ENV, FIT, HANG_TIMEOUT, ROOT, fit, recipe_args
+from tests.helpers import ENV, FIT, HANG_TIMEOUT, ROOT, fit, fit_here, recipe_args
 
 # Lines a user can do nothing about (issue: Lightning's litlogger tip, torch's LeafSpec deprecation from
 # Lightning's _pytree.py, FLOPs Lightning did not count, the bar's "Epoch 0/-2" of max_epochs -1).
@@ -198,17 +199,19 @@ def test_two_runs_in_one_root_keep_their_own_records(tmp_path):
 @pytest.mark.parametrize(
     "logger", ["false", "CSVLogger", "TensorBoardLogger", pytest.param("AutoWandbLogger", marks=pytest.mark.slow)]
 )
-def test_a_second_run_in_one_root_overwrites_nothing_of_the_first_whatever_the_logger(tmp_path, logger):
+def test_a_second_run_in_one_root_overwrites_nothing_of_the_first_whatever_the_logger(tmp_path, logger, capsys, caplog):
+    # In this process but for wandb's, whose debug logs one process's wandb would append the second run to.
+    run = partial(fit_here, capsys, caplog) if logger != "AutoWandbLogger" else fit
     # With no logger, both runs once wrote <root>/checkpoints/last.ckpt, <root>/config.yaml and <root>/summary.json.
     short = ["--trainer.logger", logger, "--trainer.max_steps", "3", "--test", "false"]
     if logger == "AutoWandbLogger":
         short = short[2:]  # the default
-    first = fit(tmp_path, *short, "--model.init_args.net.d_model", "64")
+    first = run(tmp_path, *short, "--model.init_args.net.d_model", "64")
     assert first.returncode == 0, first.stderr[-3000:]
     # Not wandb's own links to its latest run (wandb/latest-run, wandb/debug.log), which move on to the second.
     files = [p for p in tmp_path.rglob("*") if p.is_file() and "latest-run" not in p.parts and not p.is_symlink()]
     before = {p: p.read_bytes() for p in files}
-    second = fit(tmp_path, *short, "--model.init_args.net.d_model", "32")
+    second = run(tmp_path, *short, "--model.init_args.net.d_model", "32")
     assert second.returncode == 0, second.stderr[-3000:]
     assert {p: p.read_bytes() for p in before} == before  # every file of the first run, byte for byte
     folders = sorted((json.loads(p.read_text())["last_checkpoint"], p.parent) for p in tmp_path.rglob("summary.json"))
@@ -216,12 +219,13 @@ def test_a_second_run_in_one_root_overwrites_nothing_of_the_first_whatever_the_l
     newest = max(folders, key=lambda f: Path(f[0]).stat().st_mtime)
     assert "d_model: 32" in (newest[1] / "config.yaml").read_text()
     assert Path(newest[0]).parent == newest[1] / "checkpoints"
-    resumed = fit(tmp_path, *short, "--trainer.max_steps", "4", "--model.init_args.net.d_model", "32", "--ckpt_path", "last")
+    resumed = run(tmp_path, *short, "--trainer.max_steps", "4", "--model.init_args.net.d_model", "32", "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Resuming the run in {newest[1]} from {newest[0]}" in resumed.stdout + resumed.stderr
 
 
-def test_ckpt_path_last_names_the_run_it_resumes(tmp_path):
+def test_ckpt_path_last_names_the_run_it_resumes(tmp_path, capsys, caplog):
+    fit = partial(fit_here, capsys, caplog)
     result = fit(tmp_path, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.logger", "CSVLogger")
     assert result.returncode == 0, result.stderr[-3000:]
     resumed = fit(
