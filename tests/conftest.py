@@ -67,3 +67,16 @@ def trained_toy():
     from tests.helpers import trained_toy_model
 
     return trained_toy_model()
+
+
+@pytest.fixture
+def script_here(capsys):
+    """scripts/<name>.py run in this process (`run_script`), its result named as `subprocess.run`'s: for tests of
+    what a script does, not of how it starts (tests/test_imports.py) or of its process (signals)."""
+    from tests.helpers import Ran, run_script
+
+    def run(*args: str) -> Ran:
+        capsys.readouterr()  # what the test printed before is not the script's
+        return Ran(*run_script(capsys, *args))
+
+    return run

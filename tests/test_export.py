@@ -19,7 +19,6 @@ from models.config import Seq2SeqSettings
 from tasks import Seq2SeqTransformer
 from tests.helpers import (
     SHARED_DATA,
-    Ran,
     biased_model,
     parse,
     quiet_trainer,
@@ -34,14 +33,6 @@ ctranslate2 = pytest.importorskip("ctranslate2", reason="pip install -e '.[deplo
 from common.errors import InputError  # noqa: E402
 from deploy.ctranslate2 import TOKENIZERS_FILE, ExportError, export_ctranslate2, vocabulary  # noqa: E402
 from deploy.ctranslate2_translator import CTranslate2Translator  # noqa: E402
-
-
-@pytest.fixture
-def script(capsys):
-    """scripts/<name>.py run in this process (`run_script`): these tests are about what the scripts do, not how they
-    start (tests/test_imports.py)."""
-    return lambda *args: Ran(*run_script(capsys, *args))
-
 
 SRC = ["w1 w2 w3 w4 w5", "w7 w8", "w9 w10 w11 w12 w13 w14 w15 w16", "w30"]
 TGT = ["w3 w4 w5 w6", "w2 w2 w2 w2 w2 w2 w2", "w5", "w40 w41 w42"]
@@ -160,7 +151,8 @@ def test_options_ctranslate2_cannot_represent_are_refused(tmp_path):
         assert not (tmp_path / name).exists()
 
 
-def test_export_and_translate_scripts(tmp_path, trained_toy, script):
+def test_export_and_translate_scripts(tmp_path, trained_toy, script_here):
+    script = script_here
     ckpt = save_checkpoint(trained_toy, tmp_path / "toy.ckpt")
     out = tmp_path / "ct2"
     result = script("export", "--ckpt", str(ckpt), "--to", "ctranslate2", str(out))
@@ -328,7 +320,8 @@ def test_translate_script_nbest_format_is_the_same_on_ctranslate2(tmp_path, trai
         assert code == 2 and text == "" and message in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_export_makes_missing_parent_folders(tmp_path, script):
+def test_export_makes_missing_parent_folders(tmp_path, script_here):
+    script = script_here
     """The README's `export.py ... exported/multi30k` on a fresh clone: the folders are made as `mkdir -p`
     makes them, and the export in them translates as our model does; a regular file in the way is one line."""
     model = sharpened_model()

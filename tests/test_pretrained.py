@@ -111,8 +111,8 @@ def marian_dir(tmp_path_factory, spm_models) -> Path:
     return folder
 
 
-@pytest.mark.slow
-def test_import_script_writes_a_checkpoint_the_scripts_take(tmp_path, marian_dir) -> None:
+def test_import_script_writes_a_checkpoint_the_scripts_take(tmp_path, marian_dir, script_here) -> None:
+    script = script_here
     ckpt = tmp_path / "model.ckpt"
     done = script("import_pretrained", str(marian_dir), "--out", str(ckpt), "--length-penalty", "0")
     assert done.returncode == 0, done.stderr
@@ -172,8 +172,8 @@ def test_import_bad_input_is_one_line_and_writes_nothing(tmp_path, marian_dir, p
         assert out.read_bytes() == b"earlier"
 
 
-@pytest.mark.slow
-def test_import_names_the_vocabulary_whose_padding_id_or_size_disagrees(tmp_path, spm_models) -> None:
+def test_import_names_the_vocabulary_whose_padding_id_or_size_disagrees(tmp_path, spm_models, script_here) -> None:
+    script = script_here
     folder = tmp_path / "separate"
     make_marian(folder, spm_models, "separate-untied-gelu")
     pad = json.loads((folder / "config.json").read_text())["pad_token_id"]

@@ -9,7 +9,7 @@ import yaml
 from datamodules import PAD, UNK, ToyTranslationDataModule, Vocab, tokenizer_from_dict
 from datamodules.toy import TOY_PAIRS
 from tasks import Seq2SeqTransformer
-from tests.helpers import ENV, FIT, HANG_TIMEOUT, ROOT
+from tests.helpers import ENV, FIT, HANG_TIMEOUT, ROOT, fit_here
 
 
 def test_vocab_encodes_decodes_and_serialises():
@@ -87,19 +87,13 @@ def test_cli_print_config_and_overrides(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_trainer_flags_and_resume(tmp_path):
-    run = toy_run(tmp_path, "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3")
-    assert subprocess.run(run, capture_output=True, cwd=ROOT, env=ENV, timeout=HANG_TIMEOUT).returncode == 0
+def test_cli_trainer_flags_and_resume(tmp_path, capsys, caplog):
+    short = ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3"]
+    assert fit_here(capsys, caplog, tmp_path, *short).returncode == 0
     last = next(tmp_path.rglob("last.ckpt"))
     assert torch.load(last, weights_only=True)["epoch"] == 1
-    resumed = subprocess.run(
-        [*run[:-4], "--trainer.max_epochs", "3", "--trainer.limit_train_batches", "3", "--ckpt_path", "last"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=ENV,
-        timeout=HANG_TIMEOUT,
-    )
+    more = ["--trainer.max_epochs", "3", "--trainer.limit_train_batches", "3", "--ckpt_path", "last"]
+    resumed = fit_here(capsys, caplog, tmp_path, *more)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f" from {last}" in resumed.stdout + resumed.stderr and "Resuming the run in " in resumed.stdout + resumed.stderr
     newest = max(tmp_path.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime)
