@@ -19,7 +19,7 @@ from datamodules.mnist import BACKGROUND, MEAN, RAW_FILES, STD, MNISTDataModule,
 from models.config import MnistNetConfig, MnistNetSettings
 from models.mnist_net import MnistNet
 from tasks.mnist import MnistSequenceClassifier
-from tests.helpers import SHARED_DATA, fake_mnist, quiet_trainer, random_digits, script
+from tests.helpers import SHARED_DATA, fake_mnist, quiet_trainer, random_digits
 
 SHARED_MNIST = SHARED_DATA / "mnist"
 # A small MNIST recipe's network: pre-norm, GELU, learned positions (configs/mnist*.yaml), narrower.
@@ -387,11 +387,11 @@ def test_trains_on_real_mnist_subset_far_above_chance(tmp_path):
     assert metrics["test/acc"] > 0.8, metrics  # chance is 0.1
 
 
-@pytest.mark.slow
-def test_evaluate_mnist_script_says_which_weights_and_precision_and_prints_progress(tmp_path):
+def test_evaluate_mnist_script_says_which_weights_and_precision_and_prints_progress(tmp_path, script_here):
     """fit.py tests a bf16-mixed recipe under autocast, evaluate_mnist.py in float32 unless told: each output
-    says which, and which weights; `--precision bf16-mixed` gives what autocast gives. Standard error is a
-    pipe here (nohup, SLURM): a progress line every 2,500 images. A missing folder names its flag, --data-dir."""
+    says which, and which weights; `--precision bf16-mixed` gives what autocast gives. Standard error is not a
+    terminal here (nohup, SLURM): a progress line every 2,500 images. A missing folder names its flag, --data-dir."""
+    script = script_here
     test_x, test_y = fake_mnist(tmp_path / "data", n_train=60, n_test=2500)
     L.seed_everything(0)
     model = MnistSequenceClassifier(net=MnistNetSettings(tokens="patches", patch_size=7, head="mean", **TINY))
