@@ -50,6 +50,7 @@ from common.exits import exit_on_user_error
 from datamodules.batching import map_in_length_batches
 from datamodules.corpus_readers import iter_lines
 from inference import Translator
+from inference.options import CT2_PATIENCE
 
 ENGINES = ("torch", "hf", "ct2")
 NEEDS = {"hf": "transformers", "ct2": "ctranslate2"}  # the optional package each engine runs on
@@ -71,7 +72,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated, of {', '.join(ENGINES)}")
     parser.add_argument("--export-dir", help="keep the exports here (DIR/hf, DIR/ct2); an export already there is reused")
     parser.add_argument("--repeats", type=int, default=1, help="timed passes over the corpus per row (median)")
-    parser.add_argument("--ct2-patience", type=float, default=2.0, help="the fast CTranslate2 search's patience")
+    parser.add_argument("--ct2-patience", type=float, default=CT2_PATIENCE, help="the fast CTranslate2 search's patience")
     parser.add_argument(
         "--batch-limit", action="store_true", help="also ours with one length limit a batch (its longest source's)"
     )

@@ -38,7 +38,7 @@ from models.checks import (
 CHECKPOINT_DEFAULTS = ("length_penalty", "max_len_a", "max_len_b")
 # CTranslate2's beam searches, the default first, and the fast one's patience (deploy/ctranslate2_translator.py says
 # what each does; inference/flags.py offers them as --ct2-search and --ct2-patience).
-CT2_SEARCHES, CT2_PATIENCE = ("fast", "exact"), 2.0
+CT2_SEARCHES, CT2_PATIENCE = ("fast", "exact"), 1.5
 # Options that only sampling reads.
 SAMPLING_ONLY = ("temperature", "top_k", "top_p", "seed")
 # The engines' `translate` keywords beside the options (`ensemble`: this project's engine only).

@@ -245,7 +245,7 @@ def test_corpus_decoding(tmp_path, capsys):
     stdout, data = run_benchmark("corpus_decoding", tmp_path, capsys, *argv)
     assert "| engine" in stdout and "ours / generate at beam 4, 1 thread(s), sentences/s" in stdout
     assert data["sentences"] == 10 and (exported / "hf" / "config.json").is_file() and (exported / "ct2" / "model.bin").is_file()
-    ct2 = [f"CTranslate2 {c}, {s}" for c in ("float32", "int8") for s in ("exact", "fast (patience 2)")]
+    ct2 = [f"CTranslate2 {c}, {s}" for c in ("float32", "int8") for s in ("exact", "fast (patience 1.5)")]
     engines = ["ours", "ours, batch's limit", "HF generate", *ct2]
     rows = {(r["engine"], r["search"]): r for r in data["results"]}
     assert list(rows) == [(e, s) for s in ("beam 4", "greedy") for e in engines]

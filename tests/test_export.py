@@ -166,7 +166,7 @@ def test_export_and_translate_scripts(tmp_path, trained_toy, script_here):
     files = ["--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
     scored = script("evaluate", "--engine", "ctranslate2", "--model", str(out), "--compute-type", "int8", *files)
     assert scored.returncode == 0, scored.stderr[-2000:]
-    assert "engine: ctranslate2 (int8, fast search, patience 2)" in scored.stdout, scored.stdout  # the default search
+    assert "engine: ctranslate2 (int8, fast search, patience 1.5)" in scored.stdout, scored.stdout  # the default search
     assert "SacreBLEU: 100.00" in scored.stdout  # the toy set at beam 4 (evaluate.py's default)
     exact = script("evaluate", "--engine", "ctranslate2", "--model", str(out), "--ct2-search", "exact", *files)
     assert exact.returncode == 0 and "engine: ctranslate2 (default, exact search)" in exact.stdout, exact.stdout
