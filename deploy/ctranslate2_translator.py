@@ -178,11 +178,11 @@ class CTranslate2Translator:
         those it takes alone); the others, the exact search and samples are searched in groups of one limit."""
         limits = self.max_output_len(sources, options)
         found: list = [None] * len(sources)
-        todo = list(range(len(sources)))
+        todo, longest = list(range(len(sources))), max(limits, default=0)
         if not options.sampling and (self.search == "fast" or options.beam_size == 1) and len(set(limits)) > 1:
-            self._search_group(sources, todo, max(limits), options, prefixes, found)
+            self._search_group(sources, todo, longest, options, prefixes, found)
             # A search that ended at step t returns an output of t + 1 tokens; the last step under a limit L is L - 2.
-            todo = [i for i in todo if limits[i] < max(limits) and max(len(ids) for ids, _ in found[i]) >= limits[i] - 1]
+            todo = [i for i in todo if limits[i] < longest and max(len(ids) for ids, _ in found[i]) >= limits[i] - 1]
         for limit in sorted({limits[i] for i in todo}):
             self._search_group(sources, [i for i in todo if limits[i] == limit], limit, options, prefixes, found)
         return found

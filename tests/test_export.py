@@ -28,8 +28,6 @@ from tests.helpers import (
 )
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="pip install -e '.[deploy]'")
-
-
 from common.errors import InputError  # noqa: E402
 from deploy.ctranslate2 import TOKENIZERS_FILE, ExportError, export_ctranslate2, vocabulary  # noqa: E402
 from deploy.ctranslate2_translator import CTranslate2Translator  # noqa: E402
@@ -321,9 +319,9 @@ def test_translate_script_nbest_format_is_the_same_on_ctranslate2(tmp_path, trai
 
 
 def test_export_makes_missing_parent_folders(tmp_path, script_here):
-    script = script_here
     """The README's `export.py ... exported/multi30k` on a fresh clone: the folders are made as `mkdir -p`
     makes them, and the export in them translates as our model does; a regular file in the way is one line."""
+    script = script_here
     model = sharpened_model()
     ckpt = save_checkpoint(model, tmp_path / "model.ckpt")
     out = tmp_path / "exported" / "deeper" / "toy"
