@@ -9,9 +9,10 @@ shared with other work leaves about as it is), the heavy packages each imported 
 A help or an argument error is answered before torch, Lightning, torchvision, transformers, datasets or sacrebleu
 load (tests/test_imports.py). scripts/fit.py's and prepare.py's parsers are jsonargparse's, built from Lightning's
 classes (`import lightning` loads torchmetrics, which loads torchvision, transformers and matplotlib where they are
-installed): their `--help` and the errors it can tell (an unknown option, a missing `--config` file) come from the
-parser's text, stored in scripts/help/; their case here is an unknown option. A value of the wrong type, or an
-option under `--model.` or `--data.`, is still the parser's, seconds later.
+installed): their `--help` and the errors it can tell (an unknown option, a missing `--config` file, a word where
+a number or a listed choice is wanted) come from the parser's text, stored in scripts/help/; fit.py's case here is
+a value of the wrong type, prepare.py's an unknown option. An option under `--model.` or `--data.`, and the types
+the text cannot judge (paths, classes), are still the parser's, seconds later.
 The standard library only: the measuring interpreter imports nothing it measures."""
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ ERRORS = {
     "average_checkpoints": (["runs", "--last", "1", "--out", "avg.ckpt"], "--last"),
     "prepare": (["--config", "configs/toy_translation.yaml", "--dat.data_dir", "x"], "--dat.data_dir"),
     "import_pretrained": (["opus-mt-de-en", "--out", "m.ckpt", "--length-penalty", "-1"], "--length-penalty"),
-    "fit": (["--config", "configs/toy_translation.yaml", "--trainer.max_epoch", "3"], "max_epoch"),
+    "fit": (["--config", "configs/toy_translation.yaml", "--trainer.max_epochs", "many"], "max_epochs"),
     "compare": (["--ref", "ref.en", "--hyps", "a.en", "b.en", "--seed", "0"], "--seed"),  # where the checkout has it
 }
 TRANSLATOR = "from inference import Translator"

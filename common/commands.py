@@ -88,11 +88,12 @@ def stored_help(path: Path, key: str) -> str | None:
 
 def answer_stored_help(path: Path) -> None:
     """Answer at once from the help stored in `path`, if it was written under these versions (`help_key`; else the
-    parser answers, seconds later): `-h` or `--help` alone prints it and exits 0; an option it does not list, or a
-    `--config` file that does not exist, is one line and exit 2. scripts/fit.py's and prepare.py's parsers are
-    jsonargparse's, built from Lightning's classes after seconds of imports; their text, 80 columns wide, is
-    written by scripts/regenerate.py, and tests/test_imports.py fails while it differs from the parser's under the
-    same versions. Everything else (`--config RECIPE --help`, a value of the wrong type) the parser answers."""
+    parser answers, seconds later): `-h` or `--help` alone prints it and exits 0; an option it does not list, a
+    `--config` file that does not exist, or a value its stated type cannot read, is one line and exit 2.
+    scripts/fit.py's and prepare.py's parsers are jsonargparse's, built from Lightning's classes after seconds of
+    imports; their text, 80 columns wide, is written by scripts/regenerate.py, and tests/test_imports.py fails while
+    it differs from the parser's under the same versions. Everything else (`--config RECIPE --help`, an option below
+    `--model.`, a path) the parser answers."""
     if (text := stored_help(path, help_key())) is None:
         return
     args = sys.argv[1:]
@@ -112,22 +113,55 @@ def answer_stored_help(path: Path) -> None:
 NUMBER = re.compile(r"-\d|-\.\d|-inf|-nan", re.IGNORECASE)  # a value such as `--trainer.max_steps -1`
 
 
-def listed_options(help_text: str) -> tuple[set[str], set[str]]:
-    """The options a stored help lists (`--a.b`, `--a.b+`, `-c`), and those whose values are classes (`--model`,
-    `--trainer.logger`: any `--model.*` is the parser's to judge) or untyped (`--trainer` of prepare.py)."""
-    names = set()
-    for line in help_text.splitlines():
+def listed_options(help_text: str) -> tuple[set[str], set[str], dict[str, str]]:
+    """The options a stored help lists (`--a.b`, `--a.b+`, `-c`); those whose values are classes (`--model`,
+    `--trainer.logger`: any `--model.*` is the parser's to judge) or untyped (`--trainer` of prepare.py); and the
+    type each typed option states (`(type: Optional[int], default: null)`, its text run over several lines)."""
+    names, types, said = set(), {}, []
+    for line in [*help_text.splitlines(), "  -"]:
         if line.startswith("  -"):  # an option's first line; its description is indented further
-            names |= {part.split()[0] for part in line.strip().split(", ") if part.startswith("-")}
+            if said and (typed := re.search(r"\(type: (.+?)(?:, default: |\)$)", " ".join(said[1:]).strip())):
+                types.update(dict.fromkeys(said[0], typed.group(1)))
+            said = [[part.split()[0] for part in line.strip().split(", ") if part.startswith("-")]]
+            names |= set(said[0])
+            said.append(line.strip()[len(" ".join(line.split()[:2])) :] if "  " in line.strip() else "")
+        elif said:
+            said.append(line.strip())
     parents = {name.rpartition(".")[0] for name in names if "." in name}
     open_ = {name[: -len(".help")] for name in names if name.endswith(".help")}
-    return names, open_ | {name for name in names if name not in parents}
+    return names, open_ | {name for name in names if name not in parents}, types
+
+
+WORDS = {"null", "none", "~", "true", "false", "yes", "no", "on", "off", "y", "n"}  # YAML's, in any case
+
+
+def refused_value(value: str, typed: str) -> bool:
+    """Whether no reading of `value` fits the type `typed` states, for the types this can judge (numbers, booleans,
+    null and Literal choices; anything else the parser judges): a word that is not a number where a number is
+    wanted, a choice not listed."""
+    members = re.split(r",\s*|\s*\|\s*", re.sub(r"^(Optional|Union)\[(.*)\]$", r"\2", typed))
+    choices = re.fullmatch(r"Literal\[(.*)\]", typed)
+    if choices:
+        return value not in re.findall(r"'([^']*)'", choices.group(1))
+    if not members or not set(members) <= {"int", "float", "bool", "null"}:
+        return False
+    try:
+        float(value.replace("_", ""))
+        return False
+    except ValueError:
+        pass
+    try:
+        int(value, 0)
+        return False
+    except ValueError:
+        return value.lower() not in WORDS
 
 
 def argument_error(args: list[str], help_text: str) -> str | None:
     """What the parser would refuse first, of what the stored help can tell: an option it does not list (not one
-    below an option whose value is a class), or a `--config` file that does not exist; None when it cannot tell."""
-    names, open_ = listed_options(help_text)
+    below an option whose value is a class), a `--config` file that does not exist, or a value its stated type
+    cannot read (`refused_value`); None when it cannot tell."""
+    names, open_, types = listed_options(help_text)
     for i, arg in enumerate(args):
         if not arg.startswith("-") or NUMBER.match(arg) or (i and args[i - 1] in ("-c", "--config")):
             continue
@@ -140,4 +174,8 @@ def argument_error(args: list[str], help_text: str) -> str | None:
             given = arg if "=" in arg or i + 1 == len(args) or args[i + 1].startswith("--") else f"{arg} {args[i + 1]}"
             near = difflib.get_close_matches(name, names, n=1, cutoff=0.8)
             return f"unrecognized arguments: {given}" + (f"; did you mean {near[0]}?" if near else "; --help lists the options")
+        elif name in types and ("=" in arg or i + 1 < len(args)):
+            value = value if "=" in arg else args[i + 1]
+            if (NUMBER.match(value) or not value.startswith("-")) and refused_value(value, types[name]):
+                return f"{name} {value}: expected {types[name]}"
     return None
