@@ -3,35 +3,22 @@
     export_huggingface(model, "exported/multi30k-hf")   # then, with no code of ours:
     AutoModelForSeq2SeqLM.from_pretrained("exported/multi30k-hf"), AutoTokenizer.from_pretrained(...)
 
-The folder holds `config.json` and `model.safetensors` (a `MarianMTModel`), the tokenizer and its config,
-`generation_config.json` (the decoder's start, the beam size, the length limit) and a model card (`README.md`).
-Marian (the OPUS-MT models) is our post-norm encoder–decoder with fixed sinusoids; the network is rewritten
-into its shape (deploy/marian_shape.py: the sinusoids' layout permuted, each stack's final norm one more layer),
-which is still a network of ours, so the rewrite is checked in our own code. Tokenizers: deploy/hf_tokenizer.py;
-one tokenizer serves both sides, so a model of ours with two vocabularies is refused. The card:
-deploy/model_card.py.
+The folder holds `config.json` and `model.safetensors` (the network in Marian's shape, deploy/marian_shape.py),
+the tokenizer, `generation_config.json` and a model card (deploy/model_card.py). Tokenizers: a model imported
+from Marian gets Marian's own files back (`MarianTokenizer`); ours become one fast tokenizer (`tokenizer.json`)
+appending `<eos>`, as our sources end, so `AutoTokenizer` gives our ids; one serves both sides, so a model of
+ours with two vocabularies is refused. Every export checks itself against ours before it is moved into place
+(deploy/verify.py), and each refusal is one `HubExportError` line with nothing written.
 
-Every export checks itself (deploy/verify.py): `ALLOWED` (deploy/marian_shape.py) names, for each field of the
-network's settings, the values Marian expresses; each weight of the checkpoint is used exactly once and the
-`MarianMTModel` has no weight unfilled (but the sinusoid tables transformers makes itself); and the folder,
-loaded by transformers before it is moved into place, must give our log-probs and greedy outputs on a few
-random probes. Each failure is one `HubExportError` line, and nothing is written.
-
-Beam search: `generate` normalises scores by length ** length_penalty, ours by GNMT's ((5 + n) / 6) ** alpha;
-with 0 both rank by the sum of log-probs and give the same outputs (tests/test_export_hf.py). The generation
-config carries our alpha as `length_penalty`, so a plain `generate` is close to ours, not equal.
-Length: ours stops at max_len_a × the source's length + max_len_b tokens, a rule `GenerationConfig` cannot hold
-(its `max_length` and `max_new_tokens` are fixed numbers; a stopping criterion is not saved with it). The
-config's `max_length` is the model's `max_len` (max_len - 1 new tokens, the cap of ours too), and it records
-max_len_a and max_len_b, which `generate` ignores: `max_new_tokens=min(int(a * S + b), max_len - 1)`, S a
-source's tokens with `<eos>`, makes `generate` stop where ours stops, for the sources of that one limit (ours
-gives each sentence its own limit; `generate` takes one a call). At the limit both end an output
-with `<eos>` (`forced_eos_token_id`); `generate` gives that token a log-prob of 0, ours the model's own.
+docs/guide/export-deploy.md says what `generate` then computes as ours and where it cannot: the length
+penalty's form, and our length limit (max_len_a × the source + max_len_b), which `GenerationConfig` cannot hold
+and records for the user.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 from pathlib import Path
@@ -39,9 +26,11 @@ from pathlib import Path
 import torch
 
 from common.files import atomic_output
+from datamodules.sentencepiece import SentencePieceVocab
+from datamodules.tokenizers import SubwordTokenizer
+from datamodules.vocab import SPECIAL_TOKENS, Vocab
 from models.marian import config_to_marian
 
-from .hf_tokenizer import check_tokenizers, save_tokenizer
 from .marian_shape import ENGINE, HubExportError, check_exportable, check_loaded, marian_model, marian_shaped
 from .model_card import checkpoint_meta, model_card
 from .verify import check_greedy, check_scores, probes
@@ -63,7 +52,7 @@ def _transformers():
 
 
 def generation_config(model) -> dict:
-    """`GenerationConfig`'s arguments: our decoder start, beam size, length limit and alpha (module docstring)."""
+    """`GenerationConfig`'s arguments: our decoder start, beam size, length limit and alpha (docs/guide/export-deploy.md)."""
     hp, tgt, options = model.hparams, model.tgt_tokenizer, model.translator.options
     return dict(
         decoder_start_token_id=tgt.bos_id,
@@ -75,12 +64,93 @@ def generation_config(model) -> dict:
         length_penalty=hp.get("length_penalty", 1.0),
         early_stopping=False,  # stop when no live beam can beat the finished ones: ours with alpha = 0
         max_length=model.net.config.max_len,  # the decoder's start included: max_len - 1 new tokens, as ours
-        # ours stops at max_len_a × source + max_len_b, which generate cannot (module docstring): recorded for a user
+        # ours stops at max_len_a × source + max_len_b, which generate cannot hold: recorded for a user
         max_len_a=options.max_len_a,
         max_len_b=options.max_len_b,
         # our searches never generate <pad> or <bos> (models/decoding.py); generate is told the same
         bad_words_ids=[[token] for token in dict.fromkeys((tgt.pad_id, tgt.bos_id))],
     )
+
+
+# ---------------------------------------------------------------------------------------------- the tokenizer
+
+
+def check_tokenizers(model) -> None:
+    """Both sides must be one fast tokenizer (ours) or Marian's SentencePiece pair."""
+    src, tgt = model.src_tokenizer, model.tgt_tokenizer
+    marian = [isinstance(t, SentencePieceVocab) for t in (src, tgt)]
+    if all(marian):
+        return
+    if any(marian) or src.to_dict() != tgt.to_dict():
+        raise HubExportError(
+            f"cannot export to {ENGINE}: the model has two vocabularies, and one Hugging Face tokenizer serves both "
+            "sides; train with one: a corpus data module's shared_vocab: true (the toy data module has two, source "
+            "characters and target words, and no such option)"
+        )
+
+
+def fast_tokenizer(tokenizer):
+    """One of our tokenizers (`SubwordTokenizer` or `Vocab`) as a Hugging Face `tokenizers.Tokenizer` giving the
+    same ids, `<eos>` appended (our sources' framing), and the same text back (`<unk>` visible)."""
+    from tokenizers import Regex, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers.models import WordLevel
+
+    if isinstance(tokenizer, SubwordTokenizer):
+        tok = HFTokenizer.from_str(tokenizer.tokenizer.to_str())
+    elif isinstance(tokenizer, Vocab):
+        tok = HFTokenizer(WordLevel(dict(tokenizer.index), unk_token=SPECIAL_TOKENS[3]))
+        if tokenizer.level == "char":  # every non-space character a token, whitespace dropped
+            tok.normalizer = normalizers.Replace(Regex(r"\s+"), "")
+            tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+            tok.decoder = decoders.Fuse()
+        else:  # whitespace-separated words, joined by spaces when decoded (the library's default)
+            tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        tok.add_special_tokens(SPECIAL_TOKENS)
+    else:
+        raise HubExportError(f"cannot export to Hugging Face: no rule for a {type(tokenizer).__name__} tokenizer")
+    eos = SPECIAL_TOKENS[tokenizer.eos_id]
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"$A {eos}", pair=f"$A {eos} $B {eos}", special_tokens=[(eos, tokenizer.eos_id)]
+    )
+    # <unk> is no special token to skip: decoded text shows it, as ours does.
+    data = json.loads(tok.to_str())
+    for added in data.get("added_tokens", []):
+        if added["content"] == SPECIAL_TOKENS[3]:
+            added["special"] = False
+    return HFTokenizer.from_str(json.dumps(data))
+
+
+def save_tokenizer(transformers, model, folder: Path) -> None:
+    src, tgt, max_len = model.src_tokenizer, model.tgt_tokenizer, model.net.config.max_len
+    if isinstance(src, SentencePieceVocab):
+        (folder / "source.spm").write_bytes(src.model)
+        (folder / "target.spm").write_bytes(tgt.model)
+        (folder / "vocab.json").write_text(json.dumps(src.index, ensure_ascii=False), encoding="utf-8")
+        separate = src.tokens != tgt.tokens
+        if separate:
+            (folder / "target_vocab.json").write_text(json.dumps(tgt.index, ensure_ascii=False), encoding="utf-8")
+        names = {"eos_token": src.tokens[src.eos_id], "unk_token": src.tokens[src.unk_id], "pad_token": src.tokens[src.pad_id]}
+        tokenizer = transformers.MarianTokenizer(
+            str(folder / "source.spm"),
+            str(folder / "target.spm"),
+            str(folder / "vocab.json"),
+            target_vocab_file=str(folder / "target_vocab.json") if separate else None,
+            separate_vocabs=separate,
+            model_max_length=max_len,
+            **names,
+        )
+    else:
+        pad, bos, eos, _ = SPECIAL_TOKENS
+        tokenizer = transformers.PreTrainedTokenizerFast(
+            tokenizer_object=fast_tokenizer(src),
+            pad_token=pad,
+            bos_token=bos,
+            eos_token=eos,
+            model_max_length=max_len,
+            clean_up_tokenization_spaces=False,  # our text as it decodes: no space removed before punctuation
+        )
+    tokenizer.save_pretrained(folder)
 
 
 # ---------------------------------------------------------------------------------------------- the folder
