@@ -26,7 +26,7 @@ from models.checks import at_least, check_hparams, finite_above, no_more_than, o
 from .cache import default_root, digest, file_fingerprint
 from .corpus import SplitLoaders
 from .corpus_readers import Pair
-from .languages import Direction, name, parse_directions, tagged, tags
+from .languages import Direction, name, parse_direction, parse_directions, tagged, tags
 from .pair_sampling import ConcatPairs, TemperatureBatchSampler
 from .preparation import PreparedCorpus, cached_tokenizers
 from .resumable import shard_of
@@ -75,10 +75,13 @@ class MultilingualCorpusDataModule(SplitLoaders, L.LightningDataModule):
     """Several directions (`pairs: [de-en, fr-en, cs-en]`) of line-aligned `<prefix>.<lang>` files in `data_dir`.
 
     `test_pairs` are directions scored at test only, never trained (zero-shot de-fr in a model trained on
-    {de, fr, cs} ↔ en): their target must be one the model learns to write. `source_tags` adds the source language's
-    tag after the target's. `temperature` sets how often each direction's batches come (pair_sampling.py). The
-    tokenizer (`bpe` or `unigram`) has `vocab_size` entries, the tags among them; one table for both sides, so the
-    model may share all its embeddings. `__init__` reads nothing: the files are read on first need.
+    {de, fr, cs} ↔ en): their target must be one the model learns to write. `train_prefixes` gives a trained
+    direction training files of its own (`{de-fr: pivot/train}`: pivot-generated pairs, `pivot/train.de` and
+    `pivot/train.fr` under `data_dir`, where `train.fr` stays the real French of fr-en; the tokenizer learns each
+    language from its first direction's files). `source_tags` adds the source language's tag after the target's.
+    `temperature` sets how often each direction's batches come (pair_sampling.py). The tokenizer (`bpe` or
+    `unigram`) has `vocab_size` entries, the tags among them; one table for both sides, so the model may share all
+    its embeddings. `__init__` reads nothing: the files are read on first need.
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class MultilingualCorpusDataModule(SplitLoaders, L.LightningDataModule):
         source_tags: bool = False,
         temperature: float = 1.0,
         train_prefix: str = "train",
+        train_prefixes: dict[str, str] | None = None,
         val_prefix: str = "val",
         test_prefix: str = "test_2016_flickr",
         tokenizer: Literal["bpe", "unigram"] = "bpe",
@@ -129,6 +133,9 @@ class MultilingualCorpusDataModule(SplitLoaders, L.LightningDataModule):
             if tgt not in targets or (source_tags and src not in sources):
                 lang, side = (tgt, "into") if tgt not in targets else (src, "from")
                 raise HyperparameterError(f"test_pairs: {src}-{tgt} needs a model that translates {side} {lang}; no pair does")
+        own = {parse_direction(name, "train_prefixes"): prefix for name, prefix in (train_prefixes or {}).items()}
+        for src, tgt in set(own) - set(self.directions):
+            raise HyperparameterError(f"train_prefixes: {src}-{tgt} is not in pairs; only a trained direction has training files")
         self.tags = tags(self.directions, source_tags)
         if vocab_size < len(SPECIAL_TOKENS) + len(self.tags) + 1:
             raise HyperparameterError(f"vocab_size={vocab_size} leaves no room beside the specials and {len(self.tags)} tags")
@@ -137,10 +144,11 @@ class MultilingualCorpusDataModule(SplitLoaders, L.LightningDataModule):
         if elsewhere:
             rank_zero_info(elsewhere)
         prefixes = {split: self.hparams[f"{split}_prefix"] for split in SPLITS}
-        self.sources = {
-            d: TaggedPairs(AlignedFiles(Path(data_dir), *d, download=download, prefixes=prefixes), d, source_tags)
+        files = {
+            d: AlignedFiles(Path(data_dir), *d, download=download, prefixes={**prefixes, "train": own.get(d, train_prefix)})
             for d in self.directions + self.test_only
         }
+        self.sources = {d: TaggedPairs(aligned, d, source_tags) for d, aligned in files.items()}
         self.corpora = {d: PreparedCorpus(self._corpus_settings(d), self.sources[d]) for d in self.directions}
         self._tokenizer: Tokenizer | None = None
         self._datasets: dict[str, ConcatPairs] | None = None
@@ -193,7 +201,10 @@ class MultilingualCorpusDataModule(SplitLoaders, L.LightningDataModule):
         """The one tokenizer of every language, its tags included: given (`tokenizers = ...`), cached, or trained."""
         if self._tokenizer is None:
             h = self.hparams
-            files = {lang: self.sources[d].aligned.files()[f"train.{lang}"] for d in self.directions for lang in d}
+            files = {}  # each language's file that _language_texts reads: its first direction's
+            for d in self.directions:
+                for lang in d:
+                    files.setdefault(lang, self.sources[d].aligned.files()[f"train.{lang}"])
             for d in self.directions:
                 self.sources[d].fetch()
             key = {

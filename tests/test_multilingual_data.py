@@ -237,6 +237,31 @@ def test_a_bad_direction_is_one_line(tmp_path, pairs, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_direction_with_training_files_of_its_own_trains_on_them(tmp_path):
+    """Pivot-generated de-fr pairs in pivot/ (`train_prefixes`): that direction's training batches are theirs, while
+    fr-en's French and de-fr's validation stay the corpus's own files."""
+    data = write_corpus(tmp_path / "m30k")
+    (data / "pivot").mkdir()
+    made = {lang: [f"{sentence(lang, i)} {lang}99" for i in range(SPLIT_SIZES["train"])] for lang in ("de", "fr")}
+    for lang, lines in made.items():
+        (data / "pivot" / f"train.{lang}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    dm = MultilingualCorpusDataModule(
+        data_dir=str(data), pairs=["de-en", "fr-en", "de-fr"], train_prefixes={"de-fr": "pivot/train"},
+        vocab_size=300, max_tokens=64, max_len=24, download=False,
+    )  # fmt: skip
+    dm.setup()
+    tok = dm.joint_tokenizer()
+    targets = {"en": set(), "fr": set()}
+    for batch in dm.train_dataloader():
+        (tag,) = {tok.decode([i]) for i in batch.src[:, 0].tolist()}
+        targets[tag.strip("><")] |= {tok.decode(row) for row in batch.tgt.tolist()}
+    assert targets["fr"] == set(made["fr"]) and all(" en99" not in t and " fr99" not in t for t in targets["en"])
+    val = {s.name: s.pairs for s in dm.eval_sets("val")}
+    assert val["de-fr"][3] == (f">>fr<< {sentence('de', 3)}", sentence("fr", 3))
+    with pytest.raises(HyperparameterError, match=r"^train_prefixes: fr-de is not in pairs; only a trained direction"):
+        module(tmp_path, train_prefixes={"fr-de": "pivot/train"})
+
+
 def test_a_test_pair_into_a_language_never_written_is_refused(tmp_path):
     with pytest.raises(HyperparameterError, match=r"^test_pairs: de-fr needs a model that translates into fr; no pair does$"):
         MultilingualCorpusDataModule(data_dir=str(tmp_path), pairs=["de-en", "fr-en"], test_pairs=["de-fr"])
