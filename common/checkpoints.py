@@ -96,15 +96,19 @@ def _not_zip(path: Path) -> str:
     return "not a zip archive, as torch.save writes"
 
 
-def load_checkpoint(cls: type[M], path: str | Path, map_location: str | torch.device = "cpu") -> M:
+def load_checkpoint(cls: type[M], path: str | Path, map_location: str | torch.device = "cpu", weights: str = "averaged") -> M:
     """`cls.load_from_checkpoint(path)`, with one clear `CheckpointError` for a missing, truncated or corrupt
     file or weights that do not fit. The task modules' own `load_from_checkpoint` refuses a checkpoint of the
-    other task, or settings this version does not know, in one line (inference/networks.py)."""
-    read_checkpoint(path)
+    other task, or settings this version does not know, in one line (inference/networks.py). `weights`: which
+    of the two sets an EMA checkpoint holds (`weights_of`); "training" puts the training weights in."""
+    state = read_checkpoint(path)
     try:
-        return cls.load_from_checkpoint(path, map_location=map_location)
+        model = cls.load_from_checkpoint(path, map_location=map_location)
     except (RuntimeError, KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{path} does not fit {cls.__name__}: {_first_line(err)}") from None
+    if weights != "averaged":  # load_from_checkpoint's are the averaged ones
+        model.load_state_dict(weights_of(state, path, weights))
+    return model
 
 
 def weights_of(state: dict, path: str | Path, which: str = "averaged") -> dict:
@@ -129,12 +133,6 @@ def weights_label(state: dict, which: str = "averaged") -> str:
     return "its only weights (no EMA)"
 
 
-def load_training_weights(model: L.LightningModule, path: str | Path) -> None:
-    """Put the training weights of a checkpoint written with weight averaging (`--ema_decay`) into
-    `model`, in place of the averaged weights that `load_checkpoint` gives."""
-    model.load_state_dict(weights_of(read_checkpoint(path), path, "training"))
-
-
 WEIGHTS = ("averaged", "training")
 
 
@@ -146,6 +144,20 @@ def add_weights_argument(parser, verb: str) -> None:
         choices=WEIGHTS,
         help=f"of a checkpoint that holds both (--ema_decay runs): which to {verb} (default: averaged)",
     )
+
+
+def add_output_arguments(parser) -> None:
+    """`--out CKPT` and `--force`: the checkpoint a script writes, and whether it may replace one there."""
+    parser.add_argument("--out", required=True, help="the checkpoint to write (.ckpt)")
+    parser.add_argument("--force", action="store_true", help="replace --out if it exists")
+
+
+def output_checkpoint(args) -> Path:
+    """`--out` as a path, refused in one `CheckpointError` when a file is there and `--force` was not given."""
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise CheckpointError(f"{out} exists; pass --force to replace it")
+    return out
 
 
 def _first_line(err: BaseException) -> str:

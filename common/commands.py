@@ -1,10 +1,12 @@
-"""The commands a run prints for its user to paste: the one that resumes it (`resume_command`: after a signal, a
-time limit, or a corpus generation stopped part-way), and how to name this interpreter in it (`program`); and the
-stored help of the commands whose parser takes seconds to build, and the argument errors it answers at once
-(`answer_stored_help`)."""
+"""The scripts' command lines: the parser each starts from (`script_parser`) and the checks they share, the
+arguments a `main` was called with (`invocation`); the commands a run prints for its user to paste: the one that
+resumes it (`resume_command`: after a signal, a time limit, or a corpus generation stopped part-way), and how to
+name this interpreter in it (`program`); and the stored help of the commands whose parser takes seconds to build,
+and the argument errors it answers at once (`answer_stored_help`)."""
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import os
 import re
@@ -12,8 +14,41 @@ import shlex
 import sys
 from pathlib import Path
 
+# SacreBLEU's BLEU tokenizers, as scripts/evaluate.py and scripts/compare.py offer them.
+BLEU_TOKENIZERS = ("13a", "zh", "intl", "char", "none")
 # The environment settings that change what a resumed run does or how fast it goes, kept in the resume command.
 RESUME_ENVIRONMENT = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG", "WANDB_MODE")
+
+
+def script_parser(doc: str) -> argparse.ArgumentParser:
+    """A script's parser, described by the first paragraph of its docstring `doc`. No option may be abbreviated: a
+    command that worked would break, or change meaning, the day another option starting the same is added."""
+    return argparse.ArgumentParser(description=doc.split("\n\n")[0], allow_abbrev=False)
+
+
+def require_at_least_one(parser: argparse.ArgumentParser, args: argparse.Namespace, *names: str) -> None:
+    """Each count of `names` (the options' destinations) that was given is at least 1, else the parser's error."""
+    for name in names:
+        if (value := getattr(args, name)) is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+
+
+def add_tokenize_argument(parser: argparse.ArgumentParser) -> None:
+    """`--tokenize`: the tokenizer of the BLEU scores a script prints (tasks/metrics.py picks one when not given)."""
+    parser.add_argument(
+        "--tokenize",
+        default=None,
+        choices=BLEU_TOKENIZERS,
+        help="SacreBLEU's BLEU tokenizer (default: zh for Chinese references, else 13a)",
+    )
+
+
+def invocation(argv: list[str] | None, name: str) -> tuple[str, list[str]]:
+    """The script as its user named it and its arguments: the command line's when `argv` is None, else `argv` given
+    to scripts/<name>.py's `main` (by a test, or another script)."""
+    if argv is None:
+        return sys.argv[0], sys.argv[1:]
+    return f"scripts/{name}.py", list(argv)
 
 
 def chosen_environment() -> dict[str, str]:
@@ -86,15 +121,20 @@ def stored_help(path: Path, key: str) -> str | None:
     return text if first == f"# key: {key}" else None
 
 
-def answer_stored_help(path: Path) -> None:
-    """Answer at once from the help stored in `path`, if it was written under these versions (`help_key`; else the
-    parser answers, seconds later): `-h` or `--help` alone prints it and exits 0; an option it does not list, a
-    `--config` file that does not exist, or a value its stated type cannot read, is one line and exit 2.
-    scripts/fit.py's and prepare.py's parsers are jsonargparse's, built from Lightning's classes after seconds of
-    imports; their text, 80 columns wide, is written by scripts/regenerate.py, and tests/test_imports.py fails while
-    it differs from the parser's under the same versions. Everything else (`--config RECIPE --help`, an option below
-    `--model.`, a path) the parser answers."""
-    if (text := stored_help(path, help_key())) is None:
+def stored_help_path(name: str) -> Path:
+    """scripts/help/<name>.txt, where scripts/regenerate.py stores the help of scripts/<name>.py's parser."""
+    return Path(__file__).resolve().parents[1] / "scripts" / "help" / f"{name}.txt"
+
+
+def answer_stored_help(name: str) -> None:
+    """Answer at once from the help stored for scripts/<name>.py (`stored_help_path`), if it was written under these
+    versions (`help_key`; else the parser answers, seconds later): `-h` or `--help` alone prints it and exits 0; an
+    option it does not list, a `--config` file that does not exist, or a value its stated type cannot read, is one
+    line and exit 2. scripts/fit.py's and prepare.py's parsers are jsonargparse's, built from Lightning's classes
+    after seconds of imports; their text, 80 columns wide, is written by scripts/regenerate.py, and
+    tests/test_imports.py fails while it differs from the parser's under the same versions. Everything else
+    (`--config RECIPE --help`, an option below `--model.`, a path) the parser answers."""
+    if (text := stored_help(stored_help_path(name), help_key())) is None:
         return
     args = sys.argv[1:]
     if args in (["-h"], ["--help"]):

@@ -9,7 +9,8 @@
   (for code that must catch on its own, e.g. to look through a chain of causes); `fault_reason(err)` its
   words for an `OSError`, `write_fault(err, path)` the line for a failed write of `path`.
 - `writing_to(name)`: writes in the block go to a stream with no path ("standard output"): an
-  `OSError` there becomes an `OutputError` "cannot write standard output: ...".
+  `OSError` there becomes an `OutputError` "cannot write standard output: ..."; `print_lines(...)` prints a
+  script's lines so.
 - The exit statuses, `EXIT_NOTHING_TO_DO` (3) among them.
 How an output is written whole or not at all is common/files.py.
 """
@@ -142,6 +143,15 @@ def writing_to(name: str) -> Iterator[None]:
         if isinstance(err, (OutputError, BrokenPipeError)):
             raise
         raise OutputError(f"cannot write {name}: {fault_reason(err)}", err.errno) from None
+
+
+def print_lines(*lines: str) -> None:
+    """Print `lines` on standard output and flush them, so that a reader sees them at once: a full device is one
+    `OutputError` line naming standard output, a reader gone a quiet exit (`exit_on_user_error`)."""
+    with writing_to("standard output"):
+        for line in lines:
+            print(line)
+        sys.stdout.flush()
 
 
 # Exit statuses: bad input 2 (as argparse), an environment fault 1, a reader gone 141 (128 + SIGPIPE, as

@@ -1,5 +1,5 @@
 """Writing files safely, for every layer: outputs written whole or not at all, temporary names, flushing to
-disk, and the leftovers of writers that died.
+disk, and the leftovers of writers that died; and the one check of a script's input file (`require_file`).
 
 - `atomic_output(path, folder=False)`: write an output under a temporary sibling name and rename it
   onto `path` only when it is complete; on any failure the temporary file or folder is removed, and an
@@ -20,12 +20,19 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import OutputError
+from .errors import DataNotFoundError, OutputError
 from .exits import USER_ERRORS, torch_write_error, write_fault
 
 # "old" (a folder moved aside while its replacement is renamed in) is not a leftover to remove: if its writer
 # died between the two renames, it is the only copy of the user's output.
 _TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?:tmp|prev)-(?P<pid>\d+)$")
+
+
+def require_file(path: str | Path, flag: str) -> Path:
+    """The input file `path` that option `flag` names, or a `DataNotFoundError` naming both when it is no file."""
+    if not Path(path).is_file():
+        raise DataNotFoundError(f"{flag} file not found: {path}")
+    return Path(path)
 
 
 def temporary_name(path: str | Path, kind: str) -> Path:
@@ -100,9 +107,10 @@ def new_folders_removed_if_empty(path: str | Path):
 
 
 @contextlib.contextmanager
-def atomic_output(path: str | Path, folder: bool = False) -> Iterator[Path]:
+def atomic_output(path: str | Path | None, folder: bool = False) -> Iterator[Path | None]:
     """Write an output atomically: yields a temporary sibling of `path` (`.NAME.tmp-PID`; a file created
-    empty, or an empty folder with `folder=True`) for the block to fill; when the block ends normally the
+    empty, or an empty folder with `folder=True`), or None for no `path` (an optional output not asked
+    for), for the block to fill; when the block ends normally the
     file is flushed to disk and renamed onto `path` (`os.replace`; an existing folder is moved aside and
     removed only once the new one is in place). On any failure, an interrupt included, the temporary file
     or folder is removed and `path` is left as it was. The temporary is created on entry, so an
@@ -114,6 +122,9 @@ def atomic_output(path: str | Path, folder: bool = False) -> Iterator[Path]:
     /dev/null, a FIFO) cannot be replaced by renaming and is written in place: the block gets `path`.
     Only errors of the output are relabelled: an `OSError` that names another file (an input read in
     the block) and the scripts' user errors pass unchanged."""
+    if path is None:
+        yield None
+        return
     path = Path(path)
     if path.is_symlink():
         path = path.resolve()

@@ -1,21 +1,21 @@
 """The one module that turns decoding into command-line flags, for every script that decodes (translate, evaluate,
-generate, ablate): the engine's flags (`--engine torch --ckpt CKPT`, an `inference.Translator`, or `--engine
-ctranslate2 --model DIR`, a scripts/export.py export run by deploy/ctranslate2_translator.py), and each
-`DecodingOptions` field's flag, made from the field (`add_decoding_arguments`) and read back into one checked object
-(`options_from_args`). Both engines translate with `translate`, `translate_many` and `score`, and take the same
-`DecodingOptions`. Only the standard library at import: a script's `--help` and argument errors load no torch."""
+generate): the engine's flags (`--engine torch --ckpt CKPT`, an `inference.Translator`, or `--engine ctranslate2
+--model DIR`, a scripts/export.py export run by deploy/ctranslate2_translator.py), and each `DecodingOptions`
+field's flag, made from the field (`add_decoding_arguments`) and read back into one checked object
+(`decoding_options`). A script adds the engine's flags and its own, `parse_decoding_args` the search's and parses
+them; `load_engines` loads what they picked. Both engines translate with `translate`, `translate_many` and `score`,
+and take the same `DecodingOptions`. Only the standard library at import: a script's `--help` and argument errors
+load no torch."""
 
 from __future__ import annotations
 
 import importlib
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from common.commands import require_at_least_one
 from common.errors import InputError
 from inference.options import CHECKPOINT_DEFAULTS, CT2_PATIENCE, CT2_SEARCHES, DecodingOptions
-
-if TYPE_CHECKING:  # imported where a model loads: the scripts' flags and their checks need no torch
-    from inference.translator import Translator
 
 CTRANSLATE2_ENGINE = "deploy.ctranslate2_translator"  # `--engine ctranslate2`
 
@@ -26,7 +26,7 @@ LANGUAGE = ("tgt_lang",)  # a multilingual model's target language (datamodules/
 
 
 def add_engine_arguments(parser) -> None:
-    """The flags that pick what translates, shared by scripts/translate.py and scripts/evaluate.py."""
+    """The flags that pick what translates, shared by every script that decodes."""
     parser.add_argument(
         "--ckpt",
         nargs="+",
@@ -49,6 +49,17 @@ def add_engine_arguments(parser) -> None:
     parser.add_argument(
         "--ct2-patience", type=float, default=CT2_PATIENCE, help=f"--ct2-search fast's patience, >= 1 (default: {CT2_PATIENCE:g})"
     )
+
+
+def parse_decoding_args(parser, argv: list[str] | None, *extra: str, shown: dict[str, str] | None = None):
+    """`argv` parsed by `parser` (the engine's flags, `add_engine_arguments`, and the script's own, `--batch-size`
+    among them) with the search's and the decoding tools' flags added last (`add_search_arguments`: `extra` and
+    `shown` are its), the engine's flags and the batch size checked."""
+    add_search_arguments(parser, *extra, shown=shown)
+    args = parser.parse_args(argv)
+    check_engine_arguments(parser, args)
+    require_at_least_one(parser, args, "batch_size")
+    return args
 
 
 def check_engine_arguments(parser, args) -> None:
@@ -92,21 +103,33 @@ def decoding_options(args, defaults: DecodingOptions | None = None, *extra: str)
     """`defaults` (a translator's) with the search and tools' flags given; a bad value or combination is one
     `InputError` line naming the flags. Called once at parsing (with plain defaults, to refuse bad flags before
     anything loads) and once with the loaded translator's."""
-    return options_from_args(args, defaults or DecodingOptions(), SEARCH + TOOLS + LANGUAGE + extra)
+    names = SEARCH + TOOLS + LANGUAGE + extra
+    given = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+    try:
+        return (defaults or DecodingOptions()).replace(**given)
+    except InputError as err:
+        raise InputError(_in_flags(str(err).removeprefix("DecodingOptions: "))) from None
 
 
-def load_translator(args):
-    """What `add_engine_arguments` picked: an `inference.Translator` of the first checkpoint (its training
-    weights when `args.weights == "training"`) or a `deploy.ctranslate2_translator.CTranslate2Translator`. With several
-    checkpoints, `load_ensemble` gives the others."""
+def load_engines(args) -> tuple[Any, list]:
+    """What `add_engine_arguments` picked: an `inference.Translator` of the first checkpoint (its training weights
+    when `args.weights == "training"`) or a `deploy.ctranslate2_translator.CTranslate2Translator`; and the
+    translators of the checkpoints after the first, an ensemble with it, their vocabularies checked against the
+    first's ([] for one checkpoint or CTranslate2)."""
     if args.engine == "ctranslate2":
         # Named, not imported: CTranslate2 is optional, and deploy/ (which runs our models in other formats) stands
         # above inference/ in the import tree; the one engine that lives there is loaded by its name when asked for.
         CTranslate2Translator = importlib.import_module(CTRANSLATE2_ENGINE).CTranslate2Translator
-        return CTranslate2Translator(
+        engine = CTranslate2Translator(
             args.model, device=args.device, compute_type=args.compute_type, search=args.ct2_search, patience=args.ct2_patience
         )
-    return _load(args, args.ckpt[0])
+        return engine, []
+    from inference.translator import Translator, check_same_vocabularies
+
+    weights = getattr(args, "weights", "averaged")  # translate.py has no --weights: a checkpoint's only, or its EMA
+    first, *others = [Translator.from_checkpoint(path, weights=weights, device=args.device) for path in args.ckpt]
+    check_same_vocabularies([first, *others])
+    return first, others
 
 
 def search_label(args) -> str:
@@ -114,24 +137,6 @@ def search_label(args) -> str:
     if args.engine != "ctranslate2":
         return ""
     return "exact search" if args.ct2_search == "exact" else f"fast search, patience {args.ct2_patience:g}"
-
-
-def load_ensemble(args, first) -> list:
-    """The translators of the checkpoints after the first (an ensemble with `first`, `load_translator`'s),
-    their vocabularies checked against the first's: [] for one checkpoint or CTranslate2."""
-    if args.engine == "ctranslate2" or len(args.ckpt) == 1:
-        return []
-    from inference.translator import check_same_vocabularies
-
-    others = [_load(args, path) for path in args.ckpt[1:]]
-    check_same_vocabularies([first, *others])
-    return others
-
-
-def _load(args, path: str) -> Translator:
-    from inference.translator import Translator
-
-    return Translator.from_checkpoint(path, weights=getattr(args, "weights", "averaged"), device=args.device)
 
 
 def flag_of(name: str) -> str:
@@ -143,7 +148,7 @@ def add_decoding_arguments(
 ) -> None:
     """The flags of the options `names`, made from their fields: each defaults to None (the model's own default)
     unless `defaults` gives the script's (translate.py's --beam-size 4, say); `shown`: the default a script's help
-    names where the script, not the option, decides it (generate.py's seed 0). `options_from_args` reads them."""
+    names where the script, not the option, decides it (generate.py's seed 0). `decoding_options` reads them."""
     group = parser.add_argument_group(title)
     for name in names:
         meta = DecodingOptions.__dataclass_fields__[name].metadata
@@ -158,16 +163,6 @@ def add_decoding_arguments(
         kind = extra.pop("type", None) or (float if isinstance(own, float) else str if "choices" in extra else int)
         extra.setdefault("metavar", None if "choices" in extra else meta["flag"].removeprefix("--").replace("-", "_").upper())
         group.add_argument(meta["flag"], dest=name, type=kind, default=default, help=meta["help"] + label, **extra)
-
-
-def options_from_args(args, defaults: DecodingOptions, names: tuple[str, ...]) -> DecodingOptions:
-    """`defaults` (the model's) with the flags of `names` that were given; a bad value or combination is one
-    `InputError` line that names the flags."""
-    given = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
-    try:
-        return defaults.replace(**given)
-    except InputError as err:
-        raise InputError(_in_flags(str(err).removeprefix("DecodingOptions: "))) from None
 
 
 def _in_flags(message: str) -> str:

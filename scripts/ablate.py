@@ -44,9 +44,9 @@ from common.environment import require_environment  # noqa: E402
 
 require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
 
-from common.commands import program, resume_command  # noqa: E402
+from common.commands import invocation, program, resume_command, script_parser  # noqa: E402
 from common.errors import InputError, OutputError  # noqa: E402
-from common.exits import exit_on_user_error, write_fault, writing_to  # noqa: E402
+from common.exits import exit_on_user_error, print_lines, write_fault  # noqa: E402
 from common.files import atomic_output, atomic_write_text  # noqa: E402
 from common.signals import Relay, Stopped  # noqa: E402
 from training.variants import VARIANTS_DIR, Variant, misfit, read_variant, recipe_task, task_input, variants  # noqa: E402
@@ -54,13 +54,11 @@ from training.variants import VARIANTS_DIR, Variant, misfit, read_variant, recip
 RESULT = "result.json"  # in each run's folder, once the run has ended: what --resume reads back
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The sweep's arguments, and fit.py's: those after `--`."""
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = script_parser(__doc__)
     parser.add_argument("--recipe", required=True, help="a recipe in configs/, e.g. configs/mnist_subset.yaml")
     parser.add_argument(
         "--variants",
@@ -218,11 +216,6 @@ def table(results: list[dict], recipe: Path, extra: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def say(line: str) -> None:
-    with writing_to("standard output"):
-        print(line, flush=True)
-
-
 def finished(folder: Path) -> dict | None:
     """The result of the run in `folder` if it ended with exit status 0 (what --resume reads back), else None."""
     path = folder / RESULT
@@ -236,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     is tried (temporary files beside it) before the first run, and the table and its .json appear only
     once complete. A signal ends the sweep after the run under way, with the table of the finished runs and the
     command that resumes the rest, exit status 128 + the signal's number."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    script, argv = invocation(argv, "ablate")
     args, extra = parse_args(argv)
     recipe = Path(args.recipe)
     stop = Relay()
@@ -257,10 +250,10 @@ def main(argv: list[str] | None = None) -> int:
                 break
             which = f"[{number}/{len(plan)}] {variant.name} seed {seed}"
             if args.resume and (result := finished(folder)):
-                say(f"{which}: finished before, read back from {folder / RESULT}")
+                print_lines(f"{which}: finished before, read back from {folder / RESULT}")
                 results.append(result)
                 continue
-            say(f"{which}: running {program(str(variant.path))}, output in {folder / 'output.log'}")
+            print_lines(f"{which}: running {program(str(variant.path))}, output in {folder / 'output.log'}")
             result = run_one(recipe, variant, seed, folder, extra, stop)
             if stop.signum is not None:
                 break  # stopped by the signal: not a finished run
@@ -270,17 +263,17 @@ def main(argv: list[str] | None = None) -> int:
                 shown = f"failed (exit {result['status']}), see {folder / 'output.log'}"
             else:
                 shown = f"{shown[0]} {shown[1]:.2f}" if shown else f"best {result.get('monitor')} {result.get('best_score')}"
-            say(f"{variant.name} seed {seed}: {shown}")
+            print_lines(f"{variant.name} seed {seed}: {shown}")
             results.append(result)
         if stop.signum is not None:
             name = signal.Signals(stop.signum).name
-            say(f"stopped by {name}: {len(results)} of {len(plan)} runs finished" + (":\n" if results else "."))
+            print_lines(f"stopped by {name}: {len(results)} of {len(plan)} runs finished" + (":\n" if results else "."))
             if results:
-                say(table(results, recipe, extra))
-            say(f"resume the rest with: {resume_command(argv, 'scripts/ablate.py', switch='--resume')}")
+                print_lines(table(results, recipe, extra))
+            print_lines(f"resume the rest with: {resume_command(argv, script, switch='--resume')}")
             raise Stopped(stop.signum)  # out of the outputs: --out is written only with a complete table
         text = table(results, recipe, extra)
-        say(text)
+        print_lines(text)
         if args.out:
             table_tmp.write_text(text)
             json_tmp.write_text(json.dumps(results, indent=1) + "\n")

@@ -14,7 +14,6 @@ status 2; a full disk or an unwritable --out: one line naming it, exit status 1.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -25,7 +24,8 @@ from common.environment import require_environment  # noqa: E402
 
 require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
 
-from common.checkpoints import add_weights_argument, read_checkpoint  # noqa: E402
+from common.checkpoints import add_output_arguments, add_weights_argument, output_checkpoint, read_checkpoint  # noqa: E402
+from common.commands import script_parser  # noqa: E402
 from common.errors import CheckpointError  # noqa: E402
 from common.exits import exit_on_user_error  # noqa: E402
 from common.files import atomic_output  # noqa: E402
@@ -33,12 +33,11 @@ from common.files import atomic_output  # noqa: E402
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser = script_parser(__doc__)
     parser.add_argument("inputs", nargs="+", help="checkpoint files, or one directory of them with --last N")
     parser.add_argument("--last", type=int, help="with a directory: average its N checkpoints of highest step")
-    parser.add_argument("--out", required=True, help="the checkpoint to write")
+    add_output_arguments(parser)
     add_weights_argument(parser, "average")
-    parser.add_argument("--force", action="store_true", help="replace --out if it exists")
     args = parser.parse_args(argv)
     if args.last is not None and (len(args.inputs) != 1 or args.last < 2):
         parser.error("--last N takes one directory and N of at least 2")
@@ -53,8 +52,7 @@ def main(argv: list[str] | None = None) -> Path:
     out = Path(args.out)
     if any(out.resolve() == p.resolve() for p in paths):
         raise CheckpointError(f"--out {out} is one of the checkpoints being averaged; choose another path")
-    if out.exists() and not args.force:
-        raise CheckpointError(f"{out} exists; pass --force to replace it")
+    output_checkpoint(args)
     # The output's place is tried (a temporary file beside it) before the averaging; the average is
     # renamed onto --out only once it is complete, and a failed write leaves nothing behind.
     with atomic_output(out) as tmp:

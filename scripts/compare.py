@@ -24,7 +24,6 @@ at all): one line naming it, exit status 1.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from pathlib import Path
@@ -36,16 +35,16 @@ from common.environment import require_environment  # noqa: E402
 
 require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
 
-from common.errors import DataNotFoundError, InputError  # noqa: E402
-from common.exits import exit_on_user_error, writing_to  # noqa: E402
+from common.commands import add_tokenize_argument, require_at_least_one, script_parser  # noqa: E402
+from common.errors import InputError  # noqa: E402
+from common.exits import exit_on_user_error, print_lines  # noqa: E402
+from common.files import atomic_output, require_file  # noqa: E402
 
 NAMES = {"bleu": "BLEU", "chrf": "chrF"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = script_parser(__doc__)
     parser.add_argument("--ref", required=True, help="the reference translations, one a line (plain or .gz)")
     parser.add_argument(
         "--hyps",
@@ -55,12 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="each system's translations, line-aligned with --ref; the first is the baseline",
     )
     parser.add_argument("--metrics", nargs="+", choices=list(NAMES), default=list(NAMES), help="(default: bleu chrf)")
-    parser.add_argument(
-        "--tokenize",
-        default=None,
-        choices=["13a", "zh", "intl", "char", "none"],
-        help="SacreBLEU's BLEU tokenizer (default: zh for Chinese references, else 13a)",
-    )
+    add_tokenize_argument(parser)
     parser.add_argument("--paired-bs-n", type=int, default=1000, help="bootstrap resamples (default: 1000, as sacrebleu)")
     parser.add_argument(
         "--paired-ar-n", type=int, default=10000, help="approximate randomisation trials (default: 10000, as sacrebleu)"
@@ -68,9 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=12345, help="the tests' seed (default: 12345, sacrebleu's)")
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the results to this file as JSON")
     args = parser.parse_args(argv)
-    for flag in ("paired_bs_n", "paired_ar_n"):
-        if getattr(args, flag) < 1:
-            parser.error(f"--{flag.replace('_', '-')} must be at least 1")
+    require_at_least_one(parser, args, "paired_bs_n", "paired_ar_n")
     if args.seed < 1:  # sacrebleu takes a seed of 0 for none (its PairedTest: `seed if seed else None`)
         parser.error("--seed must be at least 1 (sacrebleu takes 0 as no seed)")
     args.metrics = list(dict.fromkeys(args.metrics))
@@ -83,15 +75,12 @@ def read_files(ref: str, hyps: list[str]) -> tuple[list[str], list[list[str]]]:
         raise InputError(f"--hyps: give at least two systems, the baseline first (got {len(hyps)})")
     if twice := sorted({h for h in hyps if hyps.count(h) > 1}):
         raise InputError(f"--hyps: {twice[0]} given twice: each system once, the baseline first")
-    for flag, path in [("--ref", ref), *(("--hyps", h) for h in hyps)]:
-        if not Path(path).is_file():
-            raise DataNotFoundError(f"{flag} file not found: {path}")
+    paths = [require_file(ref, "--ref"), *(require_file(h, "--hyps") for h in hyps)]
     from datamodules.corpus_readers import iter_lines  # gzip or plain; undecodable text is one line naming it
 
-    refs = list(iter_lines(Path(ref)))
+    refs, *systems = [list(iter_lines(path)) for path in paths]
     if not refs:
         raise InputError(f"{ref} is empty: nothing to compare")
-    systems = [list(iter_lines(Path(h))) for h in hyps]
     for path, lines in zip(hyps, systems):
         if len(lines) != len(refs):
             raise InputError(f"{path} has {len(lines)} lines but {ref} has {len(refs)}: each line translates one reference")
@@ -122,10 +111,8 @@ def _p(value: float | None, same: bool) -> str:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     refs, systems = read_files(args.ref, args.hyps)
-    from common.files import atomic_output  # it imports torch: after the arguments, so that --help is quick
-
     # --json's place is tried (a temporary file beside it) before the tests; the file appears only once complete.
-    with atomic_output(args.json) if args.json else contextlib.nullcontext() as json_tmp:
+    with atomic_output(args.json) as json_tmp:
         from tasks.metrics import default_bleu_tokenize
         from tasks.significance import paired_tests
 
@@ -135,18 +122,14 @@ def main(argv: list[str] | None = None) -> dict:
         results["references"] = args.ref
         if json_tmp is not None:
             json_tmp.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    with writing_to("standard output"):
-        print(
-            f"{len(refs)} sentences of {args.ref}; baseline {args.hyps[0]}; paired bootstrap: {args.paired_bs_n} "
-            f"resamples, approximate randomisation (AR): {args.paired_ar_n} trials; seed {args.seed}"
-        )
-        for metric in args.metrics:
-            print("\n" + "\n".join(table(results, metric)))
-        print(
-            "\nmean ± 95% CI: the bootstrap's estimate of the system's score (not of the difference); Δ: score minus the "
-            "baseline's; p: the chance of an absolute difference this large were the system and the baseline one "
-            "process, * below 0.05 (a Δ of 0 never)"
-        )
+    print_lines(
+        f"{len(refs)} sentences of {args.ref}; baseline {args.hyps[0]}; paired bootstrap: {args.paired_bs_n} "
+        f"resamples, approximate randomisation (AR): {args.paired_ar_n} trials; seed {args.seed}",
+        *("\n" + "\n".join(table(results, metric)) for metric in args.metrics),
+        "\nmean ± 95% CI: the bootstrap's estimate of the system's score (not of the difference); Δ: score minus the "
+        "baseline's; p: the chance of an absolute difference this large were the system and the baseline one "
+        "process, * below 0.05 (a Δ of 0 never)",
+    )
     return results
 
 

@@ -25,7 +25,6 @@ all): one line naming it, exit status 1.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
 from pathlib import Path
@@ -38,25 +37,18 @@ from common.environment import require_environment  # noqa: E402
 require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
 
 from common.checkpoints import add_weights_argument, read_checkpoint, weights_label  # noqa: E402
-from common.errors import DataNotFoundError, InputError  # noqa: E402
-from common.exits import exit_on_user_error, writing_to  # noqa: E402
-from common.files import atomic_output  # noqa: E402
+from common.commands import add_tokenize_argument, script_parser  # noqa: E402
+from common.errors import InputError  # noqa: E402
+from common.exits import exit_on_user_error, print_lines  # noqa: E402
+from common.files import atomic_output, require_file  # noqa: E402
 from common.progress import translation_progress  # noqa: E402
 from datamodules.corpus_readers import read_aligned  # noqa: E402
 from datamodules.languages import parse_direction, tagged  # noqa: E402
-from inference.flags import (  # noqa: E402
-    add_engine_arguments,
-    add_search_arguments,
-    check_engine_arguments,
-    decoding_options,
-    load_ensemble,
-    load_translator,
-    search_label,
-)
+from inference.flags import add_engine_arguments, decoding_options, load_engines, parse_decoding_args, search_label  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser = script_parser(__doc__)
     add_engine_arguments(parser)
     parser.add_argument("--src", required=True, help="source sentences, one a line (plain or .gz)")
     parser.add_argument("--ref", required=True, help="reference translations, line-aligned with --src")
@@ -77,25 +69,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (default: 64)")
     parser.add_argument("--hyp-out", default=None, help="also write the translations to this file")
-    parser.add_argument(
-        "--tokenize",
-        default=None,
-        choices=["13a", "zh", "intl", "char", "none"],
-        help="SacreBLEU tokenizer (default: zh for Chinese references, else 13a)",
-    )
+    add_tokenize_argument(parser)
     add_weights_argument(parser, "score")
-    add_search_arguments(parser)
-    args = parser.parse_args(argv)
-    check_engine_arguments(parser, args)
+    args = parse_decoding_args(parser, argv)
     decoding_options(args)  # bad values and combinations refused before anything loads
-    if args.batch_size < 1:
-        parser.error("--batch-size must be at least 1")
     if args.source_tag and not args.pair:
         parser.error("--source-tag needs --pair")
-    target = parse_direction(args.pair, "--pair")[1] if args.pair else args.tgt_lang
-    if args.language_text and not target:
+    args.direction = parse_direction(args.pair, "--pair") if args.pair else None  # HyperparameterError: one line
+    args.target = args.direction[1] if args.direction else args.tgt_lang
+    if args.language_text and not args.target:
         parser.error("--language-text needs the target language: --pair SRC-TGT or --tgt-lang")
-    args.language_text = language_texts(parser, args.language_text, target)
+    args.language_text = language_texts(parser, args.language_text, args.target)
     return args
 
 
@@ -117,37 +101,31 @@ def language_texts(parser: argparse.ArgumentParser, given: list[str], target: st
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parse_args(argv)
-    for name in ("src", "ref"):
-        if not Path(getattr(args, name)).is_file():
-            raise DataNotFoundError(f"--{name} file not found: {getattr(args, name)}")
-    direction = parse_direction(args.pair, "--pair") if args.pair else None  # HyperparameterError: one line, exit 2
-    pairs = read_aligned(args.src, args.ref)  # CorpusFormatError (exit 2) when the line counts differ
+    pairs = read_aligned(
+        require_file(args.src, "--src"), require_file(args.ref, "--ref")
+    )  # CorpusFormatError (exit 2) when the line counts differ
     if not pairs:
         raise InputError(f"{args.src} is empty: nothing to evaluate")
     blank = [i + 1 for i, (s, _) in enumerate(pairs) if not s]
     if blank:
         raise InputError(f"{args.src}, line {blank[0]}: empty source sentence ({len(blank)} in all)")
-    for lang, file in args.language_text.items():
-        if not Path(file).is_file():
-            raise DataNotFoundError(f"--language-text {lang}: file not found: {file}")
     identifier = language_identifier(args.language_text)  # before decoding: an empty file costs no translation
 
     from tasks.metrics import corpus_scores
 
     # --hyp-out's place is tried (a temporary file beside it) before translating, and the file appears
     # only once complete: an unwritable place or a full disk costs no decoding and leaves no half file.
-    with atomic_output(args.hyp_out) if args.hyp_out else contextlib.nullcontext() as hyp_tmp:
-        model = load_translator(args)
-        if direction and not model.languages:  # its >>en<< would be read as text, and the score silently wrong
+    with atomic_output(args.hyp_out) as hyp_tmp:
+        model, ensemble = load_engines(args)
+        if args.direction and not model.languages:  # its >>en<< would be read as text, and the score silently wrong
             raise InputError(
                 f"--pair {args.pair}: this model translates into one language (its vocabulary has no >>xx<< tokens); "
                 "give no --pair"
             )
-        ensemble = load_ensemble(args, model)
         options = decoding_options(args, model.options)  # one object, over the model's defaults, passed whole
         extra = {"ensemble": ensemble} if ensemble else {}
         start = time.time()
-        sources = [tagged(s, direction, args.source_tag) if direction else s for s, _ in pairs]
+        sources = [tagged(s, args.direction, args.source_tag) if args.direction else s for s, _ in pairs]
         with translation_progress(sources, args.batch_size) as on_batch:
             hyps = model.translate_many(sources, batch_size=args.batch_size, on_batch=on_batch, options=options, **extra)
         seconds = time.time() - start
@@ -164,16 +142,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     else:
         # Already verified when loaded: its CRC-32s are not read again (the tensors stay memory-mapped, unread).
         engine = f"torch, {weights_label(read_checkpoint(args.ckpt[0], verify=False), args.weights)}"  # an ensemble: the first
-    with writing_to("standard output"):
-        print(f"sentences: {len(pairs)}  decoding: {decoding}  engine: {engine}  time: {seconds:.1f}s")
-        print(f"SacreBLEU: {scores['bleu']:.2f}  ({scores['bleu_signature']})")
-        print(f"chrF: {scores['chrf']:.2f}  ({scores['chrf_signature']})")
-        print(
-            f"lowercased BLEU (not comparable with the cased score): {lowercased['bleu']:.2f}  ({lowercased['bleu_signature']})"
-        )
-        if identifier is not None:
-            print(on_target_line(identifier, hyps, direction[1] if direction else args.tgt_lang))
-        sys.stdout.flush()
+    print_lines(
+        f"sentences: {len(pairs)}  decoding: {decoding}  engine: {engine}  time: {seconds:.1f}s",
+        f"SacreBLEU: {scores['bleu']:.2f}  ({scores['bleu_signature']})",
+        f"chrF: {scores['chrf']:.2f}  ({scores['chrf_signature']})",
+        f"lowercased BLEU (not comparable with the cased score): {lowercased['bleu']:.2f}  ({lowercased['bleu_signature']})",
+        *([on_target_line(identifier, hyps, args.target)] if identifier is not None else []),
+    )
     return scores
 
 
@@ -184,7 +159,8 @@ def language_identifier(texts: dict[str, str]):
     from datamodules.corpus_readers import iter_lines
     from tasks.metrics import LanguageIdentifier
 
-    examples = {lang: [line for line in iter_lines(Path(file)) if line.strip()] for lang, file in texts.items()}
+    files = {lang: require_file(file, f"--language-text {lang}:") for lang, file in texts.items()}
+    examples = {lang: [line for line in iter_lines(file) if line.strip()] for lang, file in files.items()}
     empty = [lang for lang, lines in examples.items() if not lines]
     if empty:
         raise InputError(f"--language-text {empty[0]}: {texts[empty[0]]} holds no sentence")

@@ -15,7 +15,6 @@ A missing file or a bad checkpoint: one line on stderr, exit status 2.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -28,7 +27,8 @@ require_environment()  # another Python than the project's: one line naming .ven
 
 import torch  # noqa: E402
 
-from common.checkpoints import add_weights_argument, load_checkpoint, load_training_weights, read_checkpoint, weights_label  # noqa: E402
+from common.checkpoints import add_weights_argument, load_checkpoint, read_checkpoint, weights_label  # noqa: E402
+from common.commands import script_parser  # noqa: E402
 from common.exits import exit_on_user_error  # noqa: E402
 from common.progress import StageBar  # noqa: E402
 
@@ -49,7 +49,7 @@ def accuracy(model, loader, description: str, precision: str = "32") -> float:
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser = script_parser(__doc__)
     parser.add_argument("--ckpt", required=True, help="a MnistSequenceClassifier checkpoint (.ckpt)")
     parser.add_argument("--data-dir", default="data/mnist", help="torchvision's layout: <dir>/MNIST/raw (default: data/mnist)")
     parser.add_argument("--val-size", type=int, default=500, help="training images held out for validation (default: 500)")
@@ -63,9 +63,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from datamodules import MNISTDataModule
     from tasks import MnistSequenceClassifier
 
-    model = load_checkpoint(MnistSequenceClassifier, args.ckpt).eval()
-    if args.weights == "training":
-        load_training_weights(model, args.ckpt)
+    model = load_checkpoint(MnistSequenceClassifier, args.ckpt, weights=args.weights).eval()
     dm = MNISTDataModule(args.data_dir, batch_size=BATCH_SIZE, val_size=args.val_size, split_seed=args.split_seed, download=False)
     dm.data_dir_flag, dm.download_flag = "--data-dir", None
     dm.prepare_data()

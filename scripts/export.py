@@ -40,14 +40,15 @@ from common.environment import require_environment  # noqa: E402
 
 require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
 
-from common.checkpoints import add_weights_argument, load_checkpoint, load_training_weights, read_checkpoint  # noqa: E402
+from common.checkpoints import add_weights_argument, load_checkpoint, read_checkpoint  # noqa: E402
+from common.commands import invocation, script_parser  # noqa: E402
 from common.exits import exit_on_user_error  # noqa: E402
 from deploy.choices import QUANTIZATIONS  # noqa: E402  (the exporters, which import torch, once the arguments are read)
 from deploy.model_card import checkpoint_meta  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser = script_parser(__doc__)
     parser.add_argument("--ckpt", required=True, help="a Seq2SeqTransformer checkpoint (.ckpt)")
     parser.add_argument(
         "--to", required=True, choices=["ctranslate2", "hf"], help="the engine to export for (hf: a Hugging Face folder)"
@@ -72,11 +73,9 @@ def main(argv: list[str] | None = None) -> Path:
     from deploy.huggingface import export_huggingface, push_to_hub
     from tasks import Seq2SeqTransformer
 
-    model = load_checkpoint(Seq2SeqTransformer, args.ckpt)
-    if args.weights == "training":
-        load_training_weights(model, args.ckpt)
+    model = load_checkpoint(Seq2SeqTransformer, args.ckpt, weights=args.weights)
     if args.to == "hf":
-        command = shlex.join(["python", "scripts/export.py", *(sys.argv[1:] if argv is None else argv)])
+        command = shlex.join(["python", "scripts/export.py", *invocation(argv, "export")[1]])
         meta = checkpoint_meta(read_checkpoint(args.ckpt))
         out = export_huggingface(model.eval(), args.out_dir, force=args.force, ckpt=args.ckpt, meta=meta, command=command)
         print(f"wrote {out} (a Hugging Face MarianMTModel with its tokenizer, generation config and model card)")

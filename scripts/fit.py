@@ -25,9 +25,8 @@ require_environment()  # another Python than the project's: one line naming .ven
 
 from common.commands import answer_stored_help  # noqa: E402
 
-HELP = ROOT / "scripts" / "help" / "fit.txt"  # the parser's `--help`, stored (scripts/regenerate.py)
 if __name__ == "__main__":
-    answer_stored_help(HELP)  # at once, not after Lightning's imports
+    answer_stored_help("fit")  # the parser's `--help`, stored: at once, not after Lightning's imports
 
 from common import signals  # noqa: E402  (the standard library only: installed before torch loads)
 
@@ -35,7 +34,7 @@ if __name__ == "__main__":
     signals.install()  # from here on SIGTERM and SIGINT raise signals.Stopped: one line and 143 or 130 (exit_on_stop)
 
 with signals.exit_on_stop():
-    from common.commands import chosen_environment, resume_command
+    from common.commands import chosen_environment, invocation, resume_command
     from common.errors import TrainingDivergedError
     from common.exits import EXIT_NOTHING_TO_DO, USER_ERRORS, exit_on_user_error
     from training.noise import silence
@@ -57,8 +56,7 @@ def main(args: list[str] | None = None) -> None:
     where it stopped and how to resume, status 0; a resumed run with nothing left to train (its checkpoint
     reached max_steps, max_epochs or max_time) with one line and status 3; a config error with
     jsonargparse's usage message and status 2."""
-    script = sys.argv[0] if args is None else "scripts/fit.py"
-    args = list(sys.argv[1:] if args is None else args)
+    script, args = invocation(args, "fit")
     given = list(args)
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter")  # we pass sys.argv on purpose
     if not any(a == "-c" or a.startswith("--config") for a in args):

@@ -52,22 +52,16 @@ require_environment()  # another Python than the project's: one line naming .ven
 
 from common import signals  # noqa: E402
 from common.checkpoints import add_weights_argument  # noqa: E402
-from common.commands import program, resume_command  # noqa: E402
+from common.commands import invocation, program, require_at_least_one, resume_command, script_parser  # noqa: E402
 from common.errors import InputError  # noqa: E402
 from common.exits import EXIT_NOTHING_TO_DO, EXIT_TIME_LIMIT, exit_on_user_error  # noqa: E402
-from inference.flags import (  # noqa: E402
-    add_engine_arguments,
-    add_search_arguments,
-    check_engine_arguments,
-    decoding_options,
-    search_label,
-)
+from inference.flags import add_engine_arguments, decoding_options, parse_decoding_args, search_label  # noqa: E402
 from inference.generation import plan as gen  # noqa: E402
 from inference.generation.input import add_input_arguments, languages, read_input  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser = script_parser(__doc__)
     add_engine_arguments(parser)
     add_weights_argument(parser, "decode with")
     add_input_arguments(parser)
@@ -92,15 +86,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                       help="Lightning's strategy (default: ddp with several processes)")  # fmt: skip
     work.add_argument("--max-time", default=None, help="stop after this long: seconds, or DD:HH:MM:SS")
     work.add_argument("--log-every", type=float, default=30.0, help="a progress line at least this often, in seconds")
-    add_search_arguments(parser, "nbest", shown={"seed": "0, so that a resume draws the same samples"})
-    args = parser.parse_args(argv)
-    check_engine_arguments(parser, args)
+    args = parse_decoding_args(parser, argv, "nbest", shown={"seed": "0, so that a resume draws the same samples"})
     options(args)  # bad values and combinations refused before anything loads
-    for flag in ("max_tokens", "shard_size", "devices", "num_nodes"):
-        if getattr(args, flag) < 1:
-            parser.error(f"--{flag.replace('_', '-')} must be at least 1")
-    if args.batch_size is not None and args.batch_size < 1:
-        parser.error("--batch-size must be at least 1")
+    require_at_least_one(parser, args, "max_tokens", "shard_size", "devices", "num_nodes")
     if args.keep_closest and (args.nbest or 1) < 2:
         raise InputError("--keep-closest picks one of several outputs a line: give --nbest N (N >= 2)")
     if args.resume and args.force:
@@ -147,8 +135,7 @@ def quiet_lightning():
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
-    started, script = time.time(), sys.argv[0] if argv is None else "scripts/generate.py"
-    argv = list(sys.argv[1:] if argv is None else argv)
+    started, (script, argv) = time.time(), invocation(argv, "generate")
     args = parse_args(argv)
 
     resume = resume_command(argv, script, switch="--resume", dropped=("--force",), unset=("--max-time",))
@@ -189,15 +176,14 @@ def main(argv: list[str] | None = None) -> None:
 def prepare(args: argparse.Namespace, resume: str) -> argparse.Namespace:
     """The model, the input, the plan; on rank 0, the output folder made ready (or refused) and the input's
     empty and over-long lines said once."""
-    from inference.flags import load_ensemble, load_translator
+    from inference.flags import load_engines
     from inference.generation.run import check_decodes
 
     if args.engine == "torch":
         args.accelerator = args.accelerator or ("gpu" if args.device.startswith("cuda") else "cpu")
         args.device = "cpu"  # loaded here, put on each process's device by Lightning
     job = argparse.Namespace(folder=Path(args.output), resume=resume)
-    job.engine = load_translator(args)
-    job.ensemble = load_ensemble(args, job.engine)
+    job.engine, job.ensemble = load_engines(args)
     job.opts = opts = options(args, job.engine)
     job.engine_label = " ".join(filter(None, (args.engine, search_label(args))))
     src_lang, tgt_lang = languages(args, job.engine)

@@ -29,17 +29,17 @@ from common.environment import require_environment  # noqa: E402
 
 require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
 
-from common.errors import CheckpointError  # noqa: E402
+from common.checkpoints import add_output_arguments, output_checkpoint  # noqa: E402
+from common.commands import script_parser  # noqa: E402
 from common.exits import exit_on_user_error  # noqa: E402
 from common.files import atomic_torch_save  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser = script_parser(__doc__)
     parser.add_argument("model", help="a Marian model's folder, or its Hugging Face hub name (downloaded when online)")
-    parser.add_argument("--out", required=True, help="the checkpoint to write (.ckpt)")
+    add_output_arguments(parser)
     parser.add_argument("--length-penalty", type=float, default=1.0, help="beam search's default alpha (default: 1.0)")
-    parser.add_argument("--force", action="store_true", help="replace --out if it exists")
     args = parser.parse_args(argv)
     if args.length_penalty < 0:
         parser.error("--length-penalty must be at least 0")
@@ -63,9 +63,7 @@ def checkpoint_of(model) -> dict:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> Path:
     args = parse_args(argv)
-    out = Path(args.out)
-    if out.exists() and not args.force:
-        raise CheckpointError(f"{out} exists; pass --force to replace it")
+    out = output_checkpoint(args)
     from datamodules.languages import target_languages
     from tasks import Seq2SeqTransformer
 

@@ -26,9 +26,8 @@ require_environment()  # another Python than the project's: one line naming .ven
 
 from common.commands import answer_stored_help  # noqa: E402
 
-HELP = ROOT / "scripts" / "help" / "prepare.txt"  # the parser's `--help`, stored (scripts/regenerate.py)
 if __name__ == "__main__":
-    answer_stored_help(HELP)  # at once, not after Lightning's imports
+    answer_stored_help("prepare")  # the parser's `--help`, stored: at once, not after Lightning's imports
 
 import lightning as L  # noqa: E402
 from jsonargparse import ActionConfigFile  # noqa: E402

@@ -14,7 +14,6 @@ file differs from it.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import re
@@ -30,6 +29,8 @@ from common.environment import require_environment  # noqa: E402
 require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
 
 import yaml  # noqa: E402
+
+from common.commands import help_key, script_parser, stored_help_path  # noqa: E402
 
 COMMAND = ".venv/bin/python scripts/regenerate.py"
 DOCS = ("README.md", "docs/guide/export-deploy.md")
@@ -98,18 +99,14 @@ def parsers_help(name: str) -> str:
 
 def stored_help_text(name: str) -> str:
     """scripts/help/<name>.txt: the key it was written under (common.commands.help_key), then the parser's help."""
-    from common.commands import help_key
-
     return f"# key: {help_key()}\n{parsers_help(name)}"
 
 
 def main(argv: list[str] | None = None) -> None:
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False).parse_args(argv)
+    script_parser(__doc__).parse_args(argv)
     targets = [(p, sweep_of_variants) for p in sorted((ROOT / "configs" / "sweeps").glob("*.yaml"))]
     targets += [(ROOT / doc, with_refusals) for doc in DOCS]
-    targets += [
-        (ROOT / "scripts" / "help" / f"{name}.txt", lambda old, name=name: stored_help_text(name)) for name in STORED_HELPS
-    ]
+    targets += [(stored_help_path(name), lambda old, name=name: stored_help_text(name)) for name in STORED_HELPS]
     for path, generate in targets:
         old = path.read_text(encoding="utf-8") if path.is_file() else ""
         if (new := generate(old)) != old:

@@ -49,33 +49,26 @@ from common.environment import require_environment  # noqa: E402
 
 require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
 
-from common.errors import DataNotFoundError, InputError  # noqa: E402
-from common.exits import exit_on_user_error, writing_to  # noqa: E402
+from common.commands import script_parser  # noqa: E402
+from common.errors import InputError  # noqa: E402
+from common.exits import exit_on_user_error, print_lines  # noqa: E402
+from common.files import require_file  # noqa: E402
 from datamodules.corpus_readers import LineDecodeError, decode_lines, iter_lines  # noqa: E402
-from inference.flags import (  # noqa: E402
-    add_engine_arguments,
-    add_search_arguments,
-    check_engine_arguments,
-    decoding_options,
-    load_ensemble,
-    load_translator,
-)
+from inference.flags import add_engine_arguments, decoding_options, load_engines, parse_decoding_args  # noqa: E402
 
 OPTIONS = ("nbest", "alignment_layer", "static_cache")  # this script's decoding options beyond evaluate.py's
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser = script_parser(__doc__)
     add_engine_arguments(parser)
     parser.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (default: 32)")
-    add_search_arguments(parser, *OPTIONS)
     parser.add_argument("--print-scores", action="store_true", help="add the raw log-prob sum and each token's log-prob")
     parser.add_argument("--print-alignment", action="store_true", help="add each target token's source token, as i-j pairs")
     parser.add_argument("--score-reference", metavar="REF", help="score REF's lines as translations of the inputs")
     parser.add_argument("--prefix-file", metavar="FILE", help="outputs start with FILE's lines, one per input")
     parser.add_argument("sentences", nargs="*", help="sentences to translate (default: standard input, one a line)")
-    args = parser.parse_args(argv)
-    check_engine_arguments(parser, args)
+    args = parse_decoding_args(parser, argv, *OPTIONS)
     if args.print_alignment and args.alignment_layer is None:
         args.alignment_layer = -1  # the last layer's
     if not args.print_alignment:
@@ -85,8 +78,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise InputError("CTranslate2 has no alignments (--print-alignment): use --engine torch")
     if args.score_reference and (args.nbest or args.sampling or args.prefix_file):
         raise InputError("--score-reference scores given translations: it takes no --nbest, --sampling or --prefix-file")
-    if args.batch_size < 1:
-        parser.error("--batch-size must be at least 1")
     if args.static_cache and (tabbed(args) or args.prefix_file or len(args.ckpt or []) > 1):
         # The search's own tools and --nbest are refused by DecodingOptions; these are the script's.
         parser.error("--static-cache decodes the plain greedy or beam search of one model: not with --print-scores, "
@@ -168,9 +159,7 @@ def translate_chunk(
 
 def read_line_file(path: str, flag: str, count: int) -> list[str]:
     """The lines of a --score-reference or --prefix-file file, which must be `count`, one per input."""
-    if not Path(path).is_file():
-        raise DataNotFoundError(f"{flag} file not found: {path}")
-    lines = list(iter_lines(Path(path)))
+    lines = list(iter_lines(require_file(path, flag)))
     if len(lines) != count:
         raise InputError(f"{flag} {path} has {len(lines)} lines for {count} inputs: give one line per input")
     return lines
@@ -189,12 +178,8 @@ def main(argv: list[str] | None = None) -> None:
     for i, sentence in enumerate(args.sentences, 1):
         if not sentence.strip():
             raise InputError(f"argument {i} is an empty sentence: there is nothing to translate")
-    model = load_translator(args)
-    ensemble = load_ensemble(args, model)
-    if args.sentences:
-        source: Iterable[str] = args.sentences
-    else:
-        source = stdin_lines()
+    model, ensemble = load_engines(args)
+    source: Iterable[str] = args.sentences or stdin_lines()
     refs = prefixes = None
     if args.score_reference or args.prefix_file:  # line counts are checked before anything is written
         source = list(source)
@@ -219,10 +204,7 @@ def main(argv: list[str] | None = None) -> None:
             prefixes[start:end] if prefixes is not None else None,
         )
         start = end
-        with writing_to("standard output"):  # a full device: one line naming it; a closed pipe: a quiet exit
-            for line in lines:
-                print(line)
-            sys.stdout.flush()
+        print_lines(*lines)  # flushed: the output streams while input is still coming
 
 
 if __name__ == "__main__":
