@@ -45,6 +45,7 @@ from .decoding import (
     length_penalty_factor,
     limited,
     no_specials,
+    right_padded,
     special_ids,
 )
 
@@ -68,13 +69,7 @@ def beam_search(
     right-padded with `net.pad_id`. `max_len` counts generated tokens (after `<bos>`, `<eos>` included), one for all
     or one per sentence, capped at the model's positions."""
     nbest = beam_search_nbest(net, src, bos_id, eos_id, max_len, beam_size, 1, length_penalty, use_cache, constraints)
-    best = [hyps[0].tokens for hyps in nbest]
-    pad = as_list(net)[0].pad_id
-    out = torch.full((len(best), 1 + max(len(t) for t in best)), pad, dtype=torch.long, device=src.device)
-    out[:, 0] = bos_id
-    for row, tokens in zip(out, best):
-        row[1 : 1 + len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-    return out
+    return right_padded([[bos_id, *hyps[0].tokens] for hyps in nbest], as_list(net)[0].pad_id, src.device)
 
 
 @torch.no_grad()
@@ -94,9 +89,8 @@ def beam_search_nbest(
     where fewer sequences exist within `max_len`; an empty one where `max_len` is 0)."""
     searched = {"beam_size": beam_size, "nbest": nbest, "length_penalty": length_penalty}
     check_hparams("beam_search", searched, SEARCH_CHECKS, nbest_fits_the_beam)
-    nets = as_list(net)
-    B, K, N, device, pad = src.size(0), beam_size, nbest, src.device, nets[0].pad_id
-    scorer = StepScorer(nets, src, K, use_cache)
+    scorer = StepScorer(net, src, beam_size, use_cache)
+    B, K, N, device, pad = src.size(0), beam_size, nbest, src.device, scorer.pad_id
     limits = Limits(max_len, B, scorer.max_len - 1, device)
     limit = limits.of_row  # (B,) each sentence's own: its steps, its forced `<eos>`, its bound on a live score
     constraints = constraints or Constraints()

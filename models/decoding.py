@@ -19,7 +19,7 @@ decoder starts from `<pad>` (fairseq and `transformers` ban them likewise).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -86,32 +86,48 @@ def greedy_decode(
     after it. Stops when every row has ended. With `use_cache` each step feeds only the newest token and the
     decoder's key/value cache holds the rest. A row that has ended leaves the decoded batch (its memory and cache
     rows with it), unless the cache keeps its rows (a static cache's captured step has fixed shapes)."""
-    memory, src_pad = net.encode(src)  # (B, S, D), (B, S)
-    B = src.size(0)
-    limits = Limits(max_len, B, net.max_len - 1, src.device)
-    ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
-    rows = torch.arange(B, device=src.device)  # (B',) the rows still decoded
-    finished = torch.zeros(B, dtype=torch.bool, device=src.device)  # (B',)
-    cache = net.new_cache() if use_cache else None
-    can_drop_rows = cache is None or cache.can_drop_rows
-    specials = special_ids(net.pad_id, bos_id, src.device)
+    scorer = StepScorer(net, src, use_cache=use_cache)
+    limits = Limits(max_len, src.size(0), scorer.max_len - 1, src.device)
+    return grow_rows(scorer, limits, bos_id, eos_id, lambda logp, finished: logp.argmax(dim=-1))[0]
+
+
+def grow_rows(
+    scorer: StepScorer,
+    limits: Limits,
+    bos_id: int,
+    eos_id: int,
+    pick: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],  # (N', V) log-probs, (N',) finished → (N',) ids
+    constrain: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every row of `scorer` grown by the token `pick` chooses from its next-token log-probs (`constrain`ed, given
+    the rows' (N', t) prefixes and their indices, then `limited`) until it picks `<eos>`; a row that has ended
+    leaves the batch (`StepScorer.keep`), or where it cannot (`can_drop_rows`) grows by padding. → (N, T) ids,
+    `<bos>` first, and (N, T - 1) each token's log-prob (0 for padding)."""
+    N, device, pad = limits.of_row.numel(), limits.of_row.device, scorer.pad_id
+    ys = torch.full((N, 1), bos_id, dtype=torch.long, device=device)  # (N, t)
+    tok = torch.zeros(N, 0, device=device)  # (N, t-1)
+    rows = torch.arange(N, device=device)  # (N',) the rows still grown
+    finished = torch.zeros(N, dtype=torch.bool, device=device)  # (N',)
+    specials = special_ids(pad, bos_id, device)
     for t in range(1, limits.steps + 1):  # t = tokens generated after this step
-        step_input = ys[rows, -1:] if use_cache else ys[rows]
-        logits = no_specials(net.decode(step_input, memory, src_pad, cache)[:, -1], specials)  # (B', V)
-        logits = limited(logits, limits.ending(t, limits.of_row[rows]), eos_id)
-        next_token = ys.new_full((B,), net.pad_id)  # (B,)
-        next_token[rows] = logits.argmax(dim=-1).masked_fill(finished, net.pad_id)
-        ys = torch.cat([ys, next_token[:, None]], dim=1)
-        finished |= next_token[rows].eq(eos_id)
+        seqs = ys[rows]  # (N', t)
+        logp = no_specials(scorer.log_probs(seqs), specials)
+        rule = None if constrain is None else lambda x: constrain(x, seqs, rows)  # noqa: B023
+        logp = limited(logp, limits.ending(t, limits.of_row[rows]), eos_id, rule)  # (N', V)
+        picked = pick(logp, finished).masked_fill(finished, pad)  # (N',)
+        next_token, token_logp = ys.new_full((N,), pad), logp.new_zeros(N)  # (N,), (N,)
+        next_token[rows] = picked
+        token_logp[rows] = logp.gather(1, picked[:, None])[:, 0].masked_fill(finished, 0.0)
+        ys, tok = torch.cat([ys, next_token[:, None]], dim=1), torch.cat([tok.to(logp.dtype), token_logp[:, None]], dim=1)
+        finished |= picked.eq(eos_id)
         n_finished = int(finished.sum())  # the step's one wait for the device
         if n_finished == len(finished):
             break
-        if can_drop_rows and n_finished:
-            left = finished.logical_not().nonzero()[:, 0]  # (B'',) of the B' rows
-            rows, finished, memory, src_pad = rows[left], finished[left], memory[left], src_pad[left]
-            if cache is not None:
-                cache.keep(left)
-    return ys
+        if scorer.can_drop_rows and n_finished:
+            left = finished.logical_not().nonzero()[:, 0]  # (N'',) of the N' rows
+            rows, finished = rows[left], finished[left]
+            scorer.keep(left)
+    return ys, tok
 
 
 def length_penalty_factor(length: int, alpha: float) -> float:
@@ -141,6 +157,15 @@ def hypothesis(tokens: list[int], log_probs: list[float], length_penalty: float)
     return Hypothesis(tokens, log_probs, sum(log_probs) / length_penalty_factor(len(tokens), length_penalty))
 
 
+def right_padded(rows: Sequence[list[int]], pad_id: int, device: torch.device) -> torch.Tensor:
+    """(B, L) the ids of each row, right-padded with `pad_id` to the longest (L ≥ 1, all padding where every row is
+    empty)."""
+    out = torch.full((len(rows), max([1, *map(len, rows)])), pad_id, dtype=torch.long, device=device)
+    for row, ids in zip(out, rows):
+        row[: len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return out
+
+
 def as_list(nets) -> list:
     return list(nets) if isinstance(nets, (list, tuple)) else [nets]
 
@@ -164,6 +189,7 @@ class StepScorer:
 
     def __init__(self, nets, src: torch.Tensor, repeat: int = 1, use_cache: bool = True):
         self.nets = as_list(nets)
+        self.pad_id = self.nets[0].pad_id
         self.states = []
         for net in self.nets:
             memory, src_pad = net.encode(src)  # (B, S, D), (B, S)

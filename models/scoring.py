@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .decoding import NEG_INF, Hypothesis, as_list, ensemble_mean, hypothesis, log_softmax
+from .decoding import NEG_INF, Hypothesis, as_list, ensemble_mean, hypothesis, log_softmax, right_padded
 
 if TYPE_CHECKING:
     from .seq2seq import Seq2SeqNet
@@ -26,17 +26,9 @@ def score_targets(
     """Teacher-forced scores of given targets: each token's log-prob, `<eos>` appended, and the
     score a search ranks by, sum / lp(len + 1). An ensemble averages as `StepScorer` does."""
     nets = as_list(net)
-    pad = nets[0].pad_id
-    T = 1 + max(len(t) for t in targets)
-    tgt = torch.full((len(targets), T + 1), pad, dtype=torch.long, device=src.device)  # (B, T+1)
-    for row, ids in zip(tgt, targets):
-        row[: len(ids) + 2] = torch.tensor([bos_id, *ids, eos_id])
-    logps = []
-    for net in nets:
-        memory, src_pad = net.encode(src)
-        logits = net.decode(tgt[:, :-1], memory, src_pad)  # (B, T, V): right padding is hidden by the causal mask
-        logps.append(log_softmax(logits))
-    logp = ensemble_mean(logps)
+    tgt = right_padded([[bos_id, *ids, eos_id] for ids in targets], nets[0].pad_id, src.device)  # (B, T+1)
+    # (B, T, V) each network's: right padding is hidden by the causal mask
+    logp = ensemble_mean([log_softmax(net.decode(tgt[:, :-1], *net.encode(src))) for net in nets])
     tok = logp.gather(-1, tgt[:, 1:, None])[..., 0]  # (B, T)
     return [hypothesis([*ids, eos_id], tok[b, : len(ids) + 1].tolist(), length_penalty) for b, ids in enumerate(targets)]
 
@@ -55,14 +47,10 @@ def align(
     models), weighs most in the step that generated j; as (i, j) pairs, fairseq's order."""
     nets = as_list(net)
     pad = nets[0].pad_id
-    T = max(1, max(len(o) for o in outputs))
-    tgt_in = torch.full((len(outputs), T), pad, dtype=torch.long, device=src.device)  # (B, T)
-    for row, ids in zip(tgt_in, outputs):
-        row[: len(ids)] = torch.tensor([bos_id, *ids][: len(ids)])
+    tgt_in = right_padded([[bos_id, *ids][: len(ids)] for ids in outputs], pad, src.device)  # (B, T)
     weights = 0
     for net in nets:
-        memory, src_pad = net.encode(src)
-        _, per_layer = net.decode(tgt_in, memory, src_pad, need_weights=True)
+        _, per_layer = net.decode(tgt_in, *net.encode(src), need_weights=True)
         weights = weights + per_layer[layer].float().mean(1)  # (B, T, S)
     hidden = src.eq(pad) | src.eq(eos_id)  # (B, S)
     best = weights.masked_fill(hidden[:, None], NEG_INF).argmax(-1)  # (B, T)

@@ -113,7 +113,7 @@ class StaticDecoder:
         return greedy_decode(self, src, bos_id, eos_id, max_len, use_cache=True)
 
     def beam(self, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int | Sequence[int], **kwargs) -> torch.Tensor:
-        """`models.decoding.beam_search` on the static cache (same arguments, same output)."""
+        """`models.beam.beam_search` on the static cache (same arguments, same output)."""
         self._size_for(max_len)
         return beam_search(self, src, bos_id, eos_id, max_len, use_cache=True, **kwargs)
 

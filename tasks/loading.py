@@ -7,17 +7,22 @@ default network)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from inference.networks import read_network
 
 
-def load_task(load: Callable[..., Any], task: str, path, *args, **kwargs):
-    """`load(path, *args, **kwargs)` (Lightning's `load_from_checkpoint`) with `net` given: the checkpoint's own,
-    checked. A `net` in `kwargs` replaces it; a remote path or an open file (which Lightning reads itself) is
-    passed on as it is."""
-    if isinstance(path, (str, Path)) and "://" not in str(path):
-        kwargs.setdefault("net", read_network(path, task, verify=False).hparams["net"])
-    return load(path, *args, **kwargs)
+class LoadsAnyCheckpoint:
+    """What a task module (a LightningModule that names its network kind as `TASK`, inference.networks) takes
+    first among its bases, so that its `load_from_checkpoint` reads checkpoints of any age."""
+
+    TASK: str
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path, *args, **kwargs):
+        """Lightning's `load_from_checkpoint` with `net` given: the checkpoint's own, checked
+        (`inference.networks.read_network`). A `net` in `kwargs` replaces it; a remote path or an open file (which
+        Lightning reads itself) is passed on as it is."""
+        if isinstance(checkpoint_path, (str, Path)) and "://" not in str(checkpoint_path):
+            kwargs.setdefault("net", read_network(checkpoint_path, cls.TASK, verify=False).hparams["net"])
+        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)

@@ -19,11 +19,13 @@ from models.checks import OPTIMISER, at_least, check_hparams, fraction
 from models.config import MnistNetSettings
 
 from .figures import save_and_log_figure
-from .loading import load_task
+from .loading import LoadsAnyCheckpoint
 from .schedules import adamw_with_warmup
 
 
-class MnistSequenceClassifier(L.LightningModule):
+class MnistSequenceClassifier(LoadsAnyCheckpoint, L.LightningModule):
+    TASK = MNIST
+
     def __init__(
         self,
         net: MnistNetSettings = MnistNetSettings(),  # noqa: B008 (frozen: one shared default is safe)
@@ -53,12 +55,6 @@ class MnistSequenceClassifier(L.LightningModule):
         self.test_confmat = MulticlassConfusionMatrix(num_classes=10)
         self._misclassified: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
-    @classmethod
-    def load_from_checkpoint(cls, checkpoint_path, *args, **kwargs) -> MnistSequenceClassifier:
-        """Lightning's `load_from_checkpoint`, for checkpoints of any age, through `inference.networks.read_network`
-        (tasks/loading.py): another task's checkpoint, or settings this version does not know, are one line."""
-        return load_task(super().load_from_checkpoint, MNIST, checkpoint_path, *args, **kwargs)
-
     def forward(self, images: torch.Tensor) -> torch.Tensor:  # (B, 1, 28, 28) → (B, 10) logits
         return self.net(images)
 
@@ -80,21 +76,23 @@ class MnistSequenceClassifier(L.LightningModule):
         self.log("train/acc", self.train_acc, on_step=False, on_epoch=True)
         return loss
 
-    def validation_step(self, batch, batch_idx: int) -> None:
-        images, labels = batch
-        logits = self(images)
-        self.val_acc(logits.argmax(-1), labels)
-        self.log("val/loss", F.cross_entropy(logits, labels), sync_dist=True)  # averaged over processes
-        self.log("val/acc", self.val_acc, prog_bar=True)
-
-    def test_step(self, batch, batch_idx: int) -> None:
+    def _evaluate(self, batch, stage: str, accuracy: MulticlassAccuracy) -> torch.Tensor:
+        """Log the batch's loss and accuracy under `stage`; → (B,) the predicted digits."""
         images, labels = batch
         logits = self(images)
         preds = logits.argmax(-1)  # (B,)
-        self.test_acc(preds, labels)
+        accuracy(preds, labels)
+        self.log(f"{stage}/loss", F.cross_entropy(logits, labels), sync_dist=True)  # averaged over processes
+        self.log(f"{stage}/acc", accuracy, prog_bar=stage == "val")
+        return preds
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self._evaluate(batch, "val", self.val_acc)
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        images, labels = batch
+        preds = self._evaluate(batch, "test", self.test_acc)
         self.test_confmat.update(preds, labels)
-        self.log("test/loss", F.cross_entropy(logits, labels), sync_dist=True)
-        self.log("test/acc", self.test_acc)
         # Keep the first few mistakes (on CPU) for the grid drawn at the end of the test.
         room = self.hparams.num_misclassified_shown - sum(len(m[0]) for m in self._misclassified)
         wrong = (preds != labels).nonzero().squeeze(1)[:room]

@@ -24,7 +24,7 @@ from models.diagnostics import position_similarity
 
 from .fast_paths import compile_net, mark_bucketed
 from .figures import attached_trainer, attention_figure, save_and_log_figure
-from .loading import load_task
+from .loading import LoadsAnyCheckpoint
 from .metrics import TokenMean, scores_by_set
 from .schedules import Schedule, adamw_with_warmup
 from .scored_sets import scored_sets, translate_shared
@@ -36,9 +36,11 @@ COLLAPSED_ENCODER = 0.95
 SUMMARY_SAMPLES = 10  # validation sentences the best checkpoint translates in the run's summary
 
 
-class Seq2SeqTransformer(L.LightningModule):
+class Seq2SeqTransformer(LoadsAnyCheckpoint, L.LightningModule):
     """Encoder–decoder translation. `tokenizers` ({"src": ..., "tgt": ...}, each a tokenizer's `to_dict()`) comes
     from the data module and is stored in the checkpoint: `load_from_checkpoint(path).translate([...])` needs no data."""
+
+    TASK = TRANSLATION
 
     def __init__(
         self,
@@ -116,12 +118,6 @@ class Seq2SeqTransformer(L.LightningModule):
         if compile:
             # Compiled in place: parameter names (and checkpoints) stay unchanged. Bucketed lengths: one graph per bucket.
             compile_net(self.net, settings.max_len, pad_to_multiple, compile_backend)
-
-    @classmethod
-    def load_from_checkpoint(cls, checkpoint_path, *args, **kwargs) -> Seq2SeqTransformer:
-        """Lightning's `load_from_checkpoint`, for checkpoints of any age, through `inference.networks.read_network`
-        (tasks/loading.py): another task's checkpoint, or settings this version does not know, are one line."""
-        return load_task(super().load_from_checkpoint, TRANSLATION, checkpoint_path, *args, **kwargs)
 
     @classmethod
     def from_pretrained(cls, name_or_folder: str, **overrides) -> Seq2SeqTransformer:

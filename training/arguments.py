@@ -76,7 +76,7 @@ def yaml_problem(path) -> str | None:
 
 def check_run_options(parser, config) -> None:
     """The options TransformerCLI adds besides LightningCLI's own (`--ema_decay`, `--log_every_n_seconds`,
-    `--fit_schedule_to_time`, a variant file's `fits`: training/variants.py)."""
+    `--fit_schedule_to_time`, `--early_stopping.*`, a variant file's `fits`: training/variants.py)."""
     decay = config.get("ema_decay")
     if decay is not None and not 0.0 < decay < 1.0:
         parser.error(f"--ema_decay must lie strictly between 0 and 1 (or be null), got {decay}")
@@ -87,6 +87,13 @@ def check_run_options(parser, config) -> None:
         parser.error(f"a variant (--config) that does not fit this recipe: {why}")
     if config.get("fit_schedule_to_time") and not config.trainer.get("max_time"):
         parser.error("--fit_schedule_to_time true fits the schedule to --trainer.max_time: give one (DD:HH:MM:SS)")
+    patience, delta = config.early_stopping.patience, config.early_stopping.min_delta
+    if patience is not None and patience < 1:
+        parser.error(f"--early_stopping.patience must be at least 1 (or null: never stop early), got {patience}")
+    if patience is not None and delta < 0:
+        parser.error(f"--early_stopping.min_delta must be 0 or more, got {delta}")
+    if patience is not None and not config.checkpoint.get("monitor"):
+        parser.error("--early_stopping.patience judges by --checkpoint.monitor: give one (val/loss, val/bleu, ...)")
 
 
 def check_pad_to_multiple(parser, config) -> None:

@@ -194,7 +194,6 @@ class TransformerCLI(LightningCLI):
             if replaced:
                 rank_zero_info(replaced)
         check_pad_to_multiple(self.parser, config)
-        _check_early_stopping(self.parser, config)
         root = config.trainer.get("default_root_dir") or "."
         loggers = config.trainer.get("logger")
         for logger in loggers if isinstance(loggers, list) else [loggers]:
@@ -264,18 +263,6 @@ def run_fit(cli: TransformerCLI, resume: Callable[[dict[str, str]], str] = lambd
         trainer.test(model, datamodule=datamodule, ckpt_path=best_checkpoint(trainer) or None, verbose=False)
         tested = evaluated_label(trainer)
     write_summary(trainer, model, datamodule, fit_seconds, tested)
-
-
-def _check_early_stopping(parser, config) -> None:
-    patience, delta = config.early_stopping.patience, config.early_stopping.min_delta
-    if patience is None:
-        return
-    if patience < 1:
-        parser.error(f"--early_stopping.patience must be at least 1 (or null: never stop early), got {patience}")
-    if delta < 0:
-        parser.error(f"--early_stopping.min_delta must be 0 or more, got {delta}")
-    if not config.checkpoint.get("monitor"):
-        parser.error("--early_stopping.patience judges by --checkpoint.monitor: give one (val/loss, val/bleu, ...)")
 
 
 def _has_split(datamodule, hook: str) -> bool:

@@ -107,34 +107,28 @@ def check_something_left(state: dict, trainer: L.Trainer, path: str) -> None:
     0 as if it had trained)."""
     steps = state.get("global_step", 0)
     if 0 <= trainer.max_steps <= steps:
-        raise NothingToTrain(
-            f"--trainer.max_steps {trainer.max_steps}: {path} has already trained {steps} steps; "
-            "pass a larger --trainer.max_steps to train on"
-        )
+        raise _nothing_left("trainer.max_steps", trainer.max_steps, path, f"has already trained {steps} steps")
     # `processed`: a checkpoint written at an epoch's end (last.ckpt) counts that epoch as processed, not yet completed.
     epochs = state["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"]
     if trainer.max_epochs is not None and 0 <= trainer.max_epochs <= epochs:
-        raise NothingToTrain(
-            f"--trainer.max_epochs {trainer.max_epochs}: {path} has already trained {epochs} epochs; "
-            "pass a larger --trainer.max_epochs to train on"
-        )
+        raise _nothing_left("trainer.max_epochs", trainer.max_epochs, path, f"has already trained {epochs} epochs")
     for stopper in (cb for cb in trainer.callbacks if isinstance(cb, EarlyStopping)):
         saved = (state.get("callbacks", {}).get(stopper.state_key) or {}).get("wait_count", 0)
         if saved >= stopper.patience:  # it stopped there: resumed, it would train another epoch only to stop again
-            raise NothingToTrain(
-                f"--early_stopping.patience {stopper.patience}: {path} stopped early ({stopper.monitor} did not improve "
-                f"for {saved} validations); pass a larger --early_stopping.patience to train on"
-            )
+            why = f"stopped early ({stopper.monitor} did not improve for {saved} validations)"
+            raise _nothing_left("early_stopping.patience", stopper.patience, path, why)
     timer = time_limit(trainer)
     if timer is not None:
         limit = timer.time_remaining()  # before fitting, the whole duration
         elapsed = (state.get("callbacks", {}).get(timer.state_key) or {}).get("time_elapsed", {}).get("train", 0.0)
         if elapsed >= limit:
-            raise NothingToTrain(
-                f"--trainer.max_time {timedelta(seconds=int(limit))}: {path} has already trained for "
-                f"{timedelta(seconds=int(elapsed))} (a resumed run's time limit counts the time already trained); "
-                "pass a larger --trainer.max_time to train on"
-            )
+            counted = "a resumed run's time limit counts the time already trained"
+            why = f"has already trained for {timedelta(seconds=int(elapsed))} ({counted})"
+            raise _nothing_left("trainer.max_time", timedelta(seconds=int(limit)), path, why)
+
+
+def _nothing_left(option: str, value, path: str, why: str) -> NothingToTrain:
+    return NothingToTrain(f"--{option} {value}: {path} {why}; pass a larger --{option} to train on")
 
 
 def keep_earlier_checkpoints(trainer: L.Trainer) -> None:
