@@ -37,7 +37,7 @@ with signals.exit_on_stop():
     from common.commands import chosen_environment, invocation, resume_command
     from common.errors import TrainingDivergedError
     from common.exits import EXIT_NOTHING_TO_DO, USER_ERRORS, exit_on_user_error
-    from training.noise import silence
+    from common.noise import silence
 
     silence()  # before Lightning loads: some of its lines come at import
     from training.checkpointing import checkpoint_step

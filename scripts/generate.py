@@ -32,15 +32,12 @@ a full disk or an unwritable folder: one line, status 1, the shards written so f
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import logging
 import os
 import shlex
 import signal
 import sys
 import time
-import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,22 +112,6 @@ def seconds(text: str) -> float:
     if not 1 <= len(parts) <= 4 or any(p < 0 for p in parts):
         raise InputError(f"--max-time {text!r}: give seconds (3600) or DD:HH:MM:SS (00:01:00:00)")
     return sum(p * unit for p, unit in zip(reversed(parts), (1, 60, 3600, 86400)))
-
-
-@contextlib.contextmanager
-def quiet_lightning():
-    """Lightning's notes about devices and workers say nothing about the output: left off standard error while
-    the prediction runs, and only then (a caller in the same process, a test say, keeps its logging)."""
-    logger = logging.getLogger("lightning.pytorch")
-    level = logger.level
-    logger.setLevel(logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            for message in (".*does not have many workers.*", ".*GPU available but not used.*", ".*predict returned None.*"):
-                warnings.filterwarnings("ignore", message=message)
-            yield
-    finally:
-        logger.setLevel(level)
 
 
 @exit_on_user_error
@@ -239,11 +220,12 @@ def decode(args: argparse.Namespace, job: argparse.Namespace) -> int | None:
     number of processes once every shard is written, or a stop's one line and exit; elsewhere None."""
     import lightning as L
 
+    from common.noise import quiet_prediction
     from inference.generation.run import Generation, ShardSampler, loader
 
     sampler = ShardSampler(job.plan, args.max_time, time.monotonic())
     world = args.devices * args.num_nodes
-    with quiet_lightning():
+    with quiet_prediction():
         trainer = L.Trainer(
             accelerator=args.accelerator or "cpu",
             devices=args.devices,

@@ -434,7 +434,7 @@ def test_max_steps_mid_epoch_then_more_steps_is_exact(tmp_path, uninterrupted):
     one_line(same, "nothing to train: --trainer.max_steps 22: ")
     longer = fit(root, *COMMON, *CSV, "--trainer.max_steps", "48", "--ckpt_path", "last")
     assert longer.returncode == 0, longer.stderr[-3000:]
-    # The last.ckpt callbacks' states name the earlier run's folder: Lightning's warning about it is noise (training/noise.py).
+    # The last.ckpt callbacks' states name the earlier run's folder: Lightning's warning about it is noise (common/noise.py).
     assert "The dirpath has changed" not in longer.stderr
     final = torch.load(max(root.rglob("last.ckpt"), key=lambda p: p.stat().st_mtime), weights_only=True)
     assert final["global_step"] == 48

@@ -600,7 +600,8 @@ def test_bad_input_is_one_line_and_touches_nothing(cases, capsys, tmp_path, ckpt
 
 def test_a_generation_run_imports_inference_datamodules_models_and_common_only(cases, tmp_path):
     """Corpus generation is inference: a whole run (one process) loads no training, task or deploy code. The
-    imported modules are the interpreter's own record of them (`-X importtime`)."""
+    imported modules are the interpreter's own record of them (`-X importtime`). Every other line it prints is its
+    own: no library's warning (Lightning's LeafSpec FutureWarning, common/noise.py)."""
     ckpt, args, _ = cases["toy"]
     result = run(
         [sys.executable, "-X", "importtime", "scripts/generate.py", "--ckpt", ckpt, *args, "--output", str(tmp_path / "o")],
@@ -610,3 +611,5 @@ def test_a_generation_run_imports_inference_datamodules_models_and_common_only(c
     imported = {line.split("|")[-1].strip().partition(".")[0] for line in result.stderr.splitlines() if "import time:" in line}
     project = {"common", "models", "datamodules", "training", "inference", "tasks", "deploy"}
     assert imported & project == {"common", "models", "datamodules", "inference"}, sorted(imported & project)
+    said = [line for line in result.stderr.splitlines() if "import time:" not in line]
+    assert said and not [line for line in said if "site-packages" in line or "Warning" in line], said

@@ -547,7 +547,7 @@ def test_ddp_two_cpu_processes_make_one_wandb_run(tmp_path):
     out = result.stdout + result.stderr
     assert out.count("Summary") == 1 and "best checkpoint" in out
     assert torch.load(next(tmp_path.rglob("last.ckpt")), weights_only=True)["global_step"] == 8  # 2 epochs × 4 steps
-    assert "sync_dist" not in out, out[-3000:]  # val/bleu and val/chrf: the same score on every process (noise.py)
+    assert "sync_dist" not in out, out[-3000:]  # val/bleu and val/chrf: the same score on every process (common/noise.py)
 
 
 def test_bf16_mixed_on_cpu(tmp_path):

@@ -8,4 +8,4 @@ schedule fitted to it (time_budget.py). Errors, exit statuses, atomic writes and
 themselves are in tasks/.
 
 Importing it runs nothing: the messages no user can act on are filtered when a run starts (`TransformerCLI`); a
-notebook that drives Lightning itself calls `training.noise.silence()` for the same."""
+notebook that drives Lightning itself calls `common.noise.silence()` for the same."""

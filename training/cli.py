@@ -17,6 +17,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from common.errors import HyperparameterError
+from common.noise import silence
 from common.progress import is_terminal
 from common.runs import claim_run_folder
 from common.signals import Stopped
@@ -36,7 +37,6 @@ from .checkpoint_io import AtomicCheckpointIO
 from .checkpointing import BestCheckpoint, checkpoint_callbacks
 from .lightning_internals import checkpoint_io_chosen
 from .loggers import AutoWandbLogger, WandbRunId, default_logger_dir
-from .noise import silence
 from .precision import asked_precision, check_accelerator, machine_precision, precision_line
 from .progress import EpochBar, ProgressLog
 from .records import StepTimer, best_checkpoint, write_summary
@@ -61,7 +61,7 @@ class TransformerCLI(LightningCLI):
     loss, a stop with a checkpoint on SIGTERM or SIGINT, and checkpoints written atomically."""
 
     def __init__(self, args=None, **kwargs):
-        silence()  # Lightning's and torch's messages no user can act on (noise.py), from the run's start
+        silence()  # Lightning's and torch's messages no user can act on (common/noise.py), from the run's start
         kwargs.setdefault("parser_class", RecipeParser)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("save_config_callback", LogConfigCallback)

@@ -18,13 +18,17 @@
 - torch's `isinstance(treespec, LeafSpec)` FutureWarning, raised by Lightning's own `utilities/_pytree.py`
   (torch 2.14 deprecated the class that Lightning 2.6 still builds); nothing in this project calls it.
 
-Each is matched narrowly, so anything else from the same places still shows. The standard library only:
-`training` imports this before torch loads (scripts/fit.py installs its signal handlers first). `Total
+And while scripts/generate.py's prediction runs (`quiet_prediction`), Lightning's notes about devices, workers and
+a `predict_step` that returns nothing: they say nothing about the corpus being decoded.
+
+Each is matched narrowly, so anything else from the same places still shows. The standard library only: fit.py
+and generate.py import this before torch loads. `Total
 FLOPs: 0` in the model summary is callbacks.ModelSummaryWithoutZeroFlops's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
 
@@ -53,3 +57,20 @@ def silence() -> None:
     warnings.filterwarnings("ignore", message=r"The dirpath has changed from .* won't be reloaded")
     warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\('(val|test)/(bleu|chrf)', \.\.\., sync_dist")
     warnings.filterwarnings("ignore", message=r"Precision \S+-mixed is not supported by the model summary")
+
+
+@contextlib.contextmanager
+def quiet_prediction():
+    """`silence()`, and Lightning's notes about devices and workers off standard error, while a prediction runs and
+    only then (a caller in the same process, a test say, keeps its logging)."""
+    logger = logging.getLogger("lightning.pytorch")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            silence()
+            for message in (".*does not have many workers.*", ".*GPU available but not used.*", ".*predict returned None.*"):
+                warnings.filterwarnings("ignore", message=message)
+            yield
+    finally:
+        logger.setLevel(level)
