@@ -7,26 +7,8 @@
         --sampling --sampling-topk 10 --seed 1 --tag '<BT>'                            # sampled back-translation
     .venv/bin/python scripts/generate.py --engine ctranslate2 --model EXPORT ...      # scripts/export.py's
 
-The input is a text file, plain or .gz, one sentence a line (`--ref`: its references, copied beside it), or a
-split of a corpus as the data module reads it (`--data-dir`, `--format`, `--split`). The output folder holds
-`<prefix>.<src>` (the source lines) and `<prefix>.<tgt>` (the outputs; N lines a source line with `--nbest N`,
-the source repeated beside them): the files `scripts/fit.py --data.format aligned --data.train_prefix
-DIR/<prefix>` reads, in either direction (`--data.src_lang`/`--data.tgt_lang` pick it: trained from `<tgt>` to
-`<src>`, it is back-translation), and generation.json: the model, options, command, counts and time.
-
-Lines are decoded in length-sorted batches of at most `--max-tokens` padded source tokens, planned from the
-input, the model's tokenizer and these flags alone, and written in shards of about `--shard-size` lines, each
-whole; `--devices N` (and `--num-nodes`) run Lightning's prediction on N processes (DDP), which take the shards
-in turn. The output is byte-identical whatever the number of processes, and after a stop and `--resume`: a
-SIGKILL loses the shards under way only; SIGTERM, SIGINT or `--max-time` stop once the shard under way is
-written, with one line giving the command that resumes (printed when the run starts, too; without `--max-time`,
-so that it runs to the end); a stop by `--max-time` exits with status 124, as timeout(1), the corpus unfinished.
-Sampling draws each batch from `--seed` and the batch's number (seed 0 when none is given).
-
-Empty lines stay in place (their outputs are empty lines) and over-long ones are truncated to the model's length,
-said once with their counts. An existing output without --resume or --force, a resume with another model, input
-or options, conflicting options, a checkpoint that does not translate: one line, exit status 2, nothing touched;
-a full disk or an unwritable folder: one line, status 1, the shards written so far kept for --resume.
+docs/guide/corpus-generation.md: the input (a file, or a corpus's split), the output folder and generation.json, the
+batches and shards, several processes, the stop and `--resume` that give a byte-identical corpus, and the errors.
 """
 
 from __future__ import annotations

@@ -5,33 +5,11 @@
     .venv/bin/python scripts/translate.py --engine ctranslate2 --model OUT_DIR "Ein Hund rennt."   # scripts/export.py's
     .venv/bin/python scripts/translate.py --ckpt CKPT --device cuda --static-cache compile < sentences.txt   # captured decoding
 
-With `--engine ctranslate2` the model is a directory written by scripts/export.py, run by
-CTranslate2 (`--compute-type int8` runs float32 weights in int8), which gives our outputs, n-best lists
-and scores (deploy/ctranslate2_translator.py says how, and the one difference left).
-
-With sentences as arguments, prints one translation per argument (an empty argument is an error).
-With none, reads standard input line by line and prints one line per input line, in order, in
-chunks of --batch-size lines so that output streams while input is still coming; an empty input
-line gives an empty output line, which keeps the output aligned with the input.
-
-Decoding tools (docs/guide/decoding.md): `--nbest N` writes N lines per input, best first, as
-`INDEX<TAB>SCORE<TAB>TRANSLATION` (INDEX: the input's, from 0; SCORE: the sum of the token
-log-probabilities, <eos> included, divided by the length penalty lp = ((5 + n) / 6) ** alpha of
-beam search, alpha = 0 for greedy search and sampling); `--print-scores` adds the raw sum and each
-token's log-prob, `--print-alignment` each target token's source token (`i-j`, subword
-positions from 0) by the cross-attention of decoder layer `--alignment-layer` (default: the last). Either flag
-alone writes this format with one line per input. `--score-reference REF` scores REF's lines as the
-translations of the inputs instead (same SCORE; `--nbest`'s flags set alpha). `--prefix-file FILE`
-forces each output to start with FILE's line. Several `--ckpt` decode as an ensemble; `--sampling`
-samples; `--no-repeat-ngram-size`, `--min-len` and `--ban-unk` constrain the outputs. With
-`--score-reference` or `--prefix-file` all input is read before anything is written.
-
-A missing or unreadable checkpoint, an empty argument, standard input that does not decode in the
-locale's encoding (the line and byte offset are named), `--nbest` larger than the beam, a top-p
-outside (0, 1], an ensemble of different vocabularies, or a REF or prefix file whose line count is
-not the input's is one line on stderr and exit status 2, with nothing written; a
-standard output that cannot be written (a full device) one line and status 1; a reader that stops
-early (`| head -1`) a quiet exit, status 141, as `cat` has.
+With sentences as arguments, prints one translation per argument; with none, reads standard input line by line and
+prints one line per input line, in order, in chunks of --batch-size lines so that output streams while input is
+still coming (an empty input line gives an empty output line). docs/guide/decoding.md: the flags, n-best lists,
+scores, alignments, prefixes, constraints, ensembles and `--engine ctranslate2`; docs/guide/faults-and-exits.md: the
+errors and exit statuses.
 """
 
 from __future__ import annotations
