@@ -156,10 +156,6 @@ class ParallelCorpusDataModule(SplitLoaders, L.LightningDataModule):
         self.corpus.use_tokenizers(data)
         self._datasets, self._samplers = None, {}
 
-    def prepared_files(self) -> list[str]:
-        """What the prepared cache holds, a line per folder and split."""
-        return self.corpus.describe()
-
     # -- loaders -------------------------------------------------------------------------------------------
 
     def prepare_data(self) -> None:
