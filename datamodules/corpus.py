@@ -23,7 +23,7 @@ from .corpus_readers import Pair
 from .indexed import TokenPairs, collated
 from .preparation import PreparedCorpus
 from .resumable import ResumableDataLoader, shard_of
-from .samplers import TokenBudgetBatchSampler, padding_waste
+from .samplers import ShardedBatchSampler, TokenBudgetBatchSampler, padding_waste
 from .sources import ENGLISH
 from .tokenizers import TokenizerKind
 from .vocab import SPECIAL_TOKENS, Tokenizer
@@ -47,8 +47,22 @@ def checkpoint_tokenizers(path: str | Path) -> dict:
 
 class SplitLoaders:
     """The loaders of a data module whose `_datasets[split]` are prepared pairs (`TokenPairs`, `ConcatPairs`) and
-    `_sampler(split)` their batch sampler, which shards itself across processes. The training loader resumes
-    mid-epoch (see resumable.py); evaluation loaders always run whole."""
+    `_new_sampler(split, world, rank)` their batch sampler, which shards itself across processes. The training loader
+    resumes mid-epoch (see resumable.py); evaluation loaders always run whole."""
+
+    @property
+    def pad_to_multiple(self) -> int:
+        """The multiple that batch lengths are padded up to, linked to the model's by scripts/fit.py (its
+        compiled graphs are one per length bucket)."""
+        return self.hparams.pad_to_multiple
+
+    def _sampler(self, split: str) -> ShardedBatchSampler:
+        """The split's batch sampler for this process, made once (its epoch's batches, drawn for the log at
+        setup, then serve the loader: a WMT epoch takes a second or two to draw)."""
+        key = (split, *shard_of(self))
+        if key not in self._samplers:
+            self._samplers[key] = self._new_sampler(*key)
+        return self._samplers[key]
 
     def _loader(self, split: str) -> DataLoader:
         self.setup()
@@ -127,12 +141,6 @@ class ParallelCorpusDataModule(SplitLoaders, L.LightningDataModule):
         self._datasets: dict[str, TokenPairs] | None = None
         self._samplers: dict[tuple[str, int, int], TokenBudgetBatchSampler] = {}
 
-    @property
-    def pad_to_multiple(self) -> int:
-        """The multiple that batch lengths are padded up to, linked to the model's by scripts/fit.py (its
-        compiled graphs are one per length bucket)."""
-        return self.hparams.pad_to_multiple
-
     # -- tokenizers ----------------------------------------------------------------------------------------
 
     @property
@@ -155,10 +163,6 @@ class ParallelCorpusDataModule(SplitLoaders, L.LightningDataModule):
         """Use given tokenizers (e.g. a checkpoint's) instead of training new ones."""
         self.corpus.use_tokenizers(data)
         self._datasets, self._samplers = None, {}
-
-    def prepared_files(self) -> list[str]:
-        """What the prepared cache holds, a line per folder and split."""
-        return self.corpus.describe()
 
     # -- loaders -------------------------------------------------------------------------------------------
 
@@ -184,20 +188,9 @@ class ParallelCorpusDataModule(SplitLoaders, L.LightningDataModule):
                 f"{len(batches):,} batches of ≤{h.max_tokens} tokens, padding waste {waste:.1%}"
             )
 
-    def _sampler(self, split: str) -> TokenBudgetBatchSampler:
-        """The split's batch sampler for this process, made once (its epoch's batches, drawn for the log at
-        setup, then serve the loader: a WMT epoch takes a second or two to draw)."""
-        world, rank = shard_of(self)
-        key = (split, world, rank)
-        if key not in self._samplers:
-            self._samplers[key] = TokenBudgetBatchSampler(
-                self._datasets[split].lengths(),
-                self.hparams.max_tokens,
-                shuffle=split == "train",
-                num_replicas=world,
-                rank=rank,
-            )
-        return self._samplers[key]
+    def _new_sampler(self, split: str, world: int, rank: int) -> TokenBudgetBatchSampler:
+        lengths, train = self._datasets[split].lengths(), split == "train"
+        return TokenBudgetBatchSampler(lengths, self.hparams.max_tokens, shuffle=train, num_replicas=world, rank=rank)
 
     # -- raw text for BLEU ---------------------------------------------------------------------------------
 

@@ -1,23 +1,12 @@
 """Language names and the tags that tell a multilingual model which language to write.
 
-A language has one name, its ISO 639-1 code (`de`, `en`, `fr`, `cs`: Multi30k's file suffixes and the tags of
-OPUS-MT's multilingual models): German given as `de` in one pair and `deu` in another would be two languages to
-the model and the tokenizer, so only the two-letter codes are taken. A direction is `SRC-TGT` (`de-en`).
-
-The target language is a token at the start of the source, OPUS-MT's way: `>>fr<< Ein Hund rennt.`; a recipe may
-add the source language after it (`>>fr<< __de__ Ein Hund rennt.`, fairseq's spelling of a language token). Both
-are symbols of the joint tokenizer (tokenizers.with_symbols): one id each, never split, whatever spaces surround
-them. The tags are put into the text itself, so a sentence tagged by hand (scripts/evaluate.py --pair) and one
-tagged by the data module are the same ids.
-
-A trained model's target languages are those tokens, read from its tokenizer (`target_languages`): the checkpoint,
-an imported Marian folder and either export carry the tokenizer, so each knows its languages with no list of its
-own to fall out of step; a vocabulary without such tokens is a bilingual model's. Both engines (inference.Translator,
-deploy.ctranslate2_translator) put the tag's id before each sentence's own ids (`target_tag_ids`), so no tokenizer
-ever splits it, and refuse a language the model lacks, a multilingual model's missing one and a bilingual model's
-given one, each in one `InputError` line. A sentence whose text already starts with a tag keeps it and needs no
-`tgt_lang`. A model's own tags may name a language otherwise than ISO 639-1 (OPUS-MT's `>>pt_br<<`): decoding takes
-any name its tokenizer has (`language_check`); training names languages by their two-letter codes.
+docs/guide/multilingual.md and docs/guide/pretrained.md ("Multilingual models") give the rules: a language is its
+ISO 639-1 code (German as `de` in one pair and `deu` in another would be two languages to the model and the
+tokenizer); a direction is `SRC-TGT`; the target's tag `>>fr<<` (and the source's `__de__`) starts the source text,
+one symbol of the joint tokenizer (tokenizers.with_symbols); a model's target languages are the tags its tokenizer
+holds (`target_languages`), and both engines put the tag's id before each sentence's own ids (`target_tag_ids`).
+A model's own tags may name a language otherwise than ISO 639-1 (OPUS-MT's `>>pt_br<<`): decoding takes any name
+its tokenizer has (`language_check`); training names languages by their two-letter codes.
 """
 
 from __future__ import annotations

@@ -29,7 +29,6 @@ from .corpus_readers import Pair
 from .languages import Direction, name, parse_direction, parse_directions, tagged, tags
 from .pair_sampling import ConcatPairs, TemperatureBatchSampler
 from .preparation import PreparedCorpus, cached_tokenizers
-from .resumable import shard_of
 from .sources import SPLITS, AlignedFiles, CorpusSource
 from .tokenizers import tokenizer_from_dict, train_tokenizer, with_symbols
 from .vocab import SPECIAL_TOKENS, Tokenizer
@@ -171,10 +170,6 @@ class MultilingualCorpusDataModule(SplitLoaders, L.LightningDataModule):
             "cache_dir": str(self.cache_root),
         }
 
-    @property
-    def pad_to_multiple(self) -> int:
-        return self.hparams.pad_to_multiple
-
     # -- the joint tokenizer -------------------------------------------------------------------------------
 
     def _language_texts(self) -> Iterator[tuple[str, Iterator[str]]]:
@@ -265,16 +260,9 @@ class MultilingualCorpusDataModule(SplitLoaders, L.LightningDataModule):
                 f"{p:.1%} of the training batches (temperature {self.hparams.temperature:g})"
             )
 
-    def _sampler(self, split: str) -> TemperatureBatchSampler:
-        world, rank = shard_of(self)
-        key = (split, world, rank)
-        if key not in self._samplers:
-            h = self.hparams
-            lengths = self._datasets[split].lengths()
-            self._samplers[key] = TemperatureBatchSampler(
-                lengths, h.max_tokens, split == "train", h.temperature, num_replicas=world, rank=rank
-            )
-        return self._samplers[key]
+    def _new_sampler(self, split: str, world: int, rank: int) -> TemperatureBatchSampler:
+        lengths, h = self._datasets[split].lengths(), self.hparams
+        return TemperatureBatchSampler(lengths, h.max_tokens, split == "train", h.temperature, num_replicas=world, rank=rank)
 
     # -- raw text for BLEU ---------------------------------------------------------------------------------
 

@@ -1,14 +1,11 @@
-"""Several prepared corpora (one a translation direction) behind one index, and the batches drawn across them.
+"""Several prepared corpora (one a translation direction) behind one index, and the batches drawn across them
+(docs/guide/multilingual.md says how the directions take turns).
 
-A batch is drawn from one direction, never mixed: its sentences share their tags (one `>>xx<<` a batch), it packs
-by length within one corpus as the bilingual sampler does (the same padding), and a direction's share of the
-updates is exactly the share of its batches, which temperature sampling sets. fairseq's multilingual task batches
-so too. Over many steps the model sees the directions interleaved either way.
-
-Temperature sampling (Arivazhagan et al. 2019): direction i with n_i training pairs is drawn with probability
-p_i ∝ n_i^(1/T). T = 1 follows the corpus sizes; a larger T flattens towards uniform, so a small direction is seen
-more often (its batches repeat within an epoch) and a large one less (some of its batches wait for another epoch).
-An epoch holds as many batches as the directions have together, so Lightning's fixed epoch length holds.
+A batch is drawn from one direction, never mixed, as fairseq's multilingual task batches: its sentences share their
+tag, it packs by length within one corpus as the bilingual sampler does, and a direction's share of the updates is
+exactly the share of its batches, which temperature sampling sets (Arivazhagan et al. 2019: p_i ∝ n_i^(1/T)). A
+small direction's batches then repeat within an epoch and some of a large one's wait for another. An epoch holds as
+many batches as the directions have together, so Lightning's fixed epoch length holds.
 """
 
 from __future__ import annotations

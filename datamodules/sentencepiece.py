@@ -1,16 +1,12 @@
-"""A SentencePiece model with its own id table: the tokenizer of a Marian (OPUS-MT) model.
+"""A SentencePiece model with its own id table: the tokenizer of a Marian (OPUS-MT) model (docs/guide/pretrained.md
+names the files it is read from: `source.spm`, `target.spm`, `vocab.json`).
 
-OPUS-MT models cut text into pieces with a SentencePiece model (`source.spm`, `target.spm`) and number the
-pieces with a separate table (`vocab.json`, or `target_vocab.json` on the target side of a model with two
-vocabularies), shared by both sides in most models. Their special ids are not ours: `</s>` is 0, `<unk>` 1
-and `<pad>` the last id, and the decoder starts from `<pad>`. A `SentencePieceVocab` carries its special ids
-(`pad_id`, `bos_id` = the decoder's start, `eos_id`, `unk_id`), which `tasks.Seq2SeqTransformer` reads from
-its tokenizers; ours (datamodules.vocab) have PAD, BOS, EOS, UNK.
-
-`encode` is `transformers.MarianTokenizer`'s (a leading `>>xx<<` language code kept as one piece, every
-other piece looked up, unknown ones as `<unk>`), without the `</s>` that the framing appends
-(datamodules.batching.frame_source). The model and the table go into the checkpoint (`to_dict`), base64 and
-a list, so a checkpoint translates with no file beside it.
+Its special ids are not ours (datamodules.vocab): `</s>` is 0, `<unk>` 1 and `<pad>` the last id, and the decoder
+starts from `<pad>`; a `SentencePieceVocab` carries them (`pad_id`, `bos_id` = the decoder's start, `eos_id`,
+`unk_id`), which `tasks.Seq2SeqTransformer` reads from its tokenizers. `encode` is `transformers.MarianTokenizer`'s
+(a leading `>>xx<<` language code kept as one piece, unknown pieces as `<unk>`) without the `</s>` that the framing
+appends (datamodules.batching.frame_source). The model and the table go into the checkpoint (`to_dict`, base64
+and a list), so a checkpoint translates with no file beside it.
 """
 
 from __future__ import annotations

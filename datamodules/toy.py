@@ -29,10 +29,7 @@ class ToyTranslationDataModule(L.LightningDataModule):
         super().__init__()
         limits = {"batch_size": at_least(1), "repeats": at_least(1), "num_workers": at_least(0), "pad_to_multiple": at_least(1)}
         check_hparams(self, locals(), limits)
-        # Kept out of the loggers' hyper-parameters, which Lightning merges with the model's and refuses when a
-        # name differs (data max_len 32 for a model of max_len 128 is a real experiment); the run's config.yaml
-        # and W&B's `config` record the data's settings.
-        self.save_hyperparameters(logger=False)
+        self.save_hyperparameters(logger=False)  # as ParallelCorpusDataModule's: the run's config.yaml records them
         self.pairs = list(TOY_PAIRS)
         self.src_vocab = Vocab.build((s for s, _ in self.pairs), level="char")
         self.tgt_vocab = Vocab.build((t for _, t in self.pairs), level="word")

@@ -1,20 +1,15 @@
 """Multi-head attention on `F.scaled_dot_product_attention`, with a key/value cache for decoding (models.cache).
 
-Masks follow SDPA's convention internally (bool, True = may attend) and are built once per
-forward by `models.masks`, then broadcast as (B, 1, T, S) across heads: never repeated per head.
-
-Three options, each off by default (which is `torch.nn.MultiheadAttention` exactly):
-  - `num_kv_heads` < `nhead`: grouped-query attention (Ainslie et al., 2023), or multi-query with
-    1 (Shazeer, 2019). Query head h reads key/value head h // (nhead // num_kv_heads); the k/v
-    projections and the KV cache hold only num_kv_heads heads, which is what saves memory;
-  - `qk_norm`: queries and keys normalised per head, over head_dim, before the dot product
-    (Henry et al., 2020; Dehghani et al., 2023), with the model's norm kind and a gain shared by
-    the heads: attention logits can no longer blow up with the weights;
-  - rotary positions: the caller passes `rope`, the (cos, sin) tables of the new positions, and
-    queries and keys are rotated after the norm (self-attention only; see models.positional);
-  - an additive bias: the caller passes `attn_bias`, a per-head float (1 or B, H, T, S) added to the
-    logits (the relative position biases of models.relative). It is folded with the bool mask into one
-    float mask for SDPA (models.masks.with_bias), which rules out the flash kernel on a GPU.
+Masks follow SDPA's convention (bool, True = may attend), built once per forward by `models.masks` and broadcast
+as (B, 1, T, S) across heads. Options, each off by default (which is `torch.nn.MultiheadAttention` exactly):
+  - `num_kv_heads` < `nhead`: grouped-query attention (Ainslie et al., 2023), or multi-query with 1 (Shazeer,
+    2019): query head h reads key/value head h // (nhead // num_kv_heads), and the projections and the cache hold
+    only num_kv_heads heads, which is what saves memory;
+  - `qk_norm`: queries and keys normalised per head over head_dim before the dot product (Henry et al., 2020;
+    Dehghani et al., 2023), one gain shared by the heads: the logits can no longer blow up with the weights;
+  - `rope`: rotary positions (models.positional), applied after the norm, in self-attention only;
+  - `attn_bias`: a relative position bias (models.relative), folded with the bool mask into one float mask
+    (models.masks.with_bias; docs/guide/variants.md, "Kernels", says which GPU kernels that rules out).
 """
 
 from __future__ import annotations

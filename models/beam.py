@@ -1,27 +1,19 @@
-"""Batched beam search with n-best lists, over the networks of models/decoding.py.
+"""Batched beam search with n-best lists, over the networks of models/decoding.py. docs/guide/decoding.md gives the
+score (GNMT's length penalty), the length limit and when a sentence's search ends; here is how.
 
-Beam search runs B sentences × K beams as one (B*K, ...) batch. Each step scores every one-token
-extension of the K live hypotheses of every sentence by its total log-prob and takes the 2K best
-candidates. Those ending in `<eos>` among the K best are finished, ranked with the GNMT length
-penalty (Wu et al., 2016: score / ((5 + n) / 6) ** alpha, n = generated tokens including `<eos>`),
-and the N best of them are kept per sentence (N = `nbest`, 1 for plain beam search): they stay
-finished and only grow a padding column per step. The K best candidates that do not end in `<eos>`
-stay live, so every sentence keeps K live beams (2K candidates always hold K of them).
+B sentences × K beams run as one (B*K, ...) batch. Each step takes the 2K best one-token extensions of a sentence's
+K live hypotheses by total log-prob. Those ending in `<eos>` among the K best are finished, ranked by penalised
+score, and the N best (`nbest`) are kept, growing only a padding column per step; the K best that do not end in
+`<eos>` stay live (2K candidates always hold K of them). At the step before the limit only the non-`<eos>`
+candidates among the K best stay live: CTranslate2's beam search finishes exactly those at its last step, so that
+its engine (deploy/ctranslate2_translator.py) can finish the same hypotheses.
 
-The length limit ends the search the way fairseq ends it: at step `max_len` the only token allowed is
-`<eos>`, with its own log-prob, so every live hypothesis finishes there and is ranked with the others.
-The step before it keeps live only the non-`<eos>` candidates among the K best (not the K best of
-2K): CTranslate2's beam search finishes exactly those at its last step, so that its engine
-(deploy/ctranslate2_translator.py) can finish the same hypotheses.
-
-A sentence is done once its N-th best finished hypothesis beats anything a live one can become:
-log-probs are <= 0 (the forced `<eos>`'s too), so a live score can only fall, and with alpha >= 0
-its penalised score is at most score / lp(max_len), the length every hypothesis ends within. Later
-finished hypotheses can then never enter the N best, so stopping here returns exactly what running
-to `max_len` would. A done sentence's rows leave the batch (beams, finished lists, key/value caches, memory,
-prefix: `StepScorer.keep`), so that the others' steps no longer decode it; the search stops when every sentence is
-done, or at `max_len`. Each sentence's output is thus its batch-of-one output (tests/test_beam_shrink.py). A static
-cache (models.static_cache) keeps its rows: its captured step has fixed shapes.
+A sentence is done once its N-th best finished hypothesis beats anything a live one can become: log-probs are <= 0
+(the forced `<eos>`'s too), so a live score can only fall, and with alpha >= 0 its penalised score is at most
+score / lp(max_len), the length every hypothesis ends within. Stopping then returns exactly what running to
+`max_len` would. A done sentence's rows leave the batch (`StepScorer.keep`), so each sentence's output is its
+batch-of-one output (tests/test_beam_shrink.py); a static cache (models.static_cache) keeps its rows, as its
+captured step has fixed shapes.
 
 With beam_size=1 and length_penalty=0 beam search is exactly `greedy_decode`.
 """

@@ -11,9 +11,8 @@ The decoder's attention knows one interface, whatever the cache:
     `nbytes(kind)`: its memory.
 
 `DynamicCache` grows by the new tokens at every step (a `torch.cat` per layer): new shapes every step.
-`StaticCache` holds (N, Hkv, L, Dh) buffers allocated once and written in place at its position, a tensor, so
-that one captured step (torch.compile, CUDA graphs: models.static_cache) serves every t; the positions not
-written yet are masked. Both store only the num_kv_heads key/value heads (grouped-query attention).
+`StaticCache` is written in place, for a captured step (models.static_cache). Both store only the num_kv_heads
+key/value heads (grouped-query attention).
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
-"""Each network's settings, declared once: one typed, frozen dataclass per network that checks its own values.
+"""Each network's settings, declared once: one typed, frozen dataclass per network that checks its own values
+(a bad value or combination is one `HyperparameterError` line naming the config: models.checks).
 
-    net = Seq2SeqNet(Seq2SeqConfig(src_vocab_size=8000, tgt_vocab_size=8000, d_model=256, nhead=4))
-
-`TransformerConfig` is the encoder–decoder stack (`models.transformer.Transformer`). `Seq2SeqSettings` (the
-translation network, `models.seq2seq.Seq2SeqNet`) and `MnistNetSettings` (`models.mnist_net.MnistNet`) add their
-own fields to it: they are what a user chooses, the `net` argument of a task module (tasks/), so a recipe's
-
-    model:
-      init_args:
-        net:
-          d_model: 256
-
-and `--model.init_args.net.d_model 256` set this file's `d_model` field. `Seq2SeqConfig` and `MnistNetConfig`, what
-the networks are built from, add what the data decides (the vocabulary sizes and padding id; the classes), which
-the task modules fill in. Each field's name, type, default and check are written here only; a default that
-differs is a recipe's (configs/*.yaml). A bad value or combination is one `HyperparameterError` line naming the
-config (models.checks).
-
-Checkpoints written before the tasks took `net` hold the settings flat among the task's own hyperparameters;
-`nested_hparams` gathers them.
+`TransformerConfig` is the encoder–decoder stack (`models.transformer.Transformer`); `Seq2SeqSettings` and
+`MnistNetSettings` add their network's own fields (what a user chooses: a task module's `net` argument), and
+`Seq2SeqConfig` and `MnistNetConfig`, what the networks are built from, add what the data decides.
+docs/guide/variants.md ("A network's settings") shows how a recipe and a flag reach these fields, and how
+`nested_hparams` reads checkpoints written before the tasks took `net`. Each field's name, type, default and check
+are written here only; a default that differs is a recipe's (configs/*.yaml).
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """Decoding as functions over a network's `encode` and `decode`: what every search shares, and greedy search.
 Any module with `encode(src) -> (memory, src_pad)`, `decode(tgt, memory, src_pad, cache) -> logits`,
-`new_cache()`, `pad_id` and `max_len` can be decoded (`models.Seq2SeqNet` is one); the network does not know
-about decoding, so nothing imports in a circle. Every search also takes a list of such networks, an ensemble
-(`StepScorer`). The searches are here (greedy), in models/beam.py (beam search with n-best lists) and
-models/sampling.py; models/constraints.py masks what an output may not hold, models/scoring.py scores and
-aligns given outputs.
+`new_cache()`, `pad_id` and `max_len` can be decoded (`models.Seq2SeqNet` is one), or a list of such networks, an
+ensemble (`StepScorer`); the network does not know about decoding, so nothing imports in a circle. The other
+searches are in models/beam.py and models/sampling.py; models/constraints.py masks what an output may not hold,
+models/scoring.py scores and aligns given outputs.
 
-`max_len` counts generated tokens, `<eos>` included. An output that reaches it is finished the way fairseq
-finishes one: `<eos>` is forced as its `max_len`-th token, with the model's own log-prob of it counted in its
-score. Every output therefore ends in `<eos>`, and scoring its text as a given target (`score_targets`) gives
-its search score back.
-
-No search ever generates `<pad>` or `<bos>` (`no_specials`): neither is text, a start token inside an
-output would hide an invisible token in its text (one text, two scores in an n-best list), and Marian's
-decoder starts from `<pad>` (fairseq and `transformers` ban them likewise).
+docs/guide/decoding.md gives the rules every search keeps through this module: `max_len` counts generated tokens,
+`<eos>` included, and at the limit `<eos>` is forced with its own log-prob (fairseq's rule), so scoring an output
+as a given target (`score_targets`) gives its search score back; no search generates `<pad>` or `<bos>`
+(`no_specials`; Marian's decoder starts from `<pad>`).
 """
 
 from __future__ import annotations
@@ -183,9 +178,8 @@ def ensemble_mean(log_probs: list[torch.Tensor]) -> torch.Tensor:
 
 
 class StepScorer:
-    """The next-token log-probs of one network, or of an ensemble: fairseq's rule (its EnsembleModel),
-    the log of the models' mean probability, logsumexp_m(log p_m) - log M. Each network encodes the
-    source itself and keeps its own key/value cache; rows are repeated `repeat` times (beams, samples)."""
+    """The next-token log-probs of one network, or of an ensemble (`ensemble_mean`, fairseq's EnsembleModel). Each
+    network encodes the source itself and keeps its own key/value cache; rows are repeated `repeat` times."""
 
     def __init__(self, nets, src: torch.Tensor, repeat: int = 1, use_cache: bool = True):
         self.nets = as_list(nets)

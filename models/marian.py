@@ -1,21 +1,11 @@
-"""Marian (OPUS-MT) models in our core: their config as our options, their weights under our names.
+"""Marian (OPUS-MT) models in our core: their config as our options (`options_from_config`), their weights under
+our names (`state_dict_from_marian`), and both backwards for the Hugging Face export.
 
-A Hugging Face Marian model (`transformers.MarianMTModel`, the ~1,400 Helsinki-NLP OPUS-MT checkpoints) is
-our post-norm encoder–decoder with these options set (see `options_from_config`):
-  - no norm after either stack (`final_norm=False`);
-  - sinusoids laid out as [sin | cos] halves (`positional="sinusoidal_halves"`);
-  - embeddings × sqrt(d_model) only when the config says `scale_embedding` (every OPUS-MT model does);
-  - a plain SiLU (swish) feed-forward (`activation="silu"`), or relu / gelu;
-  - a bias on the output layer, `final_logits_bias` (`generator_bias=True`);
-  - `<pad>` as the last id and the decoder starting from it (the ids are the tokenizer's,
-    datamodules.sentencepiece); no search generates it, as for every model (models.decoding);
-  - one table for both sides' embeddings, or two (`share_encoder_decoder_embeddings`), and the output layer
-    tied to the target one or not (`tie_word_embeddings`); inference/marian.py reads which from the weights.
-Its attention projects q, k and v with three matrices; ours fuses them (one q/k/v matmul in self-attention,
-one k/v matmul of the memory in cross-attention), so `state_dict_from_marian` concatenates them.
-
-Marian's attention and activation dropouts are 0 in OPUS-MT models; ours apply `dropout` there too, which
-matters in fine-tuning only (the recipe, configs/opus_mt_finetune.yaml, sets it).
+docs/guide/pretrained.md lists the options a Marian model sets (no final norm, [sin | cos] sinusoids, SiLU, an
+output bias, `<pad>` as the last id and the decoder's start, one or two vocabularies, tied tables or not: which,
+inference/marian.py reads from the weights). Marian's attention projects q, k and v with three matrices where ours
+fuses them (one q/k/v matmul in self-attention, one k/v matmul of the memory in cross-attention), so the weights
+are concatenated on import and split on export, as `layer_names` pairs them.
 """
 
 from __future__ import annotations

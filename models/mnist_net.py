@@ -1,26 +1,16 @@
 """An MNIST classifier built on the project's own `Transformer`: image → tokens → encoder → head.
 
-Tokens are rows (28 tokens of 28 pixels, the seed's layout) or square patches (4×4 → 49 tokens,
-7×7 → 16 tokens), each linearly embedded plus a learned position (or a sinusoidal one, or rotary
-positions in self-attention over the reading order, or none: `positional`). The tokens lie on an h × w grid
-(rows: 28 × 1; 7×7 patches: 4 × 4), which the 2-D schemes read: `positional="sincos2d"`, MAE's fixed
-2-D sin-cos table, `positional="learned2d"`, a learned row table plus a column table (models.positional2d),
-and `relative_bias="2d"`, Swin's learned bias on every encoder layer's logits for each pair's (Δrow, Δcol)
-(models.relative); a class token gets a zero row of MAE's table, a learned vector of its own in the row and
-column tables, and BEiT's three extra entries of Swin's bias; the decoder head's queries get none of them. `positional="rotary2d"`
-(axial RoPE, models.positional2d) rotates the encoder's queries and keys by row and column instead. The 1-D relative
-biases of translation (`relative_bias="t5"` or `"alibi"`) read the reading order, as rotary positions do
-(the decoder head's queries included), so that every file of configs/variants/ applies here too. An optional convolutional stem
-(`stem_channels`, `stem_layers`: 3×3 convolutions at full resolution, Xiao et al. 2021, "Early
-convolutions help transformers see better") runs over the image first; a token is then its patch
-of the stem's feature maps instead of raw pixels. With `strided_stem` the stem itself brings each
-p×p patch down to one position: ⌈log2 p⌉ stages of 3×3 convolutions, each stage's first one of stride 2
-and doubling the feature maps, over the image zero-padded to a multiple (28 → 32 for 7×7 patches, so
-32 → 16 → 8 → 4 and 16 tokens); a token is then one position of the last map, and neighbouring tokens
-see overlapping pixels (the convolutional stem of Xiao et al. proper). `stem_norm` puts a BatchNorm after
-every stem convolution, as their stem has (conv, BN, activation); a convolution followed by one has no bias. Heads:
-  - "decoder": learned query token(s) go through the core's decoder, cross-attending to the
-    encoded image (the seed's design, with a learned query instead of a constant one);
+Tokens are rows (28 tokens of 28 pixels, the seed's layout) or square patches (4×4 → 49 tokens, 7×7 → 16 tokens),
+each linearly embedded, on an h × w grid (rows: 28 × 1; 7×7 patches: 4 × 4) that the 2-D position schemes read;
+docs/guide/variants.md ("Position schemes") says how each scheme, 1-D or 2-D, treats the grid, a class token and
+the decoder head's queries. An optional convolutional stem (`stem_channels`, `stem_layers`: 3×3 convolutions at
+full resolution, Xiao et al. 2021, "Early convolutions help transformers see better") runs over the image first;
+a token is then its patch of the stem's feature maps. With `strided_stem` the stem brings each p×p patch down to
+one position: ⌈log2 p⌉ stages, each stage's first convolution of stride 2 and doubling the maps, over the image
+zero-padded to a multiple (28 → 32 → 16 → 8 → 4 for 7×7 patches), so neighbouring tokens see overlapping pixels.
+`stem_norm` puts a BatchNorm after every stem convolution (which then has no bias). Heads:
+  - "decoder": learned query token(s) go through the core's decoder, cross-attending to the encoded image (the
+    seed's design, with a learned query instead of a constant one);
   - "cls": a learned class token is prepended to the encoder input and read out (ViT);
   - "mean": the encoder outputs are averaged.
 Each of these settings is a field of `models.config.MnistNetConfig`, which checks them.

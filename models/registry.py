@@ -1,12 +1,8 @@
-"""Name → builder tables of the research options, as timm's registries but plain dicts: the activations
-(models.activations), norms (models.norms), position schemes (models.positional; their 2-D code in
-models.positional2d) and relative position biases (models.relative). A setting's allowed values are its table's
-names (models.config), read each time a config checks itself: an entry added to a table, in its file or at
-run time, is a value the settings take at once, with no other list to edit.
-
-A position scheme or relative bias is a `Scheme`: a builder of what a network needs for one stack's `Tokens`,
-the networks it fits — "text" (a sentence, models.seq2seq) or "image" (a grid of image tokens,
-models.mnist_net) — and what it needs of the other settings (`needs`, one line when they do not allow it).
+"""Name → builder tables of the research options, as timm's registries but plain dicts: the activations, norms,
+position schemes and relative position biases. A setting's allowed values are its table's names (models.config),
+read each time a config checks itself: an entry added to a table, in its file or at run time, is a value the
+settings take at once, with no other list to edit. docs/guide/variants.md ("Adding a variant") says what a
+`Scheme` builds for one stack's `Tokens`, which networks it `fits` and what it `needs` of the other settings.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
-"""Relative position biases: a per-head float added to the attention logits, depending on where a query
-and a key sit relative to each other rather than on where each one is.
+"""Relative position biases: a per-head float added to the attention logits, depending on where a query and a key
+sit relative to each other rather than on where each one is. docs/guide/variants.md ("Position schemes") lists the
+schemes and their sources: T5's buckets (`T5RelativeBias`), `ALiBi` and Swin's 2-D table (`SwinRelativeBias2d`).
 
-Every scheme is a module called once per forward pass, like the masks, with the number of queries, the
-number of keys and the queries' offset (a cached decoder's new queries sit at positions offset … offset
-+ T - 1, its keys at 0 … offset + T - 1, or 0 … L - 1 in a static cache's buffer, whose offset is a tensor:
-models.cache). It returns (L, H, T, S): L = 1 when every layer of the stack shares the bias, else one slice
-per layer. The core (models.transformer) hands layer i its slice and the
-attention (models.attention) adds it to the logits through SDPA's float mask (models.masks.with_bias):
-one mechanism for every scheme.
-
-  - `T5RelativeBias` (Raffel et al., 2020, §2.1): distances in logarithmic buckets, one learned scalar per
-    bucket and head, shared by the layers of a stack; bidirectional in the encoder, causal in the decoder.
-  - `ALiBi` (Press et al., 2022): −slope_h · |i − j| with fixed geometric slopes per head; no parameters.
-  - `SwinRelativeBias2d` (Liu et al., 2021, §3.2): a learned table of (2h − 1)(2w − 1) offsets × heads on an
-    h × w grid of image tokens, indexed by each pair's (Δrow, Δcol); one table per layer, as in Swin.
+Every scheme is a module called once per forward pass, like the masks, with the number of queries, the number of
+keys and the queries' offset (a cached decoder's new queries sit at positions offset … offset + T - 1, its keys at
+0 … offset + T - 1, or 0 … L - 1 in a static cache's buffer, whose offset is a tensor: models.cache). It returns
+(L, H, T, S): L = 1 when every layer of the stack shares the bias, else one slice per layer. The core
+(models.transformer) hands layer i its slice and the attention (models.attention) adds it to the logits through
+SDPA's float mask (models.masks.with_bias): one mechanism for every scheme.
 """
 
 from __future__ import annotations

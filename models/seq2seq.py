@@ -25,8 +25,6 @@ class Seq2SeqNet(nn.Module):
         self.pad_id, self.max_len, self.d_model = c.pad_id, c.max_len, c.d_model  # what the searches read (models.decoding)
         self.src_token_dropout = c.src_token_dropout
         self.src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
-        # share_embeddings: one table for both sides (a joint subword vocabulary); with tie_embeddings
-        # too, the generator reads the same table (three-way tying, as fairseq's share_all_embeddings).
         self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
         source, target = Tokens(c, c.max_len), Tokens(c, c.max_len, causal=True)
         positions = position_scheme(c.positional, source)  # models.positional.POSITIONALS

@@ -1,34 +1,20 @@
-"""The decoding fast path: the network's own `decode` on a preallocated key/value cache
-(`models.cache.StaticCache`), one step whose shapes and addresses never change from one step to the next, so
-that it can be captured: by `torch.compile` (mode "reduce-overhead" on CUDA, which replays CUDA graphs) or by a
-CUDA graph directly.
+"""The decoding fast path: the network's own `decode` on a preallocated key/value cache (`models.cache.StaticCache`),
+one step whose shapes and addresses never change, so that `torch.compile` or a CUDA graph can capture it.
+docs/guide/speed.md ("Fast paths") says how the buffers are written and masked, and what the tests check.
 
-The growing cache (`models.cache.DynamicCache`) gains one position per step (a `torch.cat` per layer): every
-step has new shapes and new tensors, which no graph can replay. A static cache gives each decoder layer a
-(N, Hkv, L, Dh) key buffer and value buffer allocated once (N = sentences × beams, L ≥ the steps decoded); step
-t writes its key/value at position t in place and attends over the whole buffer, a mask hiding what is not
-written yet. The position t is a tensor, not a Python int, so the same captured step serves every t. The
-memory's cross-attention keys/values are projected once per source, outside the captured step.
+`StaticDecoder(net, mode)` presents what the searches of `models.decoding` read from a network, so greedy and beam
+search run on it unchanged; `greedy` and `beam` size the buffers for the steps asked, rounded up to
+`length_multiple` so that the shapes (and compilations) stay few. Modes:
+  - "eager": no capture (the reference);
+  - "compile": `torch.compile` of `net.decode`; mode="reduce-overhead" (CUDA graphs) on CUDA, the inductor's
+    default on the CPU. One compilation per (rows, source length, buffer length);
+  - "cuda-graph": `net.decode` captured in a `torch.cuda.CUDAGraph` per shape and replayed (CUDA only).
+The encoder, the memory's cross-attention keys/values (projected once per source) and the beam reordering run
+eagerly, outside the captured step.
 
-`StaticDecoder(net, mode)` presents what the searches of `models.decoding` read from a network
-(`encode`, `decode`, `new_cache()`, `pad_id`, `max_len`), so greedy and beam search run on it
-unchanged; `greedy` and `beam` below size the buffers for the steps asked and call them:
-
-    decoder = StaticDecoder(net, mode="compile")      # build once: compiled steps are kept per shape
-    out = decoder.greedy(src, bos_id, eos_id, max_len)
-    out = decoder.beam(src, bos_id, eos_id, max_len, beam_size=4)
-
-Outputs are token for token those of the growing cache (tests/test_static_cache.py): the buffer's
-unwritten positions get attention weight exactly 0. Under bf16 autocast the attention over the whole
-buffer rounds otherwise than over the positions written, by up to one bf16 step in the logits: the tokens
-are the same in every configuration tested, but a search may part where its top two logits are that close. Modes:
-  - "eager": no capture (the reference; on a CPU about the speed of the growing cache);
-  - "compile": `torch.compile` of `net.decode`; on CUDA with mode="reduce-overhead" (CUDA graphs), on
-    the CPU the inductor's default mode. One compilation per (rows, source length, buffer length);
-  - "cuda-graph": `net.decode` captured in a `torch.cuda.CUDAGraph` per shape and replayed (CUDA only): launch
-    overhead gone without a compiler.
-Buffer lengths are rounded up to `length_multiple` so that the shapes (and compilations) stay few.
-The encoder and the beam reordering (one `index_select` per buffer) run eagerly between steps.
+Outputs are token for token the growing cache's: the unwritten positions get attention weight exactly 0. Under bf16
+autocast the attention over the whole buffer rounds otherwise, by up to one bf16 step in the logits: a search may
+part where its top two logits are that close.
 """
 
 from __future__ import annotations

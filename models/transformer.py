@@ -44,7 +44,6 @@ class Transformer(nn.Module):
         self.encoder_rotary = encoder_rotary
         # Called once per forward pass too: (L or 1, H, T, S), layer i takes slice i (or the shared one).
         self.encoder_bias, self.decoder_bias = encoder_bias, decoder_bias
-        self.d_model, self.nhead = c.d_model, c.nhead
 
     def _rope(self, x: torch.Tensor, offset: int | torch.Tensor = 0):
         """Rotary tables of x's T positions after `offset` (the cache's), or None."""
@@ -59,10 +58,7 @@ class Transformer(nn.Module):
         """(B, S, D) source embeddings → (B, S, D) memory. Mask: (B, S) bool, True = padding."""
         mask = padding_mask(src_key_padding_mask)
         S = src.size(1)
-        if self.encoder_rotary is not None:
-            rope = self.encoder_rotary(S, 0, src.device, src.dtype)
-        else:
-            rope = self._rope(src)
+        rope = self._rope(src) if self.encoder_rotary is None else self.encoder_rotary(S, 0, src.device, src.dtype)
         bias = None if self.encoder_bias is None else self.encoder_bias(S, S)  # (L or 1, H, S, S)
         x = src
         for i, layer in enumerate(self.encoder_layers):
