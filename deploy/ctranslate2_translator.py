@@ -43,26 +43,17 @@ import os
 from pathlib import Path
 
 from common.errors import InputError
-from datamodules.batching import frame_source, map_in_length_batches
+from datamodules.batching import frame_source
 from datamodules.languages import target_languages, with_target_tag
 from datamodules.tokenizers import tokenizer_from_dict
+from inference.calls import TranslateMany
 from inference.options import CT2_PATIENCE, CT2_SEARCHES, DecodingOptions
 from models.decoding import Hypothesis, length_penalty_factor
 
 from .ctranslate2 import TOKENIZERS_FILE, ExportError, _ctranslate2, vocabulary
 
 
-def chosen(options: DecodingOptions | None, defaults: DecodingOptions, nbest, prefixes, sentences, given: dict):
-    """A call's options: `options` as they are when given (no option keywords beside them), else `defaults` with
-    the keywords (`DecodingOptions.for_call`)."""
-    if options is None:
-        return defaults.for_call(nbest, prefixes, sentences, **given)
-    if any(v is not None for v in given.values()):
-        raise InputError(f"give decoding options either as options=... or as keywords, not both ({', '.join(given)})")
-    return options.for_call(None, prefixes, sentences)
-
-
-class CTranslate2Translator:
+class CTranslate2Translator(TranslateMany):
     """Translate text with an exported model (see the module's docstring).
 
     `compute_type` is CTranslate2's ("default" runs the weights as exported, "int8", "float32", ...). Its default
@@ -121,10 +112,6 @@ class CTranslate2Translator:
 
     # ---------------------------------------------------------------------------------- the search
 
-    def max_output_len(self, sources: list[list[str]], options: DecodingOptions) -> list[int]:
-        """Each source's most output tokens, `<eos>` included: as `inference.Translator.max_output_len`."""
-        return options.output_limits([len(s) for s in sources], self.meta["max_len"] - 1)
-
     def translate_batch_options(self, limit: int, options: DecodingOptions, prefixes=None) -> dict:
         """Our decoding options as CTranslate2's `translate_batch` arguments for sources whose output `limit` is one,
         the one place they are mapped; an `InputError` for what CTranslate2 cannot do as we do. The search runs one
@@ -176,7 +163,7 @@ class CTranslate2Translator:
         `<eos>`), each source under its own length limit. Greedy and fast searches run once under the batch's longest
         limit: a source whose search ended before its own limit's last step keeps what it found (its steps were
         those it takes alone); the others, the exact search and samples are searched in groups of one limit."""
-        limits = self.max_output_len(sources, options)
+        limits = options.output_limits([len(s) for s in sources], self.meta["max_len"] - 1)  # as inference.Translator's
         found: list = [None] * len(sources)
         todo, longest = list(range(len(sources))), max(limits, default=0)
         if not options.sampling and (self.search == "fast" or options.beam_size == 1) and len(set(limits)) > 1:
@@ -211,13 +198,8 @@ class CTranslate2Translator:
 
     def translate_ids(self, sources: list[list[str]], options: DecodingOptions | None = None, **given) -> list[list[int]]:
         """Token lists (each ending in `<eos>`) → the best output's ids, `<eos>` last."""
-        opts = chosen(options, self.options, None, None, sources, given)
+        opts = self.options.for_call(None, None, sources, options, **given)
         return [row[0].tokens for row in self._hypotheses(sources, opts, scored=False)]
-
-    def translate_many(self, sentences: list[str], batch_size: int = 64, on_batch=None, **kwargs) -> list[str]:
-        """`translate` over many sentences in batches of similar length (as `inference.Translator.translate_many`)."""
-        translate = lambda batch: self.translate(batch, **kwargs)
-        return map_in_length_batches(translate, sentences, batch_size, on_batch)
 
     def translate(
         self,
@@ -232,7 +214,7 @@ class CTranslate2Translator:
         `DecodingOptions`) replace the translator's, or `given` keywords some of them."""
         if isinstance(sentences, str):
             sentences = [sentences]
-        opts = chosen(options, self.options, nbest, prefixes, sentences, given)
+        opts = self.options.for_call(nbest, prefixes, sentences, options, **given)
         if not sentences:
             return []
         sources = [self.source_tokens(s, opts.tgt_lang) for s in sentences]

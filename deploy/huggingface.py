@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from common.files import atomic_output
+from datamodules.batching import pad_sequences
 from datamodules.sentencepiece import SentencePieceVocab
 from datamodules.tokenizers import SubwordTokenizer
 from datamodules.vocab import SPECIAL_TOKENS, Vocab
@@ -205,9 +206,8 @@ def verify_export(transformers, model, folder: Path) -> None:
     check_loaded(info["missing_keys"], [*info["unexpected_keys"], *(m[0] for m in info.get("mismatched_keys", []))])
     hf.eval()
     pad, bos = model.net.pad_id, model.tgt_tokenizer.bos_id
-    src = torch.nn.utils.rnn.pad_sequence([torch.tensor(s) for s in probe.sources], batch_first=True, padding_value=pad)
-    tgt = [torch.tensor([bos, *t]) for t in probe.targets]
-    tgt = torch.nn.utils.rnn.pad_sequence(tgt, batch_first=True, padding_value=pad)  # (B, T + 1)
+    src = pad_sequences(probe.sources, pad)
+    tgt = pad_sequences([[bos, *t] for t in probe.targets], pad)  # (B, T + 1)
     mask = src.ne(pad).long()
     log_probs = hf(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits.log_softmax(-1)  # (B, T + 1, V)
     rows = [len(t) + 1 for t in probe.targets]
@@ -215,9 +215,7 @@ def verify_export(transformers, model, folder: Path) -> None:
     check_scores(ENGINE, ours, [row[:n] for row, n in zip(log_probs, rows)], "log-probs")
     greedy = transformers.GenerationConfig(**{**generation_config(model), "num_beams": 1, "max_length": probe.limit + 1})
     out = hf.generate(input_ids=src, attention_mask=mask, generation_config=greedy)  # (B, 1 + ≤ limit)
-    eos = model.tgt_tokenizer.eos_id
-    greedy = [row[: row.index(eos) + 1] if eos in row else row for row in out[:, 1:].tolist()]
-    check_greedy(ENGINE, model, probe, greedy)
+    check_greedy(ENGINE, model, probe, out[:, 1:].tolist())  # each row cut at its <eos> there
 
 
 def _save_weights(hf, folder: Path) -> None:

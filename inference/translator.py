@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from common.errors import InputError
-from datamodules.batching import frame_source, map_in_length_batches, pad_sequences
+from datamodules.batching import frame_source, pad_sequences
 from datamodules.languages import target_languages, with_target_tag
 from models import Seq2SeqNet
 from models.beam import beam_search, beam_search_nbest
@@ -33,12 +33,12 @@ from models.sampling import sample
 from models.scoring import align, score_targets
 from models.static_cache import StaticDecoder
 
-from .calls import check_same_vocabularies, evaluating, pieces
+from .calls import TranslateMany, check_same_vocabularies, evaluating, pieces
 from .networks import TRANSLATION, read_network, read_pretrained
 from .options import DecodingOptions
 
 
-class Translator:
+class Translator(TranslateMany):
     """A translation network with its tokenizers and default decoding options (see the module's docstring)."""
 
     def __init__(self, net: Seq2SeqNet, src_tokenizer, tgt_tokenizer, options: DecodingOptions | None = None, batch_size=64):
@@ -144,12 +144,6 @@ class Translator:
             return [self.tgt_tokenizer.decode(row.tolist()) for row in out]
         hyps = self._hypotheses(sentences, opts, ensemble, prefixes)
         return [row[0].text for row in hyps] if nbest is None else hyps
-
-    def translate_many(self, sentences: list[str], batch_size: int | None = None, on_batch=None, **kwargs) -> list[str]:
-        """`translate` over many sentences in batches of similar length; results in input order. `on_batch(batch)`
-        is called after each batch (progress lines)."""
-        translate = lambda batch: self.translate(batch, **kwargs)
-        return map_in_length_batches(translate, sentences, batch_size or self.batch_size, on_batch)
 
     def max_output_len(self, src: torch.Tensor, opts: DecodingOptions | None = None, nets=None) -> list[int]:
         """Each sentence's most output tokens: `max_len`, else a·S + b of its own S source tokens (the (B, S) batch's
