@@ -3,37 +3,27 @@
     translator = CTranslate2Translator("exported/multi30k")
     translator.translate(["Ein Hund rennt."], beam_size=4, nbest=2)     # each sentence's 2 best Hypothesis
 
-Our tokenizers read and write the text around a `ctranslate2.Translator`, with our `DecodingOptions`. Two beam
-searches (`search`): "exact" gives what our engine gives (tests/test_ctranslate2_translator.py), as below; "fast",
-the default, lets CTranslate2 end a sentence after beam × `patience` finished hypotheses and ranks those by our
-score (docs/results/benchmarks-decoding.md: faster, BLEU within 0.1 of ours, the toy set right at beam 4).
+Our tokenizers read and write the text around a `ctranslate2.Translator`, with our `DecodingOptions`.
+docs/guide/decoding.md says what each option becomes there and what is refused: the two beam searches (`search`:
+"fast", the default, or "exact", which gives what our engine gives), the length limit, the banned tokens,
+sampling, prefixes. Why the exact search gives our search's N best (tests/test_ctranslate2_translator.py):
 
-  - Beam search: CTranslate2 ranks finished hypotheses by score / length ** alpha and, with alpha > 0, ends a
-    sentence once `beam_size × patience` hypotheses have finished, wherever they ranked; ours ranks by GNMT's
-    penalty and ends once no live hypothesis can beat the N-th best finished one (models/beam.py). With the
-    default patience of 1 a beam of 4 stops after four early, unlikely `<eos>` candidates, before the good
-    translation ends. So CTranslate2 is asked to keep every hypothesis it finishes and to run to the length
-    limit (a patience that no count of finished hypotheses reaches). Its beams advance as ours (the K best
-    candidates, `<eos>` among them finished; the K best others live; penalties play no part until the end; but
-    for the renormalisation below), so what it finishes is everything our search would finish without stopping
-    early; our proof that stopping early changes nothing makes our N best of that set, by our penalty, our
-    search's N best. Only as many of them are scored as finding those N takes (`_hypotheses`).
-  - The length limit, each source's own (`DecodingOptions.output_limits`): both end an output that reaches it with
-    `<eos>` (models/decoding.py): CTranslate2 searches one token short of it and `<eos>` is appended to what its
-    last step left unfinished. It takes one limit a batch; `_search` gives each source its own.
+  - CTranslate2 ranks finished hypotheses by score / length ** alpha and, with alpha > 0, ends a sentence once
+    `beam_size × patience` have finished, wherever they ranked; ours ranks by GNMT's penalty and ends once no
+    live hypothesis can beat the N-th best finished one (models/beam.py). So CTranslate2 is asked to keep every
+    hypothesis it finishes and to run to the length limit (a patience that no count of finished hypotheses
+    reaches). Its beams advance as ours (the K best candidates, `<eos>` among them finished; the K best others
+    live; penalties play no part until the end; but for the renormalisation below), so what it finishes is
+    everything our search would finish without stopping early; our proof that stopping early changes nothing
+    makes our N best of that set, by our penalty, our search's N best. Only as many of them are scored as
+    finding those N takes (`_hypotheses`).
   - Every score is ours: CTranslate2's teacher-forced log-prob of each token (`score_batch`, which scores
     `<eos>` last), divided by our length penalty. A hypothesis's score is therefore what `score` gives its text.
-  - CTranslate2 bans a token by setting its logit to -inf before the softmax: the log-probs its beam ranks by
-    are renormalised over the tokens left, where ours (and fairseq's, and `generate`'s) are the model's own with
-    the banned ones at -inf. Greedy search and sampling do not feel it (the same argmax, the same sampled
-    distribution); beam search does, so the tools that ban (minimum length bans `<eos>`, no-repeat n-grams,
-    a banned `<unk>`) run with greedy search and sampling only. `<pad>` and `<bos>` are banned always: each beam
-    step of CTranslate2 adds -log(1 - p(<pad>) - p(<bos>)) to a hypothesis's score, about 1e-4 on a trained model,
-    which reorders only candidates that close (benchmarks/ctranslate2_parity.py counts them on a real model).
-  - Greedy search, n-best lists and the tools map to CTranslate2's own arguments. Sampling draws from the same
-    distribution with CTranslate2's generator (seeded, reproducible, not torch's draws). Forced prefixes run with
-    greedy search only: CTranslate2's beam scores a prefix and the first step after it by its own rules. What
-    cannot be given exactly (alignments, our static or uncached decoders) is an `InputError` line.
+  - CTranslate2 bans a token by setting its logit to -inf before the softmax, so the log-probs its beam ranks by
+    are renormalised over the tokens left, where ours are the model's own. `<pad>` and `<bos>`, banned always,
+    add -log(1 - p(<pad>) - p(<bos>)) a step, about 1e-4 on a trained model, which reorders only candidates that
+    close (benchmarks/ctranslate2_parity.py). The tools that ban more (minimum length bans `<eos>`, no-repeat
+    n-grams, `<unk>`) run with greedy search and sampling only, whose argmax and distribution it leaves as ours.
 """
 
 from __future__ import annotations

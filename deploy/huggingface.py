@@ -3,16 +3,12 @@
     export_huggingface(model, "exported/multi30k-hf")   # then, with no code of ours:
     AutoModelForSeq2SeqLM.from_pretrained("exported/multi30k-hf"), AutoTokenizer.from_pretrained(...)
 
-The folder holds `config.json` and `model.safetensors` (the network in Marian's shape, deploy/marian_shape.py),
-the tokenizer, `generation_config.json` and a model card (deploy/model_card.py). Tokenizers: a model imported
-from Marian gets Marian's own files back (`MarianTokenizer`); ours become one fast tokenizer (`tokenizer.json`)
-appending `<eos>`, as our sources end, so `AutoTokenizer` gives our ids; one serves both sides, so a model of
-ours with two vocabularies is refused. Every export checks itself against ours before it is moved into place
-(deploy/verify.py), and each refusal is one `HubExportError` line with nothing written.
-
-docs/guide/export-deploy.md says what `generate` then computes as ours and where it cannot: the length
-penalty's form, and our length limit (max_len_a × the source + max_len_b), which `GenerationConfig` cannot hold
-and records for the user.
+The network in Marian's shape (deploy/marian_shape.py), the tokenizer, `generation_config.json` and a model card
+(deploy/model_card.py). docs/guide/export-deploy.md says what the folder holds, how the tokenizers export (a
+Marian model's own files; ours as one fast tokenizer appending `<eos>`, serving both sides, so one vocabulary),
+and what `generate` then computes as ours and where it cannot (the length penalty's form, our length limit).
+Every export checks itself against ours before it is moved into place (deploy/verify.py); each refusal is one
+`HubExportError` line with nothing written.
 """
 
 from __future__ import annotations

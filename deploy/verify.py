@@ -1,13 +1,8 @@
 """What both exporters (deploy/ctranslate2.py, deploy/huggingface.py) share, so that an export is refused rather
-than written wrong:
-
-  - an allow-list (`Rule`s by setting name) of what each can express, checked against every field of the network's
-    settings (`check_settings`): a value outside it, or a setting the list has no rule for (one added to
-    models/config.py since), is one `ExportError` line naming the setting and its value;
-  - the checkpoint's weights, each to be read exactly once by the exporter's mapping (`Weights`): a weight left
-    over (a module the mapping does not know), read twice or missing is one line naming it;
-  - probe inputs run through the exported model and ours before the folder is moved into place (`Probes`):
-    teacher-forced log-probs equal within `TOLERANCE` and the same greedy output, or one line saying where not.
+than written wrong (docs/guide/export-deploy.md, "Exports that check themselves"): each one's allow-list over every
+field of the network's settings (`Rule`s, `check_settings`), the checkpoint's weights each read exactly once
+(`Weights`), and probes run through the exported model and ours (`probes`, `check_scores`, `check_greedy`).
+Each refusal is one `ExportError` line naming the setting, the weight or the probe.
 """
 
 from __future__ import annotations

@@ -4,15 +4,13 @@
     translator = Translator.from_pretrained("Helsinki-NLP/opus-mt-de-en")     # a Marian (OPUS-MT) model
     translator = Translator.from_module(model)                                # a Seq2SeqTransformer in memory
     translator.translate(["Ein Hund rennt."])                                 # ['A dog runs.']
-    translator.translate(["Ein Hund rennt."], beam_size=4, nbest=2)           # each sentence's 2 best Hypothesis
-    translator.score(["Ein Hund rennt."], ["A dog is running."])              # a reference's log-probs
     translator.translate(["A dog runs."], tgt_lang="fr")                      # a multilingual model: >>fr<< first
 
 It holds a network (`models.Seq2SeqNet`), its two tokenizers and its default `DecodingOptions` (a checkpoint's
-length penalty and length limits); a call's keyword arguments replace some of them (inference/options.py). The
-searches are in models/ (decoding.py, beam.py, sampling.py); ensembles, forced prefixes, alignments and attention
-weights are here, as are the static/compiled decoders (models/static_cache.py), kept per mode and device for later calls. The
-CTranslate2 engine (deploy/ctranslate2_translator.py) offers the same `translate`, `translate_many` and `score`.
+length penalty and length limits), which a call's keywords replace. The searches are in models/; ensembles, forced
+prefixes, alignments, attention weights and the static decoders (kept per mode and device) are here.
+docs/guide/decoding.md says what each does; deploy/ctranslate2_translator.py offers the same `translate`,
+`translate_many` and `score` over CTranslate2.
 """
 
 from __future__ import annotations
