@@ -4,23 +4,11 @@ our weights into its `TransformerSpec`, and our tokenizers beside them (`tokeniz
 `deploy.ctranslate2_translator.CTranslate2Translator(out_dir).translate([...])` reads and writes text as the
 checkpoint does (exactly with `search="exact"`).
 
-Three details make a naive conversion translate differently, and are handled here:
-  - both of our stacks end with a final norm, post-norm included (as `torch.nn.Transformer`). CTranslate2 builds
-    it whenever the weights hold one (`encoder/layer_norm`), but its spec declares it for pre-norm models only,
-    so it is added to the post-norm spec by hand;
-  - our sinusoids interleave sin/cos (PE[p, 2i], PE[p, 2i+1]) where CTranslate2's concatenate them: the table
-    is exported as weights (`position_encodings.encodings`), as a learned table is;
-  - sources end with `<eos>` and targets start with `<bos>`: the vocabulary keeps our special tokens.
-An imported Marian model (inference/marian.py) exports with its own vocabulary and special tokens, no final
-norms, its output bias and its unscaled embeddings where it has them; its decoder starts from `<pad>`.
-
-Every export checks itself (deploy/verify.py): `ALLOWED` names, for each field of the network's settings, the
-values CTranslate2 computes as we do (rotary positions in our rotate-half layout, query/key norms, relative
-position biases and no absolute positions are refused, as is a setting with no entry); `build_spec` uses each
-weight of the checkpoint exactly once; and the converted model, run by CTranslate2 in float32 before it is
-moved into place, must give our teacher-forced log-probs and greedy outputs on a few random probes. Each
-failure is one `ExportError` line, and nothing is written. How the translator runs CTranslate2's searches so that
-they give ours is in deploy/ctranslate2_translator.py.
+docs/guide/export-deploy.md says what makes a naive conversion translate differently and how it is handled here
+(the post-norm stacks' final norms, our interleaved sinusoids, our special tokens), how a Marian model exports, and
+how every export checks itself before it is moved into place (deploy/verify.py: `ALLOWED` below, each weight used
+once by `build_spec`, the float32 model's log-probs and greedy outputs on probes): each failure is one
+`ExportError` line, and nothing is written.
 """
 
 from __future__ import annotations
@@ -131,7 +119,7 @@ def build_spec(model):
     encoder = transformer_spec.TransformerEncoderSpec(config.num_encoder_layers, config.nhead, **options)
     decoder = transformer_spec.TransformerDecoderSpec(config.num_decoder_layers, config.nhead, **options)
     for stack in (encoder, decoder):
-        # Our post-norm stacks end with a norm too (see the module docstring): the spec, built as
+        # Our post-norm stacks end with a norm too (docs/guide/export-deploy.md): the spec, built as
         # pre-norm, declared it; the flag the layers read says post-norm.
         stack.pre_norm = config.norm_first
     spec = transformer_spec.TransformerSpec(encoder, decoder)

@@ -3,37 +3,27 @@
     translator = CTranslate2Translator("exported/multi30k")
     translator.translate(["Ein Hund rennt."], beam_size=4, nbest=2)     # each sentence's 2 best Hypothesis
 
-Our tokenizers read and write the text around a `ctranslate2.Translator`, with our `DecodingOptions`. Two beam
-searches (`search`): "exact" gives what our engine gives (tests/test_ctranslate2_translator.py), as below; "fast",
-the default, lets CTranslate2 end a sentence after beam × `patience` finished hypotheses and ranks those by our
-score (docs/results/benchmarks-decoding.md: faster, BLEU within 0.1 of ours, the toy set right at beam 4).
+Our tokenizers read and write the text around a `ctranslate2.Translator`, with our `DecodingOptions`.
+docs/guide/decoding.md says what each option becomes there and what is refused: the two beam searches (`search`:
+"fast", the default, or "exact", which gives what our engine gives), the length limit, the banned tokens,
+sampling, prefixes. Why the exact search gives our search's N best (tests/test_ctranslate2_translator.py):
 
-  - Beam search: CTranslate2 ranks finished hypotheses by score / length ** alpha and, with alpha > 0, ends a
-    sentence once `beam_size × patience` hypotheses have finished, wherever they ranked; ours ranks by GNMT's
-    penalty and ends once no live hypothesis can beat the N-th best finished one (models/beam.py). With the
-    default patience of 1 a beam of 4 stops after four early, unlikely `<eos>` candidates, before the good
-    translation ends. So CTranslate2 is asked to keep every hypothesis it finishes and to run to the length
-    limit (a patience that no count of finished hypotheses reaches). Its beams advance as ours (the K best
-    candidates, `<eos>` among them finished; the K best others live; penalties play no part until the end; but
-    for the renormalisation below), so what it finishes is everything our search would finish without stopping
-    early; our proof that stopping early changes nothing makes our N best of that set, by our penalty, our
-    search's N best. Only as many of them are scored as finding those N takes (`_hypotheses`).
-  - The length limit, each source's own (`DecodingOptions.output_limits`): both end an output that reaches it with
-    `<eos>` (models/decoding.py): CTranslate2 searches one token short of it and `<eos>` is appended to what its
-    last step left unfinished. It takes one limit a batch; `_search` gives each source its own.
+  - CTranslate2 ranks finished hypotheses by score / length ** alpha and, with alpha > 0, ends a sentence once
+    `beam_size × patience` have finished, wherever they ranked; ours ranks by GNMT's penalty and ends once no
+    live hypothesis can beat the N-th best finished one (models/beam.py). So CTranslate2 is asked to keep every
+    hypothesis it finishes and to run to the length limit (a patience that no count of finished hypotheses
+    reaches). Its beams advance as ours (the K best candidates, `<eos>` among them finished; the K best others
+    live; penalties play no part until the end; but for the renormalisation below), so what it finishes is
+    everything our search would finish without stopping early; our proof that stopping early changes nothing
+    makes our N best of that set, by our penalty, our search's N best. Only as many of them are scored as
+    finding those N takes (`_hypotheses`).
   - Every score is ours: CTranslate2's teacher-forced log-prob of each token (`score_batch`, which scores
     `<eos>` last), divided by our length penalty. A hypothesis's score is therefore what `score` gives its text.
-  - CTranslate2 bans a token by setting its logit to -inf before the softmax: the log-probs its beam ranks by
-    are renormalised over the tokens left, where ours (and fairseq's, and `generate`'s) are the model's own with
-    the banned ones at -inf. Greedy search and sampling do not feel it (the same argmax, the same sampled
-    distribution); beam search does, so the tools that ban (minimum length bans `<eos>`, no-repeat n-grams,
-    a banned `<unk>`) run with greedy search and sampling only. `<pad>` and `<bos>` are banned always: each beam
-    step of CTranslate2 adds -log(1 - p(<pad>) - p(<bos>)) to a hypothesis's score, about 1e-4 on a trained model,
-    which reorders only candidates that close (benchmarks/ctranslate2_parity.py counts them on a real model).
-  - Greedy search, n-best lists and the tools map to CTranslate2's own arguments. Sampling draws from the same
-    distribution with CTranslate2's generator (seeded, reproducible, not torch's draws). Forced prefixes run with
-    greedy search only: CTranslate2's beam scores a prefix and the first step after it by its own rules. What
-    cannot be given exactly (alignments, our static or uncached decoders) is an `InputError` line.
+  - CTranslate2 bans a token by setting its logit to -inf before the softmax, so the log-probs its beam ranks by
+    are renormalised over the tokens left, where ours are the model's own. `<pad>` and `<bos>`, banned always,
+    add -log(1 - p(<pad>) - p(<bos>)) a step, about 1e-4 on a trained model, which reorders only candidates that
+    close (benchmarks/ctranslate2_parity.py). The tools that ban more (minimum length bans `<eos>`, no-repeat
+    n-grams, `<unk>`) run with greedy search and sampling only, whose argmax and distribution it leaves as ours.
 """
 
 from __future__ import annotations
@@ -43,26 +33,17 @@ import os
 from pathlib import Path
 
 from common.errors import InputError
-from datamodules.batching import frame_source, map_in_length_batches
+from datamodules.batching import frame_source
 from datamodules.languages import target_languages, with_target_tag
 from datamodules.tokenizers import tokenizer_from_dict
+from inference.calls import TranslateMany
 from inference.options import CT2_PATIENCE, CT2_SEARCHES, DecodingOptions
 from models.decoding import Hypothesis, length_penalty_factor
 
 from .ctranslate2 import TOKENIZERS_FILE, ExportError, _ctranslate2, vocabulary
 
 
-def chosen(options: DecodingOptions | None, defaults: DecodingOptions, nbest, prefixes, sentences, given: dict):
-    """A call's options: `options` as they are when given (no option keywords beside them), else `defaults` with
-    the keywords (`DecodingOptions.for_call`)."""
-    if options is None:
-        return defaults.for_call(nbest, prefixes, sentences, **given)
-    if any(v is not None for v in given.values()):
-        raise InputError(f"give decoding options either as options=... or as keywords, not both ({', '.join(given)})")
-    return options.for_call(None, prefixes, sentences)
-
-
-class CTranslate2Translator:
+class CTranslate2Translator(TranslateMany):
     """Translate text with an exported model (see the module's docstring).
 
     `compute_type` is CTranslate2's ("default" runs the weights as exported, "int8", "float32", ...). Its default
@@ -121,10 +102,6 @@ class CTranslate2Translator:
 
     # ---------------------------------------------------------------------------------- the search
 
-    def max_output_len(self, sources: list[list[str]], options: DecodingOptions) -> list[int]:
-        """Each source's most output tokens, `<eos>` included: as `inference.Translator.max_output_len`."""
-        return options.output_limits([len(s) for s in sources], self.meta["max_len"] - 1)
-
     def translate_batch_options(self, limit: int, options: DecodingOptions, prefixes=None) -> dict:
         """Our decoding options as CTranslate2's `translate_batch` arguments for sources whose output `limit` is one,
         the one place they are mapped; an `InputError` for what CTranslate2 cannot do as we do. The search runs one
@@ -176,7 +153,7 @@ class CTranslate2Translator:
         `<eos>`), each source under its own length limit. Greedy and fast searches run once under the batch's longest
         limit: a source whose search ended before its own limit's last step keeps what it found (its steps were
         those it takes alone); the others, the exact search and samples are searched in groups of one limit."""
-        limits = self.max_output_len(sources, options)
+        limits = options.output_limits([len(s) for s in sources], self.meta["max_len"] - 1)  # as inference.Translator's
         found: list = [None] * len(sources)
         todo, longest = list(range(len(sources))), max(limits, default=0)
         if not options.sampling and (self.search == "fast" or options.beam_size == 1) and len(set(limits)) > 1:
@@ -211,13 +188,8 @@ class CTranslate2Translator:
 
     def translate_ids(self, sources: list[list[str]], options: DecodingOptions | None = None, **given) -> list[list[int]]:
         """Token lists (each ending in `<eos>`) → the best output's ids, `<eos>` last."""
-        opts = chosen(options, self.options, None, None, sources, given)
+        opts = self.options.for_call(None, None, sources, options, **given)
         return [row[0].tokens for row in self._hypotheses(sources, opts, scored=False)]
-
-    def translate_many(self, sentences: list[str], batch_size: int = 64, on_batch=None, **kwargs) -> list[str]:
-        """`translate` over many sentences in batches of similar length (as `inference.Translator.translate_many`)."""
-        translate = lambda batch: self.translate(batch, **kwargs)
-        return map_in_length_batches(translate, sentences, batch_size, on_batch)
 
     def translate(
         self,
@@ -232,7 +204,7 @@ class CTranslate2Translator:
         `DecodingOptions`) replace the translator's, or `given` keywords some of them."""
         if isinstance(sentences, str):
             sentences = [sentences]
-        opts = chosen(options, self.options, nbest, prefixes, sentences, given)
+        opts = self.options.for_call(nbest, prefixes, sentences, options, **given)
         if not sentences:
             return []
         sources = [self.source_tokens(s, opts.tgt_lang) for s in sentences]

@@ -3,16 +3,12 @@
     export_huggingface(model, "exported/multi30k-hf")   # then, with no code of ours:
     AutoModelForSeq2SeqLM.from_pretrained("exported/multi30k-hf"), AutoTokenizer.from_pretrained(...)
 
-The folder holds `config.json` and `model.safetensors` (the network in Marian's shape, deploy/marian_shape.py),
-the tokenizer, `generation_config.json` and a model card (deploy/model_card.py). Tokenizers: a model imported
-from Marian gets Marian's own files back (`MarianTokenizer`); ours become one fast tokenizer (`tokenizer.json`)
-appending `<eos>`, as our sources end, so `AutoTokenizer` gives our ids; one serves both sides, so a model of
-ours with two vocabularies is refused. Every export checks itself against ours before it is moved into place
-(deploy/verify.py), and each refusal is one `HubExportError` line with nothing written.
-
-docs/guide/export-deploy.md says what `generate` then computes as ours and where it cannot: the length
-penalty's form, and our length limit (max_len_a × the source + max_len_b), which `GenerationConfig` cannot hold
-and records for the user.
+The network in Marian's shape (deploy/marian_shape.py), the tokenizer, `generation_config.json` and a model card
+(deploy/model_card.py). docs/guide/export-deploy.md says what the folder holds, how the tokenizers export (a
+Marian model's own files; ours as one fast tokenizer appending `<eos>`, serving both sides, so one vocabulary),
+and what `generate` then computes as ours and where it cannot (the length penalty's form, our length limit).
+Every export checks itself against ours before it is moved into place (deploy/verify.py); each refusal is one
+`HubExportError` line with nothing written.
 """
 
 from __future__ import annotations
@@ -26,6 +22,7 @@ from pathlib import Path
 import torch
 
 from common.files import atomic_output
+from datamodules.batching import pad_sequences
 from datamodules.sentencepiece import SentencePieceVocab
 from datamodules.tokenizers import SubwordTokenizer
 from datamodules.vocab import SPECIAL_TOKENS, Vocab
@@ -205,9 +202,8 @@ def verify_export(transformers, model, folder: Path) -> None:
     check_loaded(info["missing_keys"], [*info["unexpected_keys"], *(m[0] for m in info.get("mismatched_keys", []))])
     hf.eval()
     pad, bos = model.net.pad_id, model.tgt_tokenizer.bos_id
-    src = torch.nn.utils.rnn.pad_sequence([torch.tensor(s) for s in probe.sources], batch_first=True, padding_value=pad)
-    tgt = [torch.tensor([bos, *t]) for t in probe.targets]
-    tgt = torch.nn.utils.rnn.pad_sequence(tgt, batch_first=True, padding_value=pad)  # (B, T + 1)
+    src = pad_sequences(probe.sources, pad)
+    tgt = pad_sequences([[bos, *t] for t in probe.targets], pad)  # (B, T + 1)
     mask = src.ne(pad).long()
     log_probs = hf(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits.log_softmax(-1)  # (B, T + 1, V)
     rows = [len(t) + 1 for t in probe.targets]
@@ -215,9 +211,7 @@ def verify_export(transformers, model, folder: Path) -> None:
     check_scores(ENGINE, ours, [row[:n] for row, n in zip(log_probs, rows)], "log-probs")
     greedy = transformers.GenerationConfig(**{**generation_config(model), "num_beams": 1, "max_length": probe.limit + 1})
     out = hf.generate(input_ids=src, attention_mask=mask, generation_config=greedy)  # (B, 1 + ≤ limit)
-    eos = model.tgt_tokenizer.eos_id
-    greedy = [row[: row.index(eos) + 1] if eos in row else row for row in out[:, 1:].tolist()]
-    check_greedy(ENGINE, model, probe, greedy)
+    check_greedy(ENGINE, model, probe, out[:, 1:].tolist())  # each row cut at its <eos> there
 
 
 def _save_weights(hf, folder: Path) -> None:

@@ -2,17 +2,11 @@
 express (`ALLOWED`, the allow-list of deploy/verify.py), the rewrite of the weights into its shape
 (`marian_shaped`) and the `MarianMTModel` holding them (`marian_model`), every weight used exactly once.
 
-  - our sinusoids interleave sin and cos (PE[p, 2i], PE[p, 2i+1]) where Marian's are [sin | cos] halves. The
-    two tables differ by a fixed permutation of the model dimension, and the residual stream is equivariant
-    under it: every weight that reads the stream (q/k/v, fc1, the output layer) has its input columns
-    permuted, every one that writes it (the embeddings, out_proj, fc2, the norms) its outputs, and the
-    network computes the same function with Marian's table (`residual_permutation`);
-  - a norm after each stack (ours by default, as torch.nn.Transformer's) has no place in Marian. Each stack
-    gets one more layer whose sublayers add exactly zero (their value and output weights are zero) and whose
-    norms apply what ours apply: the last layer's norm is split into a plain standardisation and its gain and
-    bias, then the final norm. Standardising a standardised vector again divides it by sqrt(1 - eps/v + eps)
-    (v: the variance before the norm, eps = 1e-5), so this step is exact up to a relative 1e-5 · |1 - v| / v;
-  - Marian's output layer has a bias (`final_logits_bias`): zero for a model of ours without one.
+docs/guide/export-deploy.md says how: the residual stream permuted into Marian's [sin | cos] sinusoid layout
+(`residual_permutation`), each stack's final norm as one more layer whose sublayers add zero and whose norms
+apply the last layer's norm, split into a plain standardisation and its gain and bias, then the final norm
+(`_move_final_norms`), and a zero output bias. Standardising a standardised vector again divides it by
+sqrt(1 - eps/v + eps) (v: the variance before the norm, eps = 1e-5): exact up to a relative 1e-5 · |1 - v| / v.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """What both exporters (deploy/ctranslate2.py, deploy/huggingface.py) share, so that an export is refused rather
-than written wrong:
-
-  - an allow-list (`Rule`s by setting name) of what each can express, checked against every field of the network's
-    settings (`check_settings`): a value outside it, or a setting the list has no rule for (one added to
-    models/config.py since), is one `ExportError` line naming the setting and its value;
-  - the checkpoint's weights, each to be read exactly once by the exporter's mapping (`Weights`): a weight left
-    over (a module the mapping does not know), read twice or missing is one line naming it;
-  - probe inputs run through the exported model and ours before the folder is moved into place (`Probes`):
-    teacher-forced log-probs equal within `TOLERANCE` and the same greedy output, or one line saying where not.
+than written wrong (docs/guide/export-deploy.md, "Exports that check themselves"): each one's allow-list over every
+field of the network's settings (`Rule`s, `check_settings`), the checkpoint's weights each read exactly once
+(`Weights`), and probes run through the exported model and ours (`probes`, `check_scores`, `check_greedy`).
+Each refusal is one `ExportError` line naming the setting, the weight or the probe.
 """
 
 from __future__ import annotations
@@ -21,6 +16,7 @@ from typing import Any, NamedTuple
 import torch
 
 from common.errors import InputError
+from datamodules.batching import pad_sequences
 from models.decoding import greedy_decode, no_specials, special_ids
 
 # Log-probs of ours and of an exported float32 model may differ by this much, absolutely, and pass. The same
@@ -132,13 +128,6 @@ def _random_ids(lengths, vocab: int, banned: set[int], generator) -> list[list[i
     return [allowed[torch.randint(len(allowed), (n,), generator=generator)].tolist() for n in lengths]
 
 
-def _pad(rows: list[list[int]], pad: int) -> torch.Tensor:
-    out = torch.full((len(rows), max(map(len, rows))), pad)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return out
-
-
 def _float32_eval(net):
     """`net` in eval mode, float32 and on the CPU (a copy when it is not all three), as the exports are."""
     if not net.training and all(p.dtype == torch.float32 and p.device.type == "cpu" for p in net.parameters()):
@@ -158,8 +147,8 @@ def probes(model) -> Probes:
 
     sources = [[*ids, src_tok.eos_id] for ids in sentences(src_tok, (5, 2, 9))]
     targets = sentences(tgt_tok, (4, 7, 1))
-    src = _pad(sources, net.pad_id)  # (B, S)
-    tgt = _pad([[tgt_tok.bos_id, *t, tgt_tok.eos_id] for t in targets], net.pad_id)  # (B, T + 2)
+    src = pad_sequences(sources, net.pad_id)  # (B, S)
+    tgt = pad_sequences([[tgt_tok.bos_id, *t, tgt_tok.eos_id] for t in targets], net.pad_id)  # (B, T + 2)
     log_probs = net(src, tgt[:, :-1]).log_softmax(-1)  # (B, T + 1, V)
     gathered = log_probs.gather(-1, tgt[:, 1:, None])[..., 0]  # (B, T + 1)
     scores = [row[: len(t) + 1] for row, t in zip(gathered, targets)]

@@ -1,5 +1,5 @@
 """What every `Translator` call shares: the ensemble's vocabulary check, the networks put in eval mode for the
-call's length, and tokens as their pieces (attention maps' labels)."""
+call's length, tokens as their pieces (attention maps' labels), and `translate_many`, which both engines offer."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import contextlib
 import torch
 
 from common.errors import InputError
+from datamodules.batching import map_in_length_batches
 
 
 def check_same_vocabularies(models: list) -> None:
@@ -49,3 +50,15 @@ def pieces(tokenizer, ids: list[int]) -> list[str]:
         else:
             out.append(tokenizer.tokens[i] if hasattr(tokenizer, "tokens") else str(i))
     return out
+
+
+class TranslateMany:
+    """`translate_many` over an engine's `translate` (`inference.Translator`, `CTranslate2Translator`)."""
+
+    batch_size = 64  # translate_many's sentences per batch
+
+    def translate_many(self, sentences: list[str], batch_size: int | None = None, on_batch=None, **kwargs) -> list[str]:
+        """`translate` over many sentences in batches of similar length; results in input order. `on_batch(batch)`
+        is called after each batch (progress lines)."""
+        translate = lambda batch: self.translate(batch, **kwargs)
+        return map_in_length_batches(translate, sentences, batch_size or self.batch_size, on_batch)

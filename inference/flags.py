@@ -1,11 +1,8 @@
 """The one module that turns decoding into command-line flags, for every script that decodes (translate, evaluate,
-generate): the engine's flags (`--engine torch --ckpt CKPT`, an `inference.Translator`, or `--engine ctranslate2
---model DIR`, a scripts/export.py export run by deploy/ctranslate2_translator.py), and each `DecodingOptions`
-field's flag, made from the field (`add_decoding_arguments`) and read back into one checked object
-(`decoding_options`). A script adds the engine's flags and its own, `parse_decoding_args` the search's and parses
-them; `load_engines` loads what they picked. Both engines translate with `translate`, `translate_many` and `score`,
-and take the same `DecodingOptions`. Only the standard library at import: a script's `--help` and argument errors
-load no torch."""
+generate): the engine's (`add_engine_arguments`: `--engine torch --ckpt CKPT`, an `inference.Translator`, or
+`--engine ctranslate2 --model DIR`, deploy/ctranslate2_translator.py's), each `DecodingOptions` field's, made from
+the field (`add_decoding_arguments`) and read back into one checked object (`decoding_options`), and what loads
+the engines (`load_engines`). Only the standard library at import: `--help` and argument errors load no torch."""
 
 from __future__ import annotations
 

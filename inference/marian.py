@@ -1,17 +1,9 @@
-"""Reading a Hugging Face Marian (OPUS-MT) model: its folder, or a hub name's download.
-
-A folder holds `config.json`, the weights (`model.safetensors` or `pytorch_model.bin`), `source.spm`,
-`target.spm` and `vocab.json` (and `target_vocab.json` when the two sides have separate vocabularies), as
-`MarianMTModel.save_pretrained` plus `MarianTokenizer.save_pretrained` write them, or `config.json`, the
-weights and one `tokenizer.json` of ours, as scripts/export.py (`--to hf`) writes them; a hub name
-("Helsinki-NLP/opus-mt-de-en") is downloaded into Hugging Face's cache first (`huggingface_hub`). The
-config becomes our network's settings and the weights our names (models/marian.py), the SentencePiece models and id
-tables our tokenizers (datamodules/sentencepiece.py). Reading needs `safetensors` (or torch, for a .bin),
-`sentencepiece` and, for hub names, `huggingface_hub`; not `transformers`. `Translator.from_pretrained` and
-`Seq2SeqTransformer.from_pretrained` build on `read_marian` through inference.networks.read_pretrained.
-
-A folder missing a file, a config that is not Marian's, a hub name that cannot be downloaded (offline, or
-no such model): one `InputError` line naming it.
+"""Reading a Hugging Face Marian (OPUS-MT) model: its folder, or a hub name's download into Hugging Face's cache
+(`huggingface_hub`). A folder holds what `MarianMTModel` and `MarianTokenizer.save_pretrained` write
+(docs/guide/pretrained.md), or what scripts/export.py `--to hf` writes: `config.json`, the weights and one
+`tokenizer.json` of ours. The config becomes our network's settings and the weights our names (models/marian.py),
+the SentencePiece models and id tables our tokenizers (datamodules/sentencepiece.py); `transformers` is not needed.
+A folder missing a file, a config that is not Marian's, a hub name that cannot be downloaded: one `InputError` line.
 """
 
 from __future__ import annotations

@@ -3,11 +3,9 @@
     options = DecodingOptions(beam_size=4, nbest=2, length_penalty=0.6)
     options.replace(sampling=True, top_k=10)      # a new, checked object
 
-Each option's name, default and check is written here once (models.checks: every mistake in one line). The
-scripts' flags are made from the fields (inference/flags.py; fairseq's names, kept in each field's
-`flag`); a checkpoint keeps its decoding defaults among its hyperparameters (`CHECKPOINT_DEFAULTS`) and a
-CTranslate2 export beside its weights, both as plain dicts (`as_dict`, `from_mapping`);
-deploy/ctranslate2_translator.py maps them once to CTranslate2's arguments.
+Each option's name, default and check is written here once; docs/guide/decoding.md says where they go: the
+scripts' flags made from the fields (inference/flags.py), a checkpoint's and an export's defaults
+(`CHECKPOINT_DEFAULTS`, as plain dicts: `as_dict`, `from_mapping`), CTranslate2's arguments.
 """
 
 from __future__ import annotations
@@ -186,6 +184,3 @@ class DecodingOptions:
         return not (self.sampling or self.min_len or self.no_repeat_ngram_size or self.ban_unk or self.nbest > 1) and (
             self.alignment_layer is None
         )
-
-
-# ------------------------------------------------------------------------------------------ flags

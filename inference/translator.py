@@ -4,15 +4,13 @@
     translator = Translator.from_pretrained("Helsinki-NLP/opus-mt-de-en")     # a Marian (OPUS-MT) model
     translator = Translator.from_module(model)                                # a Seq2SeqTransformer in memory
     translator.translate(["Ein Hund rennt."])                                 # ['A dog runs.']
-    translator.translate(["Ein Hund rennt."], beam_size=4, nbest=2)           # each sentence's 2 best Hypothesis
-    translator.score(["Ein Hund rennt."], ["A dog is running."])              # a reference's log-probs
     translator.translate(["A dog runs."], tgt_lang="fr")                      # a multilingual model: >>fr<< first
 
 It holds a network (`models.Seq2SeqNet`), its two tokenizers and its default `DecodingOptions` (a checkpoint's
-length penalty and length limits); a call's keyword arguments replace some of them (inference/options.py). The
-searches are in models/ (decoding.py, beam.py, sampling.py); ensembles, forced prefixes, alignments and attention
-weights are here, as are the static/compiled decoders (models/static_cache.py), kept per mode and device for later calls. The
-CTranslate2 engine (deploy/ctranslate2_translator.py) offers the same `translate`, `translate_many` and `score`.
+length penalty and length limits), which a call's keywords replace. The searches are in models/; ensembles, forced
+prefixes, alignments, attention weights and the static decoders (kept per mode and device) are here.
+docs/guide/decoding.md says what each does; deploy/ctranslate2_translator.py offers the same `translate`,
+`translate_many` and `score` over CTranslate2.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from pathlib import Path
 import torch
 
 from common.errors import InputError
-from datamodules.batching import frame_source, map_in_length_batches, pad_sequences
+from datamodules.batching import frame_source, pad_sequences
 from datamodules.languages import target_languages, with_target_tag
 from models import Seq2SeqNet
 from models.beam import beam_search, beam_search_nbest
@@ -33,12 +31,12 @@ from models.sampling import sample
 from models.scoring import align, score_targets
 from models.static_cache import StaticDecoder
 
-from .calls import check_same_vocabularies, evaluating, pieces
+from .calls import TranslateMany, check_same_vocabularies, evaluating, pieces
 from .networks import TRANSLATION, read_network, read_pretrained
 from .options import DecodingOptions
 
 
-class Translator:
+class Translator(TranslateMany):
     """A translation network with its tokenizers and default decoding options (see the module's docstring)."""
 
     def __init__(self, net: Seq2SeqNet, src_tokenizer, tgt_tokenizer, options: DecodingOptions | None = None, batch_size=64):
@@ -144,12 +142,6 @@ class Translator:
             return [self.tgt_tokenizer.decode(row.tolist()) for row in out]
         hyps = self._hypotheses(sentences, opts, ensemble, prefixes)
         return [row[0].text for row in hyps] if nbest is None else hyps
-
-    def translate_many(self, sentences: list[str], batch_size: int | None = None, on_batch=None, **kwargs) -> list[str]:
-        """`translate` over many sentences in batches of similar length; results in input order. `on_batch(batch)`
-        is called after each batch (progress lines)."""
-        translate = lambda batch: self.translate(batch, **kwargs)
-        return map_in_length_batches(translate, sentences, batch_size or self.batch_size, on_batch)
 
     def max_output_len(self, src: torch.Tensor, opts: DecodingOptions | None = None, nets=None) -> list[int]:
         """Each sentence's most output tokens: `max_len`, else a·S + b of its own S source tokens (the (B, S) batch's

@@ -9,7 +9,8 @@ import re
 from pathlib import Path
 
 from common.checkpoints import read_checkpoint
-from common.errors import CheckpointError, DataNotFoundError, InputError
+from common.errors import CheckpointError, InputError
+from common.files import require_file
 from common.runs import data_settings, run_record
 from datamodules.corpus_readers import iter_aligned, iter_lines
 from datamodules.languages import parse_direction
@@ -72,10 +73,9 @@ def read_input(args, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str]
     if bool(args.src) == bool(args.data_dir):
         raise InputError("give the input as --src FILE or as --data-dir DIR (with --format and --split), one of them")
     if args.src:
-        for flag, path in (("--src", args.src), ("--ref", args.ref)):
-            if path and not Path(path).is_file():
-                raise DataNotFoundError(f"{flag} file not found: {path}")
+        require_file(args.src, "--src")
         if args.ref:
+            require_file(args.ref, "--ref")
             raw, refs = zip(*iter_aligned(Path(args.src), Path(args.ref), strip=False))
             refs = [t.strip() for t in refs]
         else:

@@ -1,18 +1,9 @@
-"""Decoding a whole corpus (scripts/generate.py): how the input (generation_input.py) is cut into batches and shards,
-how the shards are written and put together, and the record of what made the output.
-
-    DIR/<prefix>.<src>       the source lines as read (each N times with --nbest N)
-    DIR/<prefix>.<tgt>       the outputs, line i beside line i: the corpus scripts/fit.py reads (format aligned)
-    DIR/<prefix>.ref.<tgt>   the references, when the input had them (repeated as the source lines are)
-    DIR/generation.json      the model (paths, sizes, sha256), the options, the command, the counts, the time
-    DIR/shards/plan.json     what the shards were planned from: a resume with anything else is refused
-    DIR/shards/NNNNN.jsonl   one shard's outputs, `[line, [output, ...]]` a line, written whole (atomically)
-
-The plan depends on the input and the settings alone: the non-empty lines sorted by length (their source tokens,
-`<eos>` included, at most the model's max_len), packed into batches of at most `max_tokens` padded tokens (and
-`batch_size` lines), consecutive batches grouped into shards of about `shard_size` lines. Every shard is decoded
-in the same batches whichever process decodes it, so the output does not depend on the number of processes or on
-where a run was stopped. The final files are written (atomically) once every shard is there, generation.json last.
+"""Decoding a whole corpus (scripts/generate.py): how the input (input.py) is cut into batches and shards, how the
+shards are written and put together, and the record of what made the output. docs/guide/corpus-generation.md says
+what the output folder holds and how the plan is made: from the input and the settings alone, and every shard
+decoded in the same batches whichever process decodes it, so that the output depends neither on the number of
+processes nor on where a run was stopped. The shards are DIR/shards/NNNNN.jsonl, `[line, [output, ...]]` a line,
+each written whole, beside DIR/shards/plan.json; the final files are written once every shard is there.
 """
 
 from __future__ import annotations
@@ -70,7 +61,9 @@ def lines_digest(*columns: list[str] | None) -> str:
 
 
 def make_plan(lengths: list[int], max_tokens: int, batch_size: int | None, shard_size: int) -> Plan:
-    """The batches and shards of lines of `lengths` tokens (0: skipped), as the module's docstring says."""
+    """The batches and shards of lines of `lengths` tokens (0: skipped): sorted by length, packed into batches of at
+    most `max_tokens` padded tokens (and `batch_size` lines), consecutive batches grouped into shards of about
+    `shard_size` lines."""
     from datamodules.samplers import pack_sorted  # torch's sampler classes: here, not before generate.py's arguments
 
     order = sorted((i for i, n in enumerate(lengths) if n), key=lambda i: (lengths[i], i))
