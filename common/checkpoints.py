@@ -22,9 +22,6 @@ if TYPE_CHECKING:
 M = TypeVar("M", bound="L.LightningModule")
 
 
-# ---------------------------------------------------------------------------------------------- checkpoints
-
-
 def verify_checkpoint(path: str | Path) -> None:
     """Check the CRC-32 of every record of a checkpoint's zip archive (torch's format since 1.6, its
     records stored uncompressed); a damaged one is a `CheckpointError` naming the file and the record.
@@ -43,13 +40,10 @@ def verify_checkpoint(path: str | Path) -> None:
                     with archive.open(info) as member:
                         while member.read(1 << 22):
                             pass
-                except zipfile.BadZipFile as err:
-                    what = "fails its CRC-32 check" if "CRC" in str(err) else f"is unreadable ({_first_line(err)})"
+                except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, RuntimeError) as err:
+                    crc = isinstance(err, zipfile.BadZipFile) and "CRC" in str(err)
+                    what = "fails its CRC-32 check" if crc else f"is unreadable ({_first_line(err)})"
                     raise CheckpointError(f"{path} is damaged: record {record} {what}; restore it from a copy") from None
-                except (EOFError, ValueError, NotImplementedError, RuntimeError) as err:
-                    raise CheckpointError(
-                        f"{path} is damaged: record {record} is unreadable ({_first_line(err)}); restore it from a copy"
-                    ) from None
     except zipfile.BadZipFile as err:
         raise CheckpointError(f"{path} is damaged (truncated or corrupt?): {_first_line(err)}; restore it from a copy") from None
     _VERIFIED.add(key)

@@ -14,6 +14,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from .exits import EXIT_BROKEN_PIPE, quiet_broken_pipe
+
 # SacreBLEU's BLEU tokenizers, as scripts/evaluate.py and scripts/compare.py offer them.
 BLEU_TOKENIZERS = ("13a", "zh", "intl", "char", "none")
 # The environment settings that change what a resumed run does or how fast it goes, kept in the resume command.
@@ -142,8 +144,8 @@ def answer_stored_help(name: str) -> None:
             sys.stdout.write(text)
             sys.stdout.flush()
         except BrokenPipeError:  # `fit.py --help | head`: the reader is gone, as `cat` ends
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            raise SystemExit(141) from None
+            quiet_broken_pipe()
+            raise SystemExit(EXIT_BROKEN_PIPE) from None
         raise SystemExit(0)
     if "-h" not in args and "--help" not in args and (error := argument_error(args, text)):
         print(f"error: {error}", file=sys.stderr)

@@ -1,11 +1,7 @@
-"""The machine and interpreter a script runs on, as they concern a user.
-
-- `require_environment()`: started by another Python (the system's `python`, a venv without the install), a
-  script would end at its first import in a ModuleNotFoundError traceback; called by every script before it
-  imports anything installed, this makes that one line naming the command that works: the venv's own
-  interpreter, `.venv/bin/python`, and the install command.
-- `quiet_cpu_compile()`: torch's "No CUDA runtime is found, using CUDA_HOME=..." is not said when a compile on
-  the CPU, as asked, loads torch's C++ extension tools on a machine with a CUDA toolkit but no GPU.
+"""The machine and interpreter a script runs on, as they concern a user: `require_environment()`, called by every
+script before it imports anything installed, makes another Python (the system's, a venv without the install) one line
+naming the command that works rather than a ModuleNotFoundError traceback; `quiet_cpu_compile()` drops a note of
+torch's that no user can act on.
 
 The standard library only: it runs where nothing else is installed."""
 

@@ -1,18 +1,8 @@
-"""What an entry point does with an error: bad input and environment faults become one clear line and an exit status.
-
-- `exit_on_user_error(main)`: bad input (`USER_ERRORS`, undecodable text) is one line and exit status 2;
-  an environment fault (any `OSError`: a full disk or file-size limit, a read-only or missing folder,
-  a path under a regular file; torch's zip writer hiding one in a `RuntimeError`) is one line naming
-  the path and exit status 1; a reader that went away (`BrokenPipeError` on standard output) is a quiet
-  exit with status 141, as `cat` has; Ctrl-C is "interrupted" and 130.
-- `fault_message(err, path=None)`: the one line for an environment fault, or None for anything else
-  (for code that must catch on its own, e.g. to look through a chain of causes); `fault_reason(err)` its
-  words for an `OSError`, `write_fault(err, path)` the line for a failed write of `path`.
-- `writing_to(name)`: writes in the block go to a stream with no path ("standard output"): an
-  `OSError` there becomes an `OutputError` "cannot write standard output: ..."; `print_lines(...)` prints a
-  script's lines so.
-- The exit statuses, `EXIT_NOTHING_TO_DO` (3) among them.
-How an output is written whole or not at all is common/files.py.
+"""What an entry point does with an error (docs/guide/faults-and-exits.md lists each answer): `exit_on_user_error`
+makes bad input one line and exit status 2, a fault of the environment (an `OSError`; torch's zip writer hiding one in
+a `RuntimeError`) one line naming the path and status 1 (`fault_message`, `write_fault`), a reader gone a quiet exit
+141; `writing_to` and `print_lines` name standard output in such a line. The exit statuses are here; how an output
+is written whole or not at all is common/files.py.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""Writing files safely, for every layer: outputs written whole or not at all, temporary names, flushing to
-disk, and the leftovers of writers that died; and the one check of a script's input file (`require_file`).
-
-- `atomic_output(path, folder=False)`: write an output under a temporary sibling name and rename it
-  onto `path` only when it is complete; on any failure the temporary file or folder is removed, and an
-  `OSError` is re-raised as an `OutputError` naming `path`. `atomic_torch_save(obj, path)` and
-  `atomic_write_text(path, text)` are the two usual cases.
-- Every output of the project (a checkpoint, an export, the prepared-data cache) is written under a temporary
-  name beside its final one and renamed when complete. The name is `<dir>/.<name>.<kind>-<pid>`: hidden, so
-  that no glob for outputs (`last*.ckpt`) finds it, and marked with its writer's pid, so that a later process
-  can tell the leftovers of a dead writer (`remove_stale_temporaries`) from the work of a live one.
+"""Writing files safely, for every layer, and the one check of a script's input file (`require_file`). Every output (a
+checkpoint, an export, the prepared-data cache) is written under a temporary name beside its final one and renamed
+when complete (`atomic_output`; `atomic_torch_save` and `atomic_write_text` the usual cases): a failure leaves the old
+output whole, and an `OSError` is an `OutputError` naming it. The temporary name is `<dir>/.<name>.<kind>-<pid>`:
+hidden, so that no glob for outputs (`last*.ckpt`) finds it, and marked with its writer's pid, so that a later process
+can tell the leftovers of a dead writer (`remove_stale_temporaries`) from the work of a live one.
 """
 
 from __future__ import annotations

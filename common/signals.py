@@ -1,23 +1,15 @@
-"""SIGTERM and SIGINT, for every script that runs long (fit, generate): how a signal reaches a run, the one
-exception that ends a run early (`Stopped`), and the line, resume command and exit status a stop ends with;
-`Relay`, for a script that runs such programs one after another (ablate).
+"""SIGTERM and SIGINT, for every script that runs long (fit, generate; docs/guide/training.md and
+docs/guide/corpus-generation.md say what a user sees): how a signal reaches a run, `Stopped`, the one exception that
+ends a run early, and the line, resume command and exit status a stop ends with (`exit_on_stop`: 128 + the signal,
+as a shell reports a process the signal killed); `Relay`, for a script that runs such programs one after another
+(ablate).
 
-SLURM, Kubernetes and cloud schedulers send SIGTERM some seconds before they kill a job; Ctrl-C sends SIGINT.
-Lightning alone turns SIGTERM into a `SystemExit` without a code (status 0, no checkpoint), raised at points of its
-own, one of them in the middle of validation; and Ctrl-C into status 1 wherever the step was. Here:
-
-- `install()`: both signals raise `Stopped` at once (scripts/fit.py's first act; before training there is nothing
-  to save).
-- `defer()`: the first signal is only noted (`received()`) and passed on to the run's child processes; the work
-  stops at its next boundary: training at the end of its step, once last.ckpt is written there
-  (training/stopping.py), corpus generation once its shards under way are written (inference/generation). A second
-  signal raises `Stopped` at once: what was being written is left as it was (writes are atomic). Under DDP the
-  launching process (rank 0) decides a stop at once, wherever the second signal landed, and prints the line.
-- `exit_on_stop(resume)`: `Stopped` becomes one line on stderr (`stop_message`: where, the checkpoint, the command
-  that resumes: common/commands.py) and the exit status 128 + the signal (143 SIGTERM, 130 SIGINT), as a shell
-  reports a process the signal killed.
-- A stop raised while a finalizer runs would be printed and dropped by Python; `resend_when_swallowed` sends its
-  signal again instead. Lightning's handler of SLURM's requeue signal (SIGUSR1) is never touched.
+Lightning alone turns SIGTERM (what schedulers send some seconds before they kill a job) into a `SystemExit` without
+a code (status 0, no checkpoint), raised at points of its own, one of them in the middle of validation; and Ctrl-C
+into status 1 wherever the step was. Here `install()` makes both raise `Stopped` at once (before training there is
+nothing to save), and `defer()` only notes the first (`received()`) until the work reaches its next boundary
+(training/stopping.py, inference/generation); a second raises `Stopped` at once. Lightning's handler of SLURM's
+requeue signal (SIGUSR1) is never touched.
 
 Only the standard library: `install()` runs, and `Stopped` may be raised, before torch and Lightning are imported.
 """
@@ -67,8 +59,8 @@ class Stopped(BaseException):
         checkpoint: str | None = None,
         why: str | None = None,
     ):
-        super().__init__(signal.Signals(signum).name if signum is not None else why)
         self.signum, self.epoch, self.step, self.checkpoint, self.why = signum, epoch, step, checkpoint, why
+        super().__init__(self.name)
         if signum is not None:
             ignore_further()  # from the moment a stop is decided, through Lightning's teardown, to the exit
 

@@ -1,15 +1,9 @@
-"""Training fast paths of `Seq2SeqTransformer`, each behind a flag that is off by default:
-  - length bucketing (`pad_to_multiple`): every batch's source and target lengths padded up to a
-    multiple of m by the data module's collate function (`datamodules.batching.bucket_batch`, the data
-    module's `pad_to_multiple` linked to the task's by scripts/fit.py). The extra positions are padding,
-    which the masks hide and the loss ignores, so the loss and the gradients are those of the unpadded
-    batch (tests/test_fast_paths.py);
-  - `torch.compile` over those buckets: the lengths stay static and only the batch size is symbolic,
-    so the compiled graphs number at most (source buckets) × (target buckets), counted by
-    `compiled_graphs()`; without bucketing the task compiles with dynamic shapes (`dynamic=True`);
-  - fused AdamW (tasks.schedules.adamw_with_warmup's `fused`): one kernel for the update of every
-    parameter instead of a handful per parameter; refused with one line where torch has none.
-bf16 is the trainer's (`--trainer.precision bf16-mixed`); it needs nothing here.
+"""Training fast paths of `Seq2SeqTransformer`, each behind a flag that is off by default (docs/guide/speed.md, "Fast
+paths", says what each does and which test checks it). `torch.compile` over the length buckets of `pad_to_multiple`
+(the data module's collate function pads every batch's lengths up to a multiple): the lengths stay static and only
+the batch size is symbolic, so the graphs number at most (source buckets) × (target buckets), counted by
+`compiled_graphs()`; without bucketing it compiles with dynamic shapes. Fused AdamW is
+tasks.schedules.adamw_with_warmup's; bf16 is the trainer's.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""Corpus-level translation metrics, wired once for the module and for scripts/evaluate.py.
-
-Scores come from `sacrebleu` itself (the reference implementation), so every BLEU the project
-prints or logs carries sacrebleu's signature (`nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|
-version:…`) and can be compared with published numbers that give theirs. Hypotheses are the model's
-decoded output and references the raw sentences of the corpus file (never re-decoded from ids).
-
-sacrebleu takes references as a list of *streams* (one list of strings per reference set); passing
-one flat list of strings would pair hypothesis i with reference set i, so `corpus_scores` does the
-wrapping and refuses anything but one string per hypothesis. Scores are on sacrebleu's 0–100 scale.
+"""Corpus-level translation metrics, wired once for the module and for scripts/evaluate.py. Scores come from `sacrebleu`
+itself (0–100), so every BLEU the project prints or logs carries sacrebleu's signature and can be compared with
+published numbers that give theirs. Hypotheses are the model's decoded output and references the raw sentences of
+the corpus file (never re-decoded from ids). sacrebleu takes references as a list of *streams* (one list of strings
+per reference set; one flat list would pair hypothesis i with reference set i): `corpus_scores` does the wrapping,
+and refuses anything but one string per hypothesis.
 """
 
 from __future__ import annotations

@@ -49,9 +49,7 @@ class MnistSequenceClassifier(LoadsAnyCheckpoint, L.LightningModule):
         self.save_hyperparameters()
         self.net = build_network(settings)
         # One metric object per stage: their running states must not mix.
-        self.train_acc = MulticlassAccuracy(num_classes=10, average="micro")
-        self.val_acc = MulticlassAccuracy(num_classes=10, average="micro")
-        self.test_acc = MulticlassAccuracy(num_classes=10, average="micro")
+        self.train_acc, self.val_acc, self.test_acc = (MulticlassAccuracy(num_classes=10, average="micro") for _ in range(3))
         self.test_confmat = MulticlassConfusionMatrix(num_classes=10)
         self._misclassified: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 

@@ -1,19 +1,7 @@
-"""Callbacks that every recipe gets from the CLI (training/cli.py), one job each; where checkpoints are
-written is training/checkpointing.py, where a run stops training/stopping.py, its step times training/records.py.
-
-- `RngStateCallback`: random-number generator states in each checkpoint, for an exact resume.
-- `LoaderStateRestore`: the training loader's position reaches it on resume even when the model's
-  `configure_optimizers` asked for `trainer.estimated_stepping_batches` (a Lightning bug).
-- `FiniteLossCheck`: stop with one clear line when the training loss becomes NaN or infinite.
-- `LogConfigCallback`: the full resolved config saved in the run's folder and sent to W&B.
-- `EMA`: an exponential moving average of the weights (`--ema_decay`), validated, checkpointed and
-  tested in place of the training weights.
-- `EarlyStoppingWhenComputed`: Lightning's `EarlyStopping` (`--early_stopping.patience`) on the best checkpoint's
-  metric, counting only the validations that computed it.
-
-`ModelSummaryWithoutZeroFlops` replaces Lightning's summary (training/cli.py); `evaluated_label` says what a
-test scored (checkpoint, weights, precision), for the lines that report it.
-"""
+"""Callbacks that every recipe gets from the CLI (training/cli.py), one job each, said in its docstring: RNG states and
+the loader's position for an exact resume, the NaN check, the resolved config, `EMA`, early stopping on the best
+checkpoint's metric, the model summary; and `evaluated_label`, what a test scored. Where checkpoints are written is
+training/checkpointing.py, where a run stops training/stopping.py, its step times training/records.py."""
 
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
-"""Where checkpoints are written, and when. The CLI (training/cli.py) gives every recipe the callbacks of
-`checkpoint_callbacks`, each with one job, on Lightning's documented hooks and `ModelCheckpoint`'s arguments:
-
-- `BestCheckpoint` (`--checkpoint.*`): Lightning's `ModelCheckpoint` for the best k checkpoints, with ties
-  going to the later one and a metric that is not logged every epoch waited for.
-- `last_checkpoints`: plain `ModelCheckpoint`s with no monitor that write `last.ckpt`, at every epoch's end
-  (or validation) and, when asked (`--checkpoint.every_n_train_steps`, `train_time_interval`), every n steps or minutes.
-  Since Lightning 2.6, `save_last`'s file is written only when a top-k checkpoint is written at the same step:
-  with `save_top_k=1` it would stay at the best epoch, and `--ckpt_path last` would silently throw away every
-  epoch since (seen here: a 2-hour run's last.ckpt stuck at epoch 7 of 24).
-- `KeepLastUntilFinite`: a `last.ckpt` whose weights turn out to have a NaN or infinite loss is rolled back.
-- `write_last`: `last.ckpt` written at this step, for a run that stops at a step (training/stopping.py).
-How a checkpoint reaches the disk (atomically) is training/checkpoint_io.py.
-
-Lightning's private state is read in training/lightning_internals.py only; nothing here overrides or calls a
-protected `ModelCheckpoint` method.
-"""
+"""Where checkpoints are written, and when (docs/guide/training.md, "Checkpoints and exact resume", says what a user
+sees): `checkpoint_callbacks`, what the CLI gives every recipe, one job a callback, on Lightning's documented hooks and
+`ModelCheckpoint`'s arguments: the best k (`BestCheckpoint`), `last.ckpt` (`last_checkpoints`) and its rollback after
+a NaN (`KeepLastUntilFinite`); and `write_last`, for a run that stops at a step (training/stopping.py). `last.ckpt`
+has plain `ModelCheckpoint`s of its own because since Lightning 2.6 `save_last`'s file is written only with a top-k
+checkpoint of the same step: with `save_top_k=1` it would stay at the best epoch, and `--ckpt_path last` would throw
+away every epoch since (seen here: a 2-hour run's last.ckpt stuck at epoch 7 of 24). How a checkpoint reaches the
+disk is training/checkpoint_io.py; Lightning's private state is read in training/lightning_internals.py only."""
 
 from __future__ import annotations
 
@@ -93,24 +84,21 @@ class BestCheckpoint(ModelCheckpoint):
         tie = bool(current == self.best_k_models[self.kth_best_model_path]) and self._logged_at_step == trainer.global_step
         return trainer.strategy.reduce_boolean_decision(tie)
 
-    def _note_if_logged(self, trainer: L.Trainer) -> None:
+    def _note_if_logged(self, trainer: L.Trainer) -> bool:
+        """Whether the monitored metric exists yet (no best checkpoint before it does)."""
         # Lightning's callback_metrics keep a metric's last value until it is logged again: a metric
         # computed every n epochs would tie with itself in the epochs between. The validation loop's
         # results are gone by on_train_epoch_end, where Lightning usually saves, so both ends note it.
         if self.monitor is not None and logged_in_running_loop(trainer, self.monitor):
             self._logged_at_step = trainer.global_step
-
-    def _monitor_exists(self, trainer: L.Trainer) -> bool:
         return self.monitor is None or self.monitor in trainer.callback_metrics
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._note_if_logged(trainer)
-        if self._monitor_exists(trainer):
+        if self._note_if_logged(trainer):
             super().on_train_epoch_end(trainer, pl_module)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._note_if_logged(trainer)
-        if self._monitor_exists(trainer):
+        if self._note_if_logged(trainer):
             super().on_validation_end(trainer, pl_module)
 
     def state_dict(self) -> dict[str, Any]:
@@ -205,24 +193,12 @@ class KeepLastUntilFinite(Callback):
     again; with none kept (no hard links on the file system, or the first save), the diverged file is removed.
     Rank zero only: it owns the files."""
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
-        self._keep(trainer)
-
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._keep(trainer)
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._keep(trainer)
-
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         if isinstance(exception, TrainingDivergedError):
             self._go_back(trainer)
         self._drop(trainer)
 
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._drop(trainer)
-
-    def _keep(self, trainer: L.Trainer) -> None:
+    def _keep(self, trainer: L.Trainer, *hook_args) -> None:
         path = last_path(trainer)
         if path is None or not trainer.is_global_zero or not path.is_file():
             return
@@ -247,7 +223,11 @@ class KeepLastUntilFinite(Callback):
         else:
             path.unlink(missing_ok=True)
 
-    def _drop(self, trainer: L.Trainer) -> None:
+    def _drop(self, trainer: L.Trainer, *hook_args) -> None:
         path = last_path(trainer)
         if path is not None and trainer.is_global_zero:
             temporary_name(path, "prev").unlink(missing_ok=True)
+
+    # Lightning calls a callback's hooks as hook(trainer, pl_module, *the hook's own arguments).
+    on_train_batch_end = on_train_epoch_end = on_validation_end = _keep
+    on_train_end = _drop

@@ -2,23 +2,7 @@
 question Lightning's public API has no answer for on the version pinned in pyproject.toml (lightning>=2.6.6,<2.7),
 and says why. tests/test_lightning_internals.py checks every attribute used here, by name and type, so an
 upgrade that renames or retypes one fails there at once rather than making checkpoints or resumes wrong in
-silence.
-
-- `validation_or_epoch_end_follows`: whether the epoch's end or a validation follows this step (the loop's
-  `_num_ready_batches_reached`, `_should_check_val_fx`, `_data_fetcher`): a stop at a step (a signal, a time
-  limit, `max_steps`) waits for them, or a resumed run would skip that validation.
-- `logged_in_running_loop`: whether a metric was logged since the running loop started (`trainer._results`):
-  `trainer.callback_metrics` keeps a metric's last value until it is logged again.
-- `hand_over_loader_states`: the training loader's saved position on resume (`fit_loop._combined_loader`,
-  `_combined_loader_states_to_load`), which Lightning loses when `configure_optimizers` reads
-  `trainer.estimated_stepping_batches` (Lightning issue #20550, open in 2.6).
-- `checkpoint_io_chosen`: whether a CheckpointIO plugin was chosen (`strategy._checkpoint_io`): the public
-  `strategy.checkpoint_io` makes a default one when none was.
-- `wandb_run_started`, `wandb_offline`, `continue_wandb_run_id`: whether a W&B logger has started its run
-  (`_experiment`; the public `experiment` starts it), whether it is offline (`_offline`), and which run it will
-  start (`_wandb_init`, `_id`): WandbLogger takes a run id only in its constructor, and a resumed run learns it
-  from the checkpoint after the loggers are built.
-"""
+silence."""
 
 from __future__ import annotations
 
@@ -28,8 +12,9 @@ from lightning.pytorch.loggers import WandbLogger
 
 def validation_or_epoch_end_follows(trainer: L.Trainer) -> bool:
     """Whether, in a run not asked to stop, this step would be followed by the epoch's end or a validation
-    (`val_check_interval`). `_should_check_val_fx` also answers True for any step once a stop was asked for,
-    so the question is put with `should_stop` cleared."""
+    (`val_check_interval`), which a stop at the step waits for (a resumed run would skip that validation).
+    `_should_check_val_fx` also answers True for any step once a stop was asked for, so the question is put with
+    `should_stop` cleared."""
     loop, should_stop = trainer.fit_loop.epoch_loop, trainer.should_stop
     trainer.should_stop = False
     try:
@@ -58,7 +43,8 @@ def hand_over_loader_states(trainer: L.Trainer) -> None:
 
 
 def checkpoint_io_chosen(trainer: L.Trainer) -> bool:
-    """Whether the run was given a CheckpointIO plugin on purpose (`--trainer.plugins`)."""
+    """Whether the run was given a CheckpointIO plugin on purpose (`--trainer.plugins`): the public
+    `strategy.checkpoint_io` makes a default one when none was."""
     return trainer.strategy._checkpoint_io is not None
 
 
@@ -73,6 +59,7 @@ def wandb_offline(logger: WandbLogger) -> bool:
 
 
 def continue_wandb_run_id(logger: WandbLogger, run_id: str) -> None:
-    """Make a logger whose run has not started continue the run `run_id` when it starts."""
+    """Make a logger whose run has not started continue the run `run_id` when it starts: `WandbLogger` takes a run id
+    only in its constructor, and a resumed run learns it from the checkpoint after the loggers are built."""
     logger._wandb_init.update(id=run_id, resume="allow")
     logger._id = run_id

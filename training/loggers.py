@@ -165,13 +165,19 @@ class WandbRunId(Callback):
         if run is None or not state_dict.get("wandb_run_id") or run.id != state_dict["wandb_run_id"]:
             return
         after = [state_dict.get("wandb_step", 0)]
-        here = Path(run.dir).parent  # this run's folder, …/wandb/offline-run-<time>-<id>
-        for earlier in here.parent.glob(f"*-{run.id}/run-{run.id}.wandb"):
-            if earlier.parent != here:
-                after += [row["_step"] + 1 for row in offline_history(earlier) if "_step" in row]
+        for folder in offline_folders(run):
+            if folder != Path(run.dir).parent:  # not this run's own
+                after += [row["_step"] + 1 for row in offline_history(folder / f"run-{run.id}.wandb") if "_step" in row]
         step = max(after)
         if step > run.step:  # online, the server's own continuation is already past it
             run.log({}, step=step, commit=False)  # the next row gets W&B step `step`
+
+
+def offline_folders(run) -> list[Path]:
+    """Every offline folder of the W&B `run` (…/wandb/offline-run-<time>-<id>; a resumed run continues it in one of
+    its own), oldest first, its own included."""
+    here = Path(run.dir).parent
+    return sorted({p.parent for p in here.parent.glob(f"*-{run.id}/run-{run.id}.wandb")} | {here}, key=lambda p: p.name)
 
 
 def offline_history(path: str | Path):
@@ -246,10 +252,8 @@ def sync_command(logger: Logger | None) -> str | None:
     (`.venv/bin/wandb`): it is on PATH only inside an activated venv."""
     if not (isinstance(logger, WandbLogger) and wandb_offline(logger) and run_dir(logger)):
         return None
-    here, run_id = Path(run_dir(logger)), logger.experiment.id
-    folders = {p.parent for p in here.parent.glob(f"*-{run_id}/run-{run_id}.wandb")} | {here}
     wandb = Path(sys.executable).parent / "wandb"
-    folders = [str(p) for p in sorted(folders, key=lambda p: p.name)]
+    folders = [str(p) for p in offline_folders(logger.experiment)]
     return shlex.join([program(str(wandb)) if wandb.is_file() else "wandb", "sync", *folders])
 
 

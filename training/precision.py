@@ -1,15 +1,9 @@
-"""The training precision a recipe gets when it names none: bf16 autocast where the machine runs bf16 natively,
-else fp32, with one line saying which and why. `--trainer.precision` (or a recipe's `trainer.precision`) overrides it.
-fp16 autocast asked for on a CPU (`16`, `16-mixed`), which Lightning has not there and silently replaces with bf16
-autocast, is replaced here as the machine decides, in one line (`asked_precision`), and the run's config.yaml and
-summary say what ran. A GPU asked for on a machine without one is one line before anything is read
-(`check_accelerator`).
-
-Where bf16 is not native, autocast emulates it, and a step is many times slower than in fp32 (docs/results/benchmarks-training.md,
-"Precision and threads"). Natively, bf16 autocast is faster:
-a GPU of compute capability 8.0 or later (Ampere, Hopper, ...), a CPU with AVX-512 BF16 or AMX (recent Xeon and
-EPYC) or an Arm CPU with the BF16 extension.
-"""
+"""The training precision a recipe gets when it names none (docs/guide/training.md, "Precision"): bf16 autocast where
+the machine computes bf16 natively (a GPU of compute capability 8.0 or later; a CPU with AVX-512 BF16 or AMX, or an
+Arm CPU with the BF16 extension), else fp32, where emulated bf16 makes a step many times slower
+(docs/results/benchmarks-training.md, "Precision and threads"), with one line saying which and why. fp16 autocast
+asked for on a CPU, which Lightning silently replaces with bf16 autocast, is replaced here as the machine decides
+(`asked_precision`); a GPU asked for on a machine without one is one line (`check_accelerator`)."""
 
 from __future__ import annotations
 

@@ -1,25 +1,15 @@
-"""Progress as lines, for output that is not a terminal.
-
-Under `nohup`, SLURM or CI, standard error goes to a file: a progress bar there is either silent (Lightning
-draws nothing once it sees no terminal, or draws it only at the end) or thousands of carriage returns. Like
-fairseq's `--log-interval`, a run whose standard error is not a terminal prints one line every N steps
-instead, and at least one every `--log_every_n_seconds` (30 s by default) however slow the steps; it keeps the
-bar when standard error is a terminal:
-
-    epoch 3 step 1200/8600 | loss 3.412 | lr 4.10e-04 | 5,310 tok/s | elapsed 0:12:03 | eta 1:14:27
-
-The ETA is the sooner of the steps left at the rate so far and the time left of `--trainer.max_time`. After each
-validation while fitting, one line with what it logged (MNIST's accuracy, translation's loss and BLEU), as the bar
-shows it on a terminal:
-
-    epoch 3 step 1240/8600 | validation | val/acc 0.9712 | val/loss 0.1021
-"""
+"""Progress as lines, for output that is not a terminal (README.md's "Output to a file" shows them): under `nohup`,
+SLURM or CI a progress bar is either silent or thousands of carriage returns, so `ProgressLog` prints one line every
+N steps, at least one every `--log_every_n_seconds`, and one after each validation with what it logged. The ETA is
+the sooner of the steps left at the rate so far and the time left of `--trainer.max_time`. `EpochBar` is the bar on
+a terminal."""
 
 from __future__ import annotations
 
 import math
 import sys
 import time
+from datetime import timedelta
 
 import lightning as L
 import torch
@@ -45,6 +35,11 @@ def units_in(batch, pad_id: int = PAD) -> tuple[int, str]:
 def time_limit(trainer: L.Trainer) -> Timer | None:
     """The timer of `--trainer.max_time`, if it was given."""
     return next((c for c in trainer.callbacks if isinstance(c, Timer) and c.time_remaining() is not None), None)
+
+
+def time_limit_given(timer: Timer) -> timedelta:
+    """The duration `--trainer.max_time` gave, to the second (it counts the runs a resumed one continues)."""
+    return timedelta(seconds=round(timer.time_elapsed("train") + timer.time_remaining()))
 
 
 def max_time_value(seconds: float) -> str:

@@ -1,13 +1,7 @@
-"""What a run leaves behind: a folder of its own (`run_folder`, common/runs.py: `config.yaml`, `summary.json`, the
-figures and, unless `--checkpoint.dirpath` says otherwise, `checkpoints/`), its step times (`StepTimer`), and the
-end-of-run summary (`summarize`: what the task reports through its `run_summary` hook, such as a few translations
-of the best checkpoint and the test's line, then the checkpoints, the test metrics, whether `--early_stopping` ended
-training, where and why (`early_stopping`), size and speed, where the logs are), printed and written as
-`summary.json` (`write_summary`), and the test's translations beside it (`write_test_outputs`, a translation task's
-only). The training layer imports no task: what it needs
-of one comes through that hook. The checkpoints themselves are training/checkpointing.py's; the W&B run's records
-are training/loggers.py's.
-"""
+"""What a run leaves behind: its step times (`StepTimer`) and, in its folder (`run_folder`, common/runs.py), the
+end-of-run summary, printed and written as `summary.json` (`write_summary`), and the test's translations
+(`write_test_outputs`). The training layer imports no task: what it needs of one comes through the task's
+`run_summary` hook. The checkpoints are training/checkpointing.py's; the W&B run's records training/loggers.py's."""
 
 from __future__ import annotations
 
@@ -57,31 +51,17 @@ def best_checkpoint(trainer: L.Trainer) -> str:
 
 
 def write_summary(trainer: L.Trainer, model: L.LightningModule, datamodule, fit_seconds: float, tested: str | None) -> None:
-    """Print the summary and write it as `summary.json` in the run's folder (rank zero only)."""
+    """Print the end-of-run summary (what the task's `run_summary(best, datamodule)` hook reports: sample lines and
+    the test's line and signatures; then the checkpoints, the test metrics, size and speed, where the logs are) and
+    write it as plain data, `summary.json`, in the run's folder (rank zero only). The test's signatures also go to
+    the loggers (`log_text`). The test's outputs, where the task reports them, are written there too, one sentence a
+    line (`TEST_OUTPUTS`): what scripts/ablate.py's paired tests compare."""
     if not trainer.is_global_zero:
         return
     folder = run_folder(trainer)
     log_dir = str(folder) if trainer.loggers else None
     folder.mkdir(parents=True, exist_ok=True)
-    summary = summarize(trainer, model, datamodule, best_checkpoint(trainer), log_dir, fit_seconds, tested, folder)
-    (folder / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-
-
-def summarize(
-    trainer: L.Trainer,
-    model: L.LightningModule,
-    datamodule,
-    best: str,
-    log_dir: str | None = None,
-    fit_seconds: float | None = None,
-    tested: str | None = None,
-    folder: Path | None = None,
-) -> dict:
-    """Print the end-of-run summary (what the task's `run_summary(best, datamodule)` hook reports: sample lines and
-    the test's line and signatures; then the checkpoints, the test metrics, size and speed, where the logs are)
-    and return it as plain data (summary.json). The test's signatures also go to the loggers (`log_text`). The test's
-    outputs, where the task reports them, are written in `folder`, one sentence a line (`TEST_OUTPUTS`): what
-    scripts/ablate.py's paired tests compare."""
+    best = best_checkpoint(trainer)
     reported = model.run_summary(best, datamodule) if hasattr(model, "run_summary") else {}
     for line in reported.get("samples", []):
         rank_zero_info(line)
@@ -109,7 +89,7 @@ def summarize(
         "fit_seconds": fit_seconds,
         "log_dir": log_dir,
         "early_stopping": early_stopping(trainer),
-        "test_outputs": write_test_outputs(folder, test.get("outputs")) if folder else None,
+        "test_outputs": write_test_outputs(folder, test.get("outputs")),
     }
     lines = ["", "Summary"]
     if best:
@@ -133,7 +113,7 @@ def summarize(
         if sync_command(logger):
             lines.append(f"  offline W&B run; upload it with: {sync_command(logger)}")
     rank_zero_info("\n".join(lines))
-    return summary
+    (folder / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
 
 
 # The test's translations and their references, line i of one for line i of the other (several test sets, a

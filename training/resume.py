@@ -1,15 +1,8 @@
-"""How a run resumes: `--ckpt_path` resolved and checked before anything is trained, and the one answer to "which
-is the last checkpoint" (`last_checkpoint`) that `--ckpt_path last`, the stop lines and the NaN line all give.
-
-- `prepare_resume(trainer, model, ckpt_path)`, called by `training.cli.run_fit` before `fit`: "last" becomes the newest
-  `last*.ckpt` (`last_checkpoint`); the file is checked (`check_resume_checkpoint`: one `CheckpointError` line for
-  a missing, damaged, foreign or other-sized checkpoint); a checkpoint that already reached `max_steps`,
-  `max_epochs` or `max_time` is `NothingToTrain` (`check_something_left`); a killed save's temporary files are
-  removed; a W&B run continues as the same run (`loggers.continue_wandb_run`), its folder keeping the earlier
-  checkpoints (`keep_earlier_checkpoints`).
-- What a resume restores beyond Lightning's own state: the RNG states and the loader's position
-  (training/callbacks.py), the best scores so far (training/checkpointing.BestCheckpoint).
-"""
+"""How a run resumes (docs/guide/training.md, "Checkpoints and exact resume"): `--ckpt_path` resolved and checked before
+anything is trained (`prepare_resume`), and the one answer to "which is the last checkpoint" (`last_checkpoint`) that
+`--ckpt_path last`, the stop lines and the NaN line all give. What a resume restores beyond Lightning's own state:
+the RNG states and the loader's position (training/callbacks.py), the best scores so far
+(training/checkpointing.BestCheckpoint)."""
 
 from __future__ import annotations
 
@@ -47,21 +40,15 @@ def last_checkpoint(trainer: L.Trainer) -> str | None:
     return str(max(candidates, key=lambda p: p.stat().st_mtime)) if candidates else None
 
 
-def resolve_ckpt_path(ckpt_path: str | None, trainer: L.Trainer) -> str | None:
-    """ "last" means `last_checkpoint` (each run logs to a new version folder, so Lightning's own "last" would look
-    in an empty one); any other value is a path, checked by `check_resume_checkpoint`."""
-    if ckpt_path != "last":
-        return ckpt_path
-    found = last_checkpoint(trainer)
-    if found is None:
-        raise CheckpointError(f"--ckpt_path last: no last.ckpt under {trainer.default_root_dir} to resume from")
-    rank_zero_info(f"Resuming the run in {Path(found).parent.parent} from {found}")
-    return found
-
-
 def prepare_resume(trainer: L.Trainer, model: L.LightningModule, ckpt_path: str | None) -> str | None:
-    """Everything a resume needs before `fit` (the module's docstring); the checkpoint path `fit` gets."""
-    ckpt_path = resolve_ckpt_path(ckpt_path, trainer)
+    """Everything a resume needs before `fit`: "last" resolved to `last_checkpoint`, the file checked
+    (`check_resume_checkpoint`), `NothingToTrain` when it has nothing left (`check_something_left`), a killed save's
+    temporary files removed, the W&B run continued in its folder (`keep_earlier_checkpoints`); the path `fit` gets."""
+    if ckpt_path == "last":  # each run logs to a new version folder: Lightning's own "last" would look in an empty one
+        ckpt_path = last_checkpoint(trainer)
+        if ckpt_path is None:
+            raise CheckpointError(f"--ckpt_path last: no last.ckpt under {trainer.default_root_dir} to resume from")
+        rank_zero_info(f"Resuming the run in {Path(ckpt_path).parent.parent} from {ckpt_path}")
     if ckpt_path is None:
         return None
     state = check_resume_checkpoint(ckpt_path, model)

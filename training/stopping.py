@@ -1,18 +1,10 @@
-"""How a run stops early: `StopAtStep`, the one stopper, at the step boundary, with its three triggers, and
-`report_time_limit`, the line a time limit ends with. The exception every stop raises is `signals.Stopped`
-(common/signals.py, where the signal handlers raise it too, before Lightning is imported).
-
-The triggers:
-- a signal (SIGTERM, SIGINT) noted while training (`signals.received()`): the script then ends with one line
-  and status 143 or 130 (`signals.exit_on_stop`);
-- the time limit (`--trainer.max_time`: Lightning's `Timer`, or any callback, sets `trainer.should_stop`) and
-  `--trainer.max_steps`: `training.cli.run_fit` takes the stop as the end of fitting, then tests and summarises.
-
-Lightning alone would end the epoch at a time limit or `max_steps`, run a validation an uninterrupted run never
-runs, and write last.ckpt with the epoch marked done, so that a resumed run skipped the rest of it. Here last.ckpt
-is written at the step (`checkpointing.write_last`, unless a checkpoint of this step is there) and `Stopped` ends
-the fit there, so a resume continues at the next batch, bit for bit as a run that never stopped.
-"""
+"""How a run stops early (docs/guide/training.md says what a user sees): `StopAtStep`, the one stopper, at the step
+boundary, and `report_time_limit`, the line a time limit ends with. Its triggers: a signal noted while training
+(common/signals.py, home of `Stopped`, the exception every stop raises; the script then ends with status 143 or 130),
+the time limit (Lightning's `Timer`, or any callback, sets `trainer.should_stop`) and `max_steps`, which
+`training.cli.run_fit` takes as the end of fitting. Lightning alone would end the epoch there, run a validation an
+uninterrupted run never runs, and write last.ckpt with the epoch marked done, so that a resumed run skipped the rest
+of it; here last.ckpt is written at the step, and a resume continues at the next batch, bit for bit."""
 
 from __future__ import annotations
 
@@ -29,7 +21,7 @@ from common.runs import launcher_pid
 
 from .checkpointing import write_last
 from .lightning_internals import validation_or_epoch_end_follows
-from .progress import max_time_value, time_limit
+from .progress import max_time_value, time_limit, time_limit_given
 from .resume import last_checkpoint
 
 
@@ -92,7 +84,7 @@ def report_time_limit(trainer: L.Trainer, resume: Callable[[dict[str, str]], str
         return
     last = last_checkpoint(trainer) or "none written"
     elapsed = timedelta(seconds=int(timer.time_elapsed("train")))
-    limit = timedelta(seconds=round(timer.time_elapsed("train") + timer.time_remaining()))  # the duration given
+    limit = time_limit_given(timer)
     command = resume({"--trainer.max_time": max_time_value((elapsed + limit).total_seconds())})
     print(
         f"time limit reached (--trainer.max_time; {elapsed} of training, counting the runs this one resumes) at "

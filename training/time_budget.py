@@ -1,30 +1,22 @@
-"""A time-limited run against its learning-rate schedule. `--trainer.max_time` stops training wherever the clock
-says, and on a slower machine than the recipe's that is long before the schedule's last step: the decay never
-finishes. `TimeBudget`, which every run gets (training/cli.py), says so in one line once the step rate is known
-(over `MEASURED_STEPS` steps after the first, which compiles and warms up): where the limit will stop training, of
-how many steps, and what to do, a larger `--trainer.max_time` or `--fit_schedule_to_time true`.
-
-With `--fit_schedule_to_time true` it fits the schedule to the time instead: from that step on, the schedule after
-its warm-up runs faster by the factor that makes its end (the multiplier it reaches at its last step) fall on the
-step the time limit allows, and again after each validation, whose time the rate then counts too. The warm-up is
-not shortened (it starts no earlier than the schedule's peak), and the learning rate goes on from where it was: a
-fit changes how fast the schedule runs from that step on, not where it stands. A schedule that never decays
-(`constant`) is left as it is. It works on any `LambdaLR` (tasks/schedules.py's), by the step its multiplier sees:
-`step` becomes `at + (step - start) * scale` from `start` on. The fit, three numbers, is kept in checkpoints, so a
-resumed run goes on with the schedule it had (bit for bit, when no later fit changes it); every rank fits alike
-(rank zero's rate)."""
+"""A time-limited run against its learning-rate schedule (docs/guide/training.md says what a user sees). On a slower
+machine than the recipe's, `--trainer.max_time` stops training long before the schedule's decay ends. `TimeBudget`,
+which every run gets (training/cli.py), says so in one line once the step rate is known (over `MEASURED_STEPS` steps
+after the first, which compiles and warms up), with what to do. With `--fit_schedule_to_time true` it fits the
+schedule instead, then and after each validation: the schedule after its warm-up (never shortened) runs faster by the
+factor that puts its last step's multiplier on the step the limit allows, the learning rate going on from where it
+stood. It works on any `LambdaLR`, by the step its multiplier sees (`step_seen`). The fit, three numbers, is kept in
+checkpoints, so a resumed run goes on with the schedule it had; every rank fits alike (rank zero's rate)."""
 
 from __future__ import annotations
 
 import sys
-from datetime import timedelta
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.optim.lr_scheduler import LambdaLR
 
-from .progress import max_time_value, time_limit
+from .progress import max_time_value, time_limit, time_limit_given
 
 MEASURED_STEPS = 20  # steps after the first whose time gives the first estimate of the rate
 
@@ -88,7 +80,7 @@ class TimeBudget(Callback):
         stop = trainer.strategy.broadcast(step + round(timer.time_remaining() / rate) if rate > 0 else total, src=0)
         if (stop >= total and self.target is None) or self.step_seen(step) >= total:
             return  # the limit leaves time for the whole schedule, or a fit has already ended it
-        limit = timedelta(seconds=round(timer.time_elapsed("train") + timer.time_remaining()))
+        limit = time_limit_given(timer)
         counted = "validation not counted yet" if first else "validation included"
         where = f"at {rate:.3g} s a step ({counted}), --trainer.max_time {limit} stops training near step {stop:,} of {total:,}"
         if not self.fit_schedule:

@@ -1,15 +1,7 @@
-"""The research variants of configs/variants/: one YAML file each, a second `--config` to any recipe whose network it
-fits. A file's `fits` names the networks it is for, by what they read ("text", "image": models.registry, as the
-position schemes' tables name them); scripts/fit.py refuses a variant on a recipe whose network it does not list
-(`misfit`), scripts/ablate.py runs every file that fits its recipe, and scripts/regenerate.py writes them into the
-W&B sweeps of variants.
-
-    fits: [text, image]
-    model:
-      init_args:
-        net:
-          norm: rmsnorm
-"""
+"""The research variants of configs/variants/ (docs/guide/variants.md): one YAML file each, a second `--config` to any
+recipe whose network it fits. A file's `fits` names the networks it is for, by what they read ("text", "image":
+models.registry); scripts/fit.py refuses a variant on a recipe whose network it does not list (`misfit`),
+scripts/ablate.py runs every file that fits its recipe, and scripts/regenerate.py writes them into the W&B sweeps."""
 
 from __future__ import annotations
 
