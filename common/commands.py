@@ -159,16 +159,17 @@ def listed_options(help_text: str) -> tuple[set[str], set[str], dict[str, str]]:
     """The options a stored help lists (`--a.b`, `--a.b+`, `-c`); those whose values are classes (`--model`,
     `--trainer.logger`: any `--model.*` is the parser's to judge) or untyped (`--trainer` of prepare.py); and the
     type each typed option states (`(type: Optional[int], default: null)`, its text run over several lines)."""
-    names, types, said = set(), {}, []
-    for line in [*help_text.splitlines(), "  -"]:
+    names, types, blocks = set(), {}, []  # blocks: each option's names and the lines of its description
+    for line in help_text.splitlines():
         if line.startswith("  -"):  # an option's first line; its description is indented further
-            if said and (typed := re.search(r"\(type: (.+?)(?:, default: |\)$)", " ".join(said[1:]).strip())):
-                types.update(dict.fromkeys(said[0], typed.group(1)))
-            said = [[part.split()[0] for part in line.strip().split(", ") if part.startswith("-")]]
-            names |= set(said[0])
-            said.append(line.strip()[len(" ".join(line.split()[:2])) :] if "  " in line.strip() else "")
-        elif said:
-            said.append(line.strip())
+            head, *said = re.split(r"\s{2,}", line.strip(), maxsplit=1)
+            blocks.append(([part.split()[0] for part in head.split(", ") if part.startswith("-")], said))
+        elif blocks:
+            blocks[-1][1].append(line.strip())
+    for options, said in blocks:
+        names |= set(options)
+        if typed := re.search(r"\(type: (.+?)(?:, default: |\)$)", " ".join(said)):
+            types.update(dict.fromkeys(options, typed.group(1)))
     parents = {name.rpartition(".")[0] for name in names if "." in name}
     open_ = {name[: -len(".help")] for name in names if name.endswith(".help")}
     return names, open_ | {name for name in names if name not in parents}, types
