@@ -1,14 +1,8 @@
-"""Export a trained `Seq2SeqTransformer` to CTranslate2 (https://opennmt.net/CTranslate2), the C++ inference engine
-translation models are deployed with: fused kernels, int8 weights, no Python per step. `export_ctranslate2` writes
-our weights into its `TransformerSpec`, and our tokenizers beside them (`tokenizers.json`), so that
-`deploy.ctranslate2_translator.CTranslate2Translator(out_dir).translate([...])` reads and writes text as the
-checkpoint does (exactly with `search="exact"`).
-
-docs/guide/export-deploy.md says what makes a naive conversion translate differently and how it is handled here
-(the post-norm stacks' final norms, our interleaved sinusoids, our special tokens), how a Marian model exports, and
-how every export checks itself before it is moved into place (deploy/verify.py: `ALLOWED` below, each weight used
-once by `build_spec`, the float32 model's log-probs and greedy outputs on probes): each failure is one
-`ExportError` line, and nothing is written.
+"""Export a trained `Seq2SeqTransformer` to CTranslate2, the C++ inference engine translation models are deployed
+with: our weights in its `TransformerSpec`, our tokenizers beside them, read back by `CTranslate2Translator`
+(deploy/ctranslate2_translator.py). What would make a naive conversion translate differently, and how every export
+checks itself before it is moved into place (deploy/verify.py; each failure one `ExportError` line, nothing
+written): docs/guide/export-deploy.md.
 """
 
 from __future__ import annotations
@@ -118,33 +112,26 @@ def build_spec(model):
     )
     encoder = transformer_spec.TransformerEncoderSpec(config.num_encoder_layers, config.nhead, **options)
     decoder = transformer_spec.TransformerDecoderSpec(config.num_decoder_layers, config.nhead, **options)
-    for stack in (encoder, decoder):
-        # Our post-norm stacks end with a norm too (docs/guide/export-deploy.md): the spec, built as
-        # pre-norm, declared it; the flag the layers read says post-norm.
-        stack.pre_norm = config.norm_first
     spec = transformer_spec.TransformerSpec(encoder, decoder)
 
     # Copies: CTranslate2 quantizes the spec's arrays in place, which must not touch the model's weights.
     state = Weights({k: v.detach().to("cpu", torch.float32, copy=True) for k, v in net.state_dict().items()}, ENGINE)
-    _set_embeddings(encoder, state, "src", net.src_pos, config.scale_embeddings)
-    _set_embeddings(decoder, state, "tgt", net.tgt_pos, config.scale_embeddings)
-    if final_norm:
-        _set_norm(encoder.layer_norm, state, "core.encoder_norm")
-        _set_norm(decoder.layer_norm, state, "core.decoder_norm")
-    for i, layer in enumerate(encoder.layer):
-        prefix = f"core.encoder_layers.{i}"
-        _set_attention(layer.self_attention, state, f"{prefix}.self_attn", self_attention=True)
-        _set_norm(layer.self_attention.layer_norm, state, f"{prefix}.norm1")
-        _set_ffn(layer.ffn, state, f"{prefix}.ff", activation.gated)
-        _set_norm(layer.ffn.layer_norm, state, f"{prefix}.norm2")
-    for i, layer in enumerate(decoder.layer):
-        prefix = f"core.decoder_layers.{i}"
-        _set_attention(layer.self_attention, state, f"{prefix}.self_attn", self_attention=True)
-        _set_norm(layer.self_attention.layer_norm, state, f"{prefix}.norm1")
-        _set_attention(layer.attention, state, f"{prefix}.cross_attn", self_attention=False)
-        _set_norm(layer.attention.layer_norm, state, f"{prefix}.norm2")
-        _set_ffn(layer.ffn, state, f"{prefix}.ff", activation.gated)
-        _set_norm(layer.ffn.layer_norm, state, f"{prefix}.norm3")
+    for name, stack, side, positions in (("encoder", encoder, "src", net.src_pos), ("decoder", decoder, "tgt", net.tgt_pos)):
+        # Our post-norm stacks end with a norm too (docs/guide/export-deploy.md): the spec, built as
+        # pre-norm, declared it; the flag the layers read says post-norm.
+        stack.pre_norm = config.norm_first
+        _set_embeddings(stack, state, side, positions, config.scale_embeddings)
+        if final_norm:
+            _set_norm(stack.layer_norm, state, f"core.{name}_norm")
+        for i, layer in enumerate(stack.layer):
+            prefix = f"core.{name}_layers.{i}"
+            # Each attention, then the feed-forward, with its norm: norm1, norm2 (, norm3 in the decoder).
+            attentions = [(layer.self_attention, "self_attn")] + ([(layer.attention, "cross_attn")] if name == "decoder" else [])
+            for n, (sublayer, ours) in enumerate(attentions, 1):
+                _set_attention(sublayer, state, f"{prefix}.{ours}", self_attention=ours == "self_attn")
+                _set_norm(sublayer.layer_norm, state, f"{prefix}.norm{n}")
+            _set_ffn(layer.ffn, state, f"{prefix}.ff", activation.gated)
+            _set_norm(layer.ffn.layer_norm, state, f"{prefix}.norm{len(attentions) + 1}")
     decoder.projection.weight = state["generator.weight"]
     if "generator.bias" in state:  # Marian's final_logits_bias
         decoder.projection.bias = state["generator.bias"]
@@ -208,15 +195,9 @@ def _set_ffn(spec, state, prefix, gated: bool) -> None:
 
 def export_ctranslate2(model, out_dir: str | Path, quantization: str | None = None, force: bool = False) -> Path:
     """Write `model` (a `Seq2SeqTransformer` or an `inference.Translator`) as a CTranslate2 model directory, with
-    our tokenizers and its decoding defaults.
-
-    Refused in one `ExportError` line, with nothing written: a setting outside `ALLOWED`, a weight the spec does
-    not use exactly once (`build_spec`), an export whose float32 conversion does not compute what ours computes
-    on the probes (`verify_export`; quantized weights are written after it, as they change the log-probs).
-    An existing `out_dir` is replaced only with `force`, and only if it is empty or an earlier export (it holds
-    model.bin). Missing parent folders are created, as `mkdir -p` would. The export is written into a temporary
-    sibling folder and renamed onto `out_dir` once complete and checked (`common.files.atomic_output`): a full
-    disk or an unwritable place leaves nothing half-written, and is an `OutputError` naming `out_dir`."""
+    our tokenizers and its decoding defaults. Refused in one `ExportError` line with nothing written: a setting
+    outside `ALLOWED`, a weight `build_spec` does not use exactly once, a float32 conversion that does not compute
+    ours (`verify_export`; quantized after it). How `out_dir` is replaced: docs/guide/export-deploy.md."""
     out_dir = Path(out_dir)
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ExportError(f"quantization must be one of {', '.join(QUANTIZATIONS)}; got {quantization!r}")

@@ -1,29 +1,8 @@
 """`CTranslate2Translator`: translate with a model written by deploy/ctranslate2.py, as `inference.Translator` does.
 
-    translator = CTranslate2Translator("exported/multi30k")
-    translator.translate(["Ein Hund rennt."], beam_size=4, nbest=2)     # each sentence's 2 best Hypothesis
-
-Our tokenizers read and write the text around a `ctranslate2.Translator`, with our `DecodingOptions`.
-docs/guide/decoding.md says what each option becomes there and what is refused: the two beam searches (`search`:
-"fast", the default, or "exact", which gives what our engine gives), the length limit, the banned tokens,
-sampling, prefixes. Why the exact search gives our search's N best (tests/test_ctranslate2_translator.py):
-
-  - CTranslate2 ranks finished hypotheses by score / length ** alpha and, with alpha > 0, ends a sentence once
-    `beam_size × patience` have finished, wherever they ranked; ours ranks by GNMT's penalty and ends once no
-    live hypothesis can beat the N-th best finished one (models/beam.py). So CTranslate2 is asked to keep every
-    hypothesis it finishes and to run to the length limit (a patience that no count of finished hypotheses
-    reaches). Its beams advance as ours (the K best candidates, `<eos>` among them finished; the K best others
-    live; penalties play no part until the end; but for the renormalisation below), so what it finishes is
-    everything our search would finish without stopping early; our proof that stopping early changes nothing
-    makes our N best of that set, by our penalty, our search's N best. Only as many of them are scored as
-    finding those N takes (`_hypotheses`).
-  - Every score is ours: CTranslate2's teacher-forced log-prob of each token (`score_batch`, which scores
-    `<eos>` last), divided by our length penalty. A hypothesis's score is therefore what `score` gives its text.
-  - CTranslate2 bans a token by setting its logit to -inf before the softmax, so the log-probs its beam ranks by
-    are renormalised over the tokens left, where ours are the model's own. `<pad>` and `<bos>`, banned always,
-    add -log(1 - p(<pad>) - p(<bos>)) a step, about 1e-4 on a trained model, which reorders only candidates that
-    close (benchmarks/ctranslate2_parity.py). The tools that ban more (minimum length bans `<eos>`, no-repeat
-    n-grams, `<unk>`) run with greedy search and sampling only, whose argmax and distribution it leaves as ours.
+Our tokenizers read and write the text around a `ctranslate2.Translator`, with our `DecodingOptions`. What each
+option becomes there, what is refused, and why the "exact" search gives our search's N best and scores:
+docs/guide/decoding.md, "CTranslate2's exact search".
 """
 
 from __future__ import annotations
@@ -33,8 +12,7 @@ import os
 from pathlib import Path
 
 from common.errors import InputError
-from datamodules.batching import frame_source
-from datamodules.languages import target_languages, with_target_tag
+from datamodules.languages import target_languages
 from datamodules.tokenizers import tokenizer_from_dict
 from inference.calls import TranslateMany
 from inference.options import CT2_PATIENCE, CT2_SEARCHES, DecodingOptions
@@ -44,11 +22,9 @@ from .ctranslate2 import TOKENIZERS_FILE, ExportError, _ctranslate2, vocabulary
 
 
 class CTranslate2Translator(TranslateMany):
-    """Translate text with an exported model (see the module's docstring).
-
-    `compute_type` is CTranslate2's ("default" runs the weights as exported, "int8", "float32", ...). Its default
-    `options` are the exported model's decoding defaults (length penalty, max_len_a × source + max_len_b), as
-    `inference.Translator`'s are a checkpoint's."""
+    """Translate text with an exported model. `compute_type` is CTranslate2's ("default" runs the weights as
+    exported, "int8", "float32", ...); the default `options` are the exported model's decoding defaults (length
+    penalty, max_len_a × source + max_len_b), as `inference.Translator`'s are a checkpoint's."""
 
     def __init__(
         self,
@@ -92,13 +68,9 @@ class CTranslate2Translator(TranslateMany):
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ExportError(f"{model_dir}: CTranslate2 cannot load it on {device} ({first})") from None
 
-    def source_tokens(self, sentence: str, tgt_lang: str | None = None) -> list[str]:
-        """A sentence's source tokens, after `tgt_lang`'s tag for a multilingual model, `<eos>` last."""
-        if not isinstance(sentence, str) or not sentence.strip():
-            raise InputError("an empty sentence: there is nothing to translate")
-        ids = with_target_tag(self.languages, tgt_lang, sentence, self.src_tokenizer.encode(sentence))
-        framed = frame_source(ids, self.meta["max_len"], self.src_tokenizer.eos_id)
-        return [self.src_vocab[i] for i in framed]
+    def source_tokens(self, sentences: list[str], tgt_lang: str | None = None) -> list[list[str]]:
+        """Each sentence's source tokens (`source_ids`, in the exported model's `max_len`)."""
+        return [[self.src_vocab[i] for i in ids] for ids in self.source_ids(sentences, tgt_lang, self.meta["max_len"])]
 
     # ---------------------------------------------------------------------------------- the search
 
@@ -106,8 +78,7 @@ class CTranslate2Translator(TranslateMany):
         """Our decoding options as CTranslate2's `translate_batch` arguments for sources whose output `limit` is one,
         the one place they are mapped; an `InputError` for what CTranslate2 cannot do as we do. The search runs one
         token short of the limit (`_search` appends the last `<eos>`)."""
-        if options.alignment_layer is not None:
-            raise InputError("CTranslate2 has no alignments (--print-alignment): use --engine torch")
+        self._one_model((), options.alignment_layer)
         if options.static_cache is not None or not options.use_cache:
             raise InputError("CTranslate2 decodes with its own cache: static_cache and use_cache are this project's engine's")
         beam = 1 if options.sampling else options.beam_size
@@ -121,10 +92,8 @@ class CTranslate2Translator(TranslateMany):
                 "use --beam-size 1 or --engine torch"
             )
         steps = limit - 1
-        # The exact search: a patience no count of finished hypotheses reaches (at most `beam` a step) and alpha > 0:
-        # CTranslate2 keeps every finished hypothesis and runs to the limit. The fast one: CTranslate2 ends a
-        # sentence once beam × patience hypotheses have finished, and all of them are returned. The ranking of what
-        # is returned is ours either way (`_hypotheses`).
+        # Exact: a patience no count of finished hypotheses reaches (at most `beam` a step), so all are kept to the
+        # limit; fast: all beam × patience finished are returned. We rank them either way (docs/guide/decoding.md).
         patience = (steps + 1 if self.search == "exact" else self.patience) if beam > 1 else 1
         mapped = dict(
             beam_size=beam,
@@ -150,9 +119,7 @@ class CTranslate2Translator(TranslateMany):
 
     def _search(self, sources: list[list[str]], options: DecodingOptions, prefixes=None) -> list[list[tuple[list[int], float]]]:
         """Each source's outputs as (ids ending in `<eos>`, CTranslate2's sum of their log-probs before the appended
-        `<eos>`), each source under its own length limit. Greedy and fast searches run once under the batch's longest
-        limit: a source whose search ended before its own limit's last step keeps what it found (its steps were
-        those it takes alone); the others, the exact search and samples are searched in groups of one limit."""
+        `<eos>`), each source under its own length limit (docs/guide/decoding.md, "The length limit", says how)."""
         limits = options.output_limits([len(s) for s in sources], self.meta["max_len"] - 1)  # as inference.Translator's
         found: list = [None] * len(sources)
         todo, longest = list(range(len(sources))), max(limits, default=0)
@@ -191,33 +158,23 @@ class CTranslate2Translator(TranslateMany):
         opts = self.options.for_call(None, None, sources, options, **given)
         return [row[0].tokens for row in self._hypotheses(sources, opts, scored=False)]
 
-    def translate(
-        self,
-        sentences: list[str],
-        nbest: int | None = None,
-        prefixes: list[str] | None = None,
-        options: DecodingOptions | None = None,
-        **given,
-    ):
-        """As `inference.Translator.translate`: the best output's text, or with `nbest` each sentence's `nbest`
-        `Hypothesis`es, best first, ranked and scored as ours (see the module's docstring). `options` (a whole
-        `DecodingOptions`) replace the translator's, or `given` keywords some of them."""
-        if isinstance(sentences, str):
-            sentences = [sentences]
-        opts = self.options.for_call(nbest, prefixes, sentences, options, **given)
-        if not sentences:
-            return []
-        sources = [self.source_tokens(s, opts.tgt_lang) for s in sentences]
-        hyps = self._hypotheses(sources, opts, prefixes, scored=nbest is not None)
-        return [row[0].text for row in hyps] if nbest is None else hyps
+    def _translate(self, sentences: list[str], opts: DecodingOptions, scored: bool, ensemble, prefixes) -> list:
+        """Each sentence's hypotheses, ranked and scored as ours (docs/guide/decoding.md)."""
+        self._one_model(ensemble)
+        return self._hypotheses(self.source_tokens(sentences, opts.tgt_lang), opts, prefixes, scored=scored)
+
+    def _one_model(self, ensemble, alignment_layer=None) -> None:
+        """What our engine alone does: ensembles and alignments, each an `InputError`."""
+        if ensemble:
+            raise InputError("CTranslate2 runs one model: an ensemble needs --engine torch")
+        if alignment_layer is not None:
+            raise InputError("CTranslate2 has no alignments (--print-alignment): use --engine torch")
 
     def _hypotheses(self, sources: list[list[str]], opts: DecodingOptions, prefixes=None, scored=True) -> list[list[Hypothesis]]:
-        """The `opts.nbest` best outputs of each source, ranked by our score (`opts.ranking_alpha`), as few scored as
-        that takes: CTranslate2's sums bound ours from above (its log-probs are renormalised over fewer tokens, an
-        appended `<eos>` has yet to be counted), so outputs are scored best bound first, until the N-th best score
-        beats every bound left. Where only the texts are asked for (`scored` False), what needs no ranking is not
-        scored: one output a source (greedy search, a sample), and the fast search's, ranked by CTranslate2's own
-        log-probs under our length penalty (their scores are those bounds, their token log-probs left empty)."""
+        """The `opts.nbest` best outputs of each source, ranked by our score (`opts.ranking_alpha`), scored best
+        CTranslate2 bound first until the N-th best beats every bound left (docs/guide/decoding.md). Where only texts
+        are asked for (`scored` False), one output a source and the fast search's are not scored: their scores are
+        those bounds, their token log-probs left empty."""
         alpha, n = opts.ranking_alpha, opts.nbest
         bound = lambda found: found[1] / length_penalty_factor(len(found[0]), alpha)  # noqa: E731
         todo = [sorted(row, key=lambda found: -bound(found)) for row in self._search(sources, opts, prefixes)]
@@ -254,19 +211,8 @@ class CTranslate2Translator(TranslateMany):
             hyps.append(Hypothesis(list(ids), log_probs, score, text=self.tgt_tokenizer.decode(ids)))
         return hyps
 
-    def score(
-        self,
-        sentences: list[str],
-        references: list[str],
-        length_penalty: float = 0.0,
-        options: DecodingOptions | None = None,
-        tgt_lang: str | None = None,
-    ) -> list[Hypothesis]:
-        """As `inference.Translator.score`, by CTranslate2's `score_batch`; with `options`, their ranking alpha and
-        target language."""
-        if len(references) != len(sentences):
-            raise InputError(f"{len(references)} references for {len(sentences)} sentences: give one per sentence")
-        alpha = options.ranking_alpha if options is not None else length_penalty
-        tgt_lang = options.tgt_lang if options is not None else tgt_lang or self.options.tgt_lang
-        sources = [self.source_tokens(s, tgt_lang) for s in sentences]
-        return self._score_ids(sources, [[*self.tgt_tokenizer.encode(r), self.eos_id] for r in references], alpha)
+    def _score(self, sentences, references, length_penalty, ensemble, alignment_layer, tgt_lang) -> list[Hypothesis]:
+        """`score` by CTranslate2's `score_batch`."""
+        self._one_model(ensemble, alignment_layer)
+        targets = [[*self.tgt_tokenizer.encode(r), self.eos_id] for r in references]
+        return self._score_ids(self.source_tokens(sentences, tgt_lang), targets, length_penalty)

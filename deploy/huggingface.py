@@ -1,13 +1,7 @@
-"""Export a trained `Seq2SeqTransformer` as a Hugging Face model folder: a `MarianMTModel` and its tokenizer.
-
-    export_huggingface(model, "exported/multi30k-hf")   # then, with no code of ours:
-    AutoModelForSeq2SeqLM.from_pretrained("exported/multi30k-hf"), AutoTokenizer.from_pretrained(...)
-
-The network in Marian's shape (deploy/marian_shape.py), the tokenizer, `generation_config.json` and a model card
-(deploy/model_card.py). docs/guide/export-deploy.md says what the folder holds, how the tokenizers export (a
-Marian model's own files; ours as one fast tokenizer appending `<eos>`, serving both sides, so one vocabulary),
-and what `generate` then computes as ours and where it cannot (the length penalty's form, our length limit).
-Every export checks itself against ours before it is moved into place (deploy/verify.py); each refusal is one
+"""Export a trained `Seq2SeqTransformer` as a Hugging Face model folder that transformers loads with no code of ours:
+a `MarianMTModel` (deploy/marian_shape.py), its tokenizer, `generation_config.json` and a model card
+(deploy/model_card.py). What the folder holds, how the tokenizers export and what `generate` computes as ours:
+docs/guide/export-deploy.md. Every export checks itself first (deploy/verify.py): a refusal is one
 `HubExportError` line with nothing written.
 """
 
@@ -161,13 +155,9 @@ def export_huggingface(
     meta: dict | None = None,
     command: str | None = None,
 ) -> Path:
-    """Write `model` (a `Seq2SeqTransformer`) as a Hugging Face Marian folder (module docstring).
-
-    An existing `out_dir` is replaced only with `force`, and only if it is empty or an earlier export (it holds
-    config.json and generation_config.json). The folder is written beside `out_dir` and renamed onto it once
-    complete and checked (module docstring; a refusal is one `HubExportError` line, with nothing written)
-    (`common.files.atomic_output`): a full disk leaves nothing half-written and is an `OutputError`.
-    `ckpt` (the checkpoint's path), `meta` (`checkpoint_meta`) and `command` (the one that exported) feed the card."""
+    """Write `model` (a `Seq2SeqTransformer`) as a Hugging Face Marian folder, checked, then renamed onto `out_dir`
+    (`common.files.atomic_output`; docs/guide/export-deploy.md says which `out_dir` `force` replaces). `ckpt` (the
+    checkpoint's path), `meta` (`checkpoint_meta`) and `command` (the one that exported) feed the card."""
     out_dir = Path(out_dir)
     check_exportable(model.net.config)
     check_tokenizers(model)

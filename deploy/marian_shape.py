@@ -1,12 +1,8 @@
 """Our network in the shape of Hugging Face's `MarianMTModel` (deploy/huggingface.py exports it): what Marian can
 express (`ALLOWED`, the allow-list of deploy/verify.py), the rewrite of the weights into its shape
-(`marian_shaped`) and the `MarianMTModel` holding them (`marian_model`), every weight used exactly once.
-
-docs/guide/export-deploy.md says how: the residual stream permuted into Marian's [sin | cos] sinusoid layout
-(`residual_permutation`), each stack's final norm as one more layer whose sublayers add zero and whose norms
-apply the last layer's norm, split into a plain standardisation and its gain and bias, then the final norm
-(`_move_final_norms`), and a zero output bias. Standardising a standardised vector again divides it by
-sqrt(1 - eps/v + eps) (v: the variance before the norm, eps = 1e-5): exact up to a relative 1e-5 · |1 - v| / v.
+(`marian_shaped`: the residual stream permuted into Marian's [sin | cos] layout, the final norms moved into one
+more layer) and the `MarianMTModel` holding them (`marian_model`), every weight used exactly once. Why this
+computes ours, and how closely: docs/guide/export-deploy.md.
 """
 
 from __future__ import annotations
@@ -58,10 +54,7 @@ ALLOWED = {
 
 def check_exportable(config: Seq2SeqConfig) -> None:
     """Raise `HubExportError` naming the first setting of a network (`model.net.config`) outside `ALLOWED`."""
-    try:
-        check_settings(config, ALLOWED, ENGINE)
-    except ExportError as err:
-        raise HubExportError(str(err)) from None
+    check_settings(config, ALLOWED, ENGINE, HubExportError)
 
 
 def residual_permutation(d_model: int) -> torch.Tensor:
@@ -106,7 +99,7 @@ def _norm(state: dict, name: str, weight: torch.Tensor, bias: torch.Tensor) -> N
 
 
 def _move_final_norms(state: dict, config: Seq2SeqConfig) -> None:
-    """Each stack's final norm as one more layer (see the module docstring), in place."""
+    """Each stack's final norm as one more layer (docs/guide/export-deploy.md), in place."""
     ones, zeros = torch.ones(config.d_model), torch.zeros(config.d_model)
     for stack, n, norms in (("encoder", config.num_encoder_layers, 2), ("decoder", config.num_decoder_layers, 3)):
         last, extra = f"core.{stack}_layers.{n - 1}", f"core.{stack}_layers.{n}"
@@ -121,7 +114,7 @@ def _move_final_norms(state: dict, config: Seq2SeqConfig) -> None:
 
 
 def marian_shaped(model) -> tuple[Seq2SeqConfig, dict]:
-    """Our network rewritten in Marian's shape (module docstring): its config (post-norm, [sin | cos] positions,
+    """Our network rewritten in Marian's shape (docs/guide/export-deploy.md): its config (post-norm, [sin | cos] positions,
     no final norms, an output bias) and its weights, under our names. `Seq2SeqNet(config)` with these weights
     computes what `model.net` computes."""
     config = model.net.config
@@ -156,12 +149,9 @@ def marian_model(transformers, config: dict, state: dict):
     """A `MarianMTModel` of `config` holding `state` (ours, Marian-shaped), each of its weights read once
     (`Weights`), every weight of the model filled but the sinusoid tables transformers makes itself."""
     hf = transformers.MarianMTModel(transformers.MarianConfig(**config))
-    weights = Weights(state, ENGINE)
+    weights = Weights(state, ENGINE, HubExportError)
     theirs = state_dict_to_marian(weights)
-    try:
-        weights.check_used_once()
-    except ExportError as err:
-        raise HubExportError(str(err)) from None
+    weights.check_used_once()
     wanted = hf.state_dict()
     loaded = hf.load_state_dict({k: v for k, v in theirs.items() if k in wanted or k not in ALIASES}, strict=False)
     check_loaded(loaded.missing_keys, loaded.unexpected_keys)

@@ -1,8 +1,7 @@
-"""The one module that turns decoding into command-line flags, for every script that decodes (translate, evaluate,
-generate): the engine's (`add_engine_arguments`: `--engine torch --ckpt CKPT`, an `inference.Translator`, or
-`--engine ctranslate2 --model DIR`, deploy/ctranslate2_translator.py's), each `DecodingOptions` field's, made from
-the field (`add_decoding_arguments`) and read back into one checked object (`decoding_options`), and what loads
-the engines (`load_engines`). Only the standard library at import: `--help` and argument errors load no torch."""
+"""The one module that turns decoding into command-line flags for every script that decodes: the engine's
+(`add_engine_arguments`), each `DecodingOptions` field's (`add_decoding_arguments`, read back by `decoding_options`)
+and what loads the engines (`load_engines`). Only the standard library at import: `--help` and argument errors
+load no torch."""
 
 from __future__ import annotations
 

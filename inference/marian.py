@@ -1,9 +1,6 @@
-"""Reading a Hugging Face Marian (OPUS-MT) model: its folder, or a hub name's download into Hugging Face's cache
-(`huggingface_hub`). A folder holds what `MarianMTModel` and `MarianTokenizer.save_pretrained` write
-(docs/guide/pretrained.md), or what scripts/export.py `--to hf` writes: `config.json`, the weights and one
-`tokenizer.json` of ours. The config becomes our network's settings and the weights our names (models/marian.py),
-the SentencePiece models and id tables our tokenizers (datamodules/sentencepiece.py); `transformers` is not needed.
-A folder missing a file, a config that is not Marian's, a hub name that cannot be downloaded: one `InputError` line.
+"""Reading a Hugging Face Marian (OPUS-MT) model, from its folder or a hub name's download (`huggingface_hub`), into
+our network's settings, weights (models/marian.py) and tokenizers (datamodules/sentencepiece.py), without
+`transformers`: docs/guide/pretrained.md says what a folder holds. Each fault is one `InputError` line.
 """
 
 from __future__ import annotations
@@ -115,17 +112,13 @@ def _fast_tokenizer(folder: Path, config: dict) -> SubwordTokenizer:
 def read_marian(folder: Path) -> tuple[dict, dict, dict[str, torch.Tensor]]:
     """A Marian folder → (our network's settings, `models.config.Seq2SeqConfig` fields but the vocabularies';
     our tokenizers' `to_dict()`s {"src", "tgt"}; Marian's weights)."""
-    if not (folder / "source.spm").is_file() and (folder / "tokenizer.json").is_file():  # scripts/export.py's
-        config = _read_json(folder / "config.json")
-        options = options_from_config(config, str(folder / "config.json"))
-        src = tgt = _fast_tokenizer(folder, config)
-    else:
-        missing = [name for name in NEEDED if not (folder / name).is_file()]
-        if missing:
-            raise InputError(f"{folder} is not a Marian model's folder: {', '.join(missing)} missing")
-        config = _read_json(folder / "config.json")
-        options = options_from_config(config, str(folder / "config.json"))
-        src, tgt = _spm_tokenizers(folder, options, config)
+    ours = not (folder / "source.spm").is_file() and (folder / "tokenizer.json").is_file()  # scripts/export.py's
+    missing = [] if ours else [name for name in NEEDED if not (folder / name).is_file()]
+    if missing:
+        raise InputError(f"{folder} is not a Marian model's folder: {', '.join(missing)} missing")
+    config = _read_json(folder / "config.json")
+    options = options_from_config(config, str(folder / "config.json"))
+    src, tgt = (_fast_tokenizer(folder, config),) * 2 if ours else _spm_tokenizers(folder, options, config)
     weights = _read_weights(folder)
     # Which tables are one is read from the weights: transformers 5 keeps the encoder's, the decoder's and the
     # output layer's apart unless `tie_word_embeddings`, whatever `share_encoder_decoder_embeddings` says.

@@ -1,11 +1,6 @@
-"""Decoding options: one frozen dataclass that checks itself, read by both engines and the scripts.
-
-    options = DecodingOptions(beam_size=4, nbest=2, length_penalty=0.6)
-    options.replace(sampling=True, top_k=10)      # a new, checked object
-
-Each option's name, default and check is written here once; docs/guide/decoding.md says where they go: the
-scripts' flags made from the fields (inference/flags.py), a checkpoint's and an export's defaults
-(`CHECKPOINT_DEFAULTS`, as plain dicts: `as_dict`, `from_mapping`), CTranslate2's arguments.
+"""Decoding options: one frozen dataclass that checks itself (`replace` gives a new, checked object), read by both
+engines and the scripts. Each option's name, default and check is written here once; docs/guide/decoding.md says
+where they go (the scripts' flags, a checkpoint's and an export's defaults, CTranslate2's arguments).
 """
 
 from __future__ import annotations

@@ -1,28 +1,20 @@
 """`Translator`: inference for this project's translation networks, the one object a user holds.
 
-    translator = Translator.from_checkpoint("runs/multi30k/.../epoch012-step2899.ckpt")
-    translator = Translator.from_pretrained("Helsinki-NLP/opus-mt-de-en")     # a Marian (OPUS-MT) model
-    translator = Translator.from_module(model)                                # a Seq2SeqTransformer in memory
-    translator.translate(["Ein Hund rennt."])                                 # ['A dog runs.']
-    translator.translate(["A dog runs."], tgt_lang="fr")                      # a multilingual model: >>fr<< first
-
 It holds a network (`models.Seq2SeqNet`), its two tokenizers and its default `DecodingOptions` (a checkpoint's
 length penalty and length limits), which a call's keywords replace. The searches are in models/; ensembles, forced
-prefixes, alignments, attention weights and the static decoders (kept per mode and device) are here.
-docs/guide/decoding.md says what each does; deploy/ctranslate2_translator.py offers the same `translate`,
-`translate_many` and `score` over CTranslate2.
+prefixes, alignments, attention weights and the static decoders (kept per mode and device) are here. Usage and what
+each does: docs/guide/decoding.md; deploy/ctranslate2_translator.py offers the same calls over CTranslate2.
 """
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import torch
 
 from common.errors import InputError
-from datamodules.batching import frame_source, pad_sequences
-from datamodules.languages import target_languages, with_target_tag
+from datamodules.batching import pad_sequences
+from datamodules.languages import target_languages
 from models import Seq2SeqNet
 from models.beam import beam_search, beam_search_nbest
 from models.constraints import Constraints
@@ -59,13 +51,8 @@ class Translator(TranslateMany):
                 f"this is a {type(module).__name__}, which does not translate"
             )
         hp = module.hparams
-        return cls(
-            module.net,
-            module.src_tokenizer,
-            module.tgt_tokenizer,
-            DecodingOptions.from_mapping(hp),
-            hp.get("eval_batch_size", 64),
-        )
+        options, batch_size = DecodingOptions.from_mapping(hp), hp.get("eval_batch_size", 64)
+        return cls(module.net, module.src_tokenizer, module.tgt_tokenizer, options, batch_size)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, weights: str = "averaged", device: str | torch.device = "cpu") -> Translator:
@@ -95,53 +82,16 @@ class Translator(TranslateMany):
     # ---------------------------------------------------------------------------------- translation
 
     def encode_sources(self, sentences: list[str], tgt_lang: str | None = None) -> torch.Tensor:
-        """Strings → (B, S) padded source ids on the network's device, each after `tgt_lang`'s tag for a multilingual
-        model (datamodules/languages.py). Over-long sentences are truncated to the network's `max_len` with a warning;
-        empty ones are refused."""
-        ids = []
-        for i, sentence in enumerate(sentences):
-            if not isinstance(sentence, str) or not sentence.strip():
-                raise InputError(f"sentence {i} is empty: there is nothing to translate")
-            encoded = with_target_tag(self.languages, tgt_lang, sentence, self.src_tokenizer.encode(sentence), i)
-            if len(encoded) + 1 > self.net.max_len:
-                warnings.warn(
-                    f"sentence {i} has {len(encoded)} tokens; truncated to the model's max_len={self.net.max_len}",
-                    stacklevel=2,  # the line that encoded them: the user's, or the Translator method they called
-                )
-            ids.append(frame_source(encoded, self.net.max_len, self.src_tokenizer.eos_id))
-        return pad_sequences(ids, self.pad_id).to(self.device)
+        """Strings → (B, S) padded source ids on the network's device (`source_ids`, in the network's `max_len`)."""
+        return pad_sequences(self.source_ids(sentences, tgt_lang, self.net.max_len), self.pad_id).to(self.device)
 
-    def translate(
-        self,
-        sentences: list[str],
-        nbest: int | None = None,
-        ensemble=(),
-        prefixes: list[str] | None = None,
-        options: DecodingOptions | None = None,
-        **changes,
-    ) -> list[str] | list[list[Hypothesis]]:
-        """Translate a batch of sentences with this translator's options, `changes` (`DecodingOptions`' names; None
-        for the default) replacing some, or with `options`, a whole `DecodingOptions` used as it is. Returns each
-        sentence's best output's text, or, with `nbest`, its `nbest` best `models.decoding.Hypothesis` (text,
-        tokens, each token's log-prob, score), best first.
-
-        `ensemble`: more translators (or task modules) whose next-token probabilities are averaged with this one's
-        (fairseq's rule); `prefixes`: one target prefix per sentence ("" for none) that each output starts with.
-        Each output's length is capped by `max_len`, else max_len_a × its own source's length + max_len_b, within the
-        network's positions: a sentence's output never depends on the others in its call."""
-        if isinstance(sentences, str):
-            sentences = [sentences]
-        opts = self.options.for_call(nbest, prefixes, sentences, options, **changes)
-        if opts.static_cache is not None and (nbest is not None or ensemble or prefixes is not None):
-            raise InputError("static_cache decodes the plain greedy or beam search: not with nbest or the decoding tools")
-        if not sentences:
-            return []
-        if nbest is None and opts.plain and not ensemble and prefixes is None:
+    def _translate(self, sentences: list[str], opts: DecodingOptions, scored: bool, ensemble, prefixes) -> list:
+        """Each sentence's hypotheses (`_hypotheses`), or, for the plain search's best outputs, their texts."""
+        if not scored and opts.plain and not ensemble and prefixes is None:
             with evaluating([self.net]):
                 out = self._best(self.encode_sources(sentences, opts.tgt_lang), opts)
             return [self.tgt_tokenizer.decode(row.tolist()) for row in out]
-        hyps = self._hypotheses(sentences, opts, ensemble, prefixes)
-        return [row[0].text for row in hyps] if nbest is None else hyps
+        return self._hypotheses(sentences, opts, ensemble, prefixes)
 
     def max_output_len(self, src: torch.Tensor, opts: DecodingOptions | None = None, nets=None) -> list[int]:
         """Each sentence's most output tokens: `max_len`, else a·S + b of its own S source tokens (the (B, S) batch's
@@ -152,17 +102,15 @@ class Translator(TranslateMany):
     def _best(self, src: torch.Tensor, opts: DecodingOptions) -> torch.Tensor:
         """(B, L) ids of each sentence's best output by greedy or beam search, `<bos>` first."""
         limit = self.max_output_len(src, opts)
+        beam = dict(beam_size=opts.beam_size, length_penalty=opts.length_penalty)
         if opts.static_cache is not None:
             decoder = self.static_decoder(opts.static_cache)
             if opts.beam_size == 1:
                 return decoder.greedy(src, self.bos_id, self.eos_id, limit)
-            return decoder.beam(
-                src, self.bos_id, self.eos_id, limit, beam_size=opts.beam_size, length_penalty=opts.length_penalty
-            )
+            return decoder.beam(src, self.bos_id, self.eos_id, limit, **beam)
         if opts.beam_size == 1:
             return greedy_decode(self.net, src, self.bos_id, self.eos_id, limit, use_cache=opts.use_cache)
-        searched = dict(beam_size=opts.beam_size, length_penalty=opts.length_penalty, use_cache=opts.use_cache)
-        return beam_search(self.net, src, self.bos_id, self.eos_id, limit, **searched)
+        return beam_search(self.net, src, self.bos_id, self.eos_id, limit, use_cache=opts.use_cache, **beam)
 
     def static_decoder(self, mode: str) -> StaticDecoder:
         """One `StaticDecoder` per mode and device, kept so that its buffers and compiled steps serve later calls."""
@@ -195,19 +143,8 @@ class Translator(TranslateMany):
             common = dict(length_penalty=opts.ranking_alpha, use_cache=opts.use_cache, constraints=constraints)
             if opts.sampling:
                 generator = None if opts.seed is None else torch.Generator(src.device).manual_seed(opts.seed)
-                hyps = sample(
-                    nets,
-                    src,
-                    self.bos_id,
-                    self.eos_id,
-                    limit,
-                    num_samples=opts.nbest,
-                    temperature=opts.temperature,
-                    top_k=opts.top_k,
-                    top_p=opts.top_p,
-                    generator=generator,
-                    **common,
-                )
+                drawn = dict(num_samples=opts.nbest, temperature=opts.temperature, top_k=opts.top_k, top_p=opts.top_p)
+                hyps = sample(nets, src, self.bos_id, self.eos_id, limit, generator=generator, **drawn, **common)
             else:
                 hyps = beam_search_nbest(
                     nets, src, self.bos_id, self.eos_id, limit, beam_size=opts.beam_size, nbest=opts.nbest, **common
@@ -234,28 +171,8 @@ class Translator(TranslateMany):
 
     # ---------------------------------------------------------------------------------- scoring
 
-    def score(
-        self,
-        sentences: list[str],
-        references: list[str],
-        length_penalty: float = 0.0,
-        ensemble=(),
-        alignment_layer=None,
-        options: DecodingOptions | None = None,
-        tgt_lang: str | None = None,
-    ) -> list[Hypothesis]:
-        """Each (sentence, reference) pair's `Hypothesis` by teacher forcing: the reference's tokens and `<eos>`,
-        each one's log-prob, and the score a search with this `length_penalty` would rank it by; with
-        `alignment_layer`, the reference's alignment to its source (forced alignment); `tgt_lang`, a multilingual
-        model's target language (this translator's by default). `options` (a decoding setting) gives all three."""
-        if options is not None:
-            length_penalty, alignment_layer, tgt_lang = options.ranking_alpha, options.alignment_layer, options.tgt_lang
-        elif tgt_lang is None:
-            tgt_lang = self.options.tgt_lang
-        if len(references) != len(sentences):
-            raise InputError(f"{len(references)} references for {len(sentences)} sentences: give one per sentence")
-        if not sentences:
-            return []
+    def _score(self, sentences, references, length_penalty, ensemble, alignment_layer, tgt_lang) -> list[Hypothesis]:
+        """`score` by teacher forcing through this network and `ensemble`'s."""
         nets = self._members(ensemble, alignment_layer)
         targets = [self.tgt_tokenizer.encode(r) for r in references]
         limit = min(net.max_len for net in nets)

@@ -67,7 +67,7 @@ def test_exported_model_scores_every_token_as_ours(tmp_path, options):
     translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"), search="exact")
     vocab = vocabulary(model.tgt_tokenizer)
     results = translator.translator.score_batch(
-        [translator.source_tokens(s) for s in SRC], [[vocab[i] for i in model.tgt_tokenizer.encode(t)] for t in TGT]
+        translator.source_tokens(SRC), [[vocab[i] for i in model.tgt_tokenizer.encode(t)] for t in TGT]
     )
     ours = our_log_probs(model, SRC, TGT)
     assert ours.min() < -5  # far from uniform (log 1/64 = -4.2): the check below can fail
@@ -85,7 +85,7 @@ def test_post_norm_final_norm_is_exported(tmp_path):
     translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"), search="exact")
     vocab = vocabulary(model.tgt_tokenizer)
     result = translator.translator.score_batch(
-        [translator.source_tokens(SRC[0])], [[vocab[i] for i in model.tgt_tokenizer.encode(TGT[0])]]
+        translator.source_tokens(SRC[:1]), [[vocab[i] for i in model.tgt_tokenizer.encode(TGT[0])]]
     )
     torch.testing.assert_close(our_log_probs(model, SRC[:1], TGT[:1])[0], torch.tensor(result[0].log_probs), atol=2e-5, rtol=0)
 

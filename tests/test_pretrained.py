@@ -223,7 +223,7 @@ def test_imported_model_exported_to_ctranslate2_decodes_greedy_identically(tmp_p
     translator = CTranslate2Translator(out, search="exact")
     src = model.translator.encode_sources(MARIAN_SOURCES)
     ours = greedy_decode(model.net, src, model.bos_id, model.eos_id, 30)
-    theirs = translator.translate_ids([translator.source_tokens(s) for s in MARIAN_SOURCES], beam_size=1, max_len=30)
+    theirs = translator.translate_ids(translator.source_tokens(MARIAN_SOURCES), beam_size=1, max_len=30)
     assert [row[1:].tolist()[: len(ids)] for row, ids in zip(ours, theirs)] == theirs
     assert all(ids[-1] == model.eos_id or len(ids) == 30 for ids in theirs)
     assert translator.translate(MARIAN_SOURCES, max_len=30) == model.translate(MARIAN_SOURCES, max_len=30)
