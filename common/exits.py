@@ -1,9 +1,7 @@
 """What an entry point does with an error (docs/guide/faults-and-exits.md lists each answer): `exit_on_user_error`
-makes bad input one line and exit status 2, a fault of the environment (an `OSError`; torch's zip writer hiding one in
-a `RuntimeError`) one line naming the path and status 1 (`fault_message`, `write_fault`), a reader gone a quiet exit
-141; `writing_to` and `print_lines` name standard output in such a line. The exit statuses are here; how an output
-is written whole or not at all is common/files.py.
-"""
+makes bad input one line and exit status 2, a fault of the environment (an `OSError`, or one torch's zip writer hides
+in a `RuntimeError`) one line naming the path and status 1 (`fault_message`, `write_fault`), a reader gone a quiet
+exit 141; `writing_to` and `print_lines` name standard output in such a line. Writing outputs whole: common/files.py."""
 
 from __future__ import annotations
 

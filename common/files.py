@@ -1,10 +1,7 @@
-"""Writing files safely, for every layer, and the one check of a script's input file (`require_file`). Every output (a
-checkpoint, an export, the prepared-data cache) is written under a temporary name beside its final one and renamed
-when complete (`atomic_output`; `atomic_torch_save` and `atomic_write_text` the usual cases): a failure leaves the old
-output whole, and an `OSError` is an `OutputError` naming it. The temporary name is `<dir>/.<name>.<kind>-<pid>`:
-hidden, so that no glob for outputs (`last*.ckpt`) finds it, and marked with its writer's pid, so that a later process
-can tell the leftovers of a dead writer (`remove_stale_temporaries`) from the work of a live one.
-"""
+"""Writing files safely, for every layer, and the one check of a script's input file (`require_file`). Every output is
+written under a hidden temporary name beside its final one, marked with its writer's pid, and renamed when complete
+(`atomic_output`; `atomic_torch_save` and `atomic_write_text` the usual cases); docs/guide/faults-and-exits.md
+("How an output is written") says what each step guarantees."""
 
 from __future__ import annotations
 
@@ -103,20 +100,10 @@ def new_folders_removed_if_empty(path: str | Path):
 
 @contextlib.contextmanager
 def atomic_output(path: str | Path | None, folder: bool = False) -> Iterator[Path | None]:
-    """Write an output atomically: yields a temporary sibling of `path` (`.NAME.tmp-PID`; a file created
-    empty, or an empty folder with `folder=True`), or None for no `path` (an optional output not asked
-    for), for the block to fill; when the block ends normally the
-    file is flushed to disk and renamed onto `path` (`os.replace`; an existing folder is moved aside and
-    removed only once the new one is in place). On any failure, an interrupt included, the temporary file
-    or folder is removed and `path` is left as it was. The temporary is created on entry, so an
-    unwritable place fails before any work is done. An `OSError` (or torch's zip-writer `RuntimeError`)
-    from inside the block or the rename is re-raised as an `OutputError` naming `path`.
-
-    Whether an existing `path` may be replaced is the caller's decision (its --force), taken before.
-    A symbolic link is followed: its target is replaced, the link kept. A device or a pipe (/dev/stdout,
-    /dev/null, a FIFO) cannot be replaced by renaming and is written in place: the block gets `path`.
-    Only errors of the output are relabelled: an `OSError` that names another file (an input read in
-    the block) and the scripts' user errors pass unchanged."""
+    """Write an output atomically: yields a temporary sibling of `path` (`.NAME.tmp-PID`, a file created empty or an
+    empty folder with `folder=True`; None for no `path`) for the block to fill, flushed and renamed onto `path` when
+    the block ends normally, removed on any failure. docs/guide/faults-and-exits.md ("How an output is written")
+    gives the rules: links, devices and pipes, folders, which errors become an `OutputError` naming `path`."""
     if path is None:
         yield None
         return

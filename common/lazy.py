@@ -1,12 +1,9 @@
-"""A package's names imported when first used (PEP 562), so that importing the package costs nothing.
+"""A package's names imported when first used (PEP 562), so that importing the package costs nothing:
 
     __getattr__, __dir__, __all__ = lazy_exports(__name__, {"seq2seq": ("Seq2SeqNet",), ...})   # in __init__.py
 
-`from models import Seq2SeqNet` imports models/seq2seq.py then, as an eager `__init__` would have at once; but
-`import models.checks` (what every script's argument checks import), `from datamodules.corpus_readers import ...`
-or `from inference import DecodingOptions` no longer load torch, Lightning or torchvision with the package: a
-script's `--help` and argument errors answer before any of them loads, and a translation run never loads what
-only MNIST needs. The standard library only."""
+`import models.checks` or `from inference import DecodingOptions` then loads no torch, Lightning or torchvision: a
+script's `--help` and argument errors answer before any of them loads. The standard library only."""
 
 from __future__ import annotations
 

@@ -1,26 +1,6 @@
-"""Lightning's and torch's messages that no user of this project can act on, silenced where they start. Each is
-matched narrowly, so anything else from the same places still shows:
-
-- Lightning's `💡 Tip: ... litlogger` line, printed at every Trainer: an advertisement (no setting turns it off).
-- Lightning's "Trainer already configured with model summary callbacks ... Skipping setting a default
-  `ModelSummary` callback.": the CLI passes its own (callbacks.ModelSummaryWithoutZeroFlops, which also drops the
-  summary's `Total FLOPs: 0`).
-- Lightning's "The dirpath has changed from ... won't be reloaded", from each `last.ckpt` callback of a resumed run
-  (training/checkpointing.last_checkpoints): it writes to a new folder by design
-  (training/resume.keep_earlier_checkpoints), and has nothing to carry over but its one file.
-- Lightning's "Time limit reached. Elapsed time is ...": training/stopping.report_time_limit says it, with where it
-  stopped and the command that resumes.
-- Lightning's "Precision bf16-mixed is not supported by the model summary ... Using 32 bits instead": under a mixed
-  precision the weights are float32, and 32 bits is the true size.
-- Lightning's "It is recommended to use `self.log('val/bleu', ..., sync_dist=True)`" under DDP, for val/ and test/
-  bleu and chrf: every process holds the same corpus score (tasks/seq2seq.Seq2SeqTransformer._score).
-- torch's "No CUDA runtime is found, using CUDA_HOME=..." (common/environment.quiet_cpu_compile).
-- torch's `isinstance(treespec, LeafSpec)` FutureWarning, from Lightning's own `utilities/_pytree.py` (torch 2.14
-  deprecated the class that Lightning 2.6 still builds).
-
-And while scripts/generate.py's prediction runs (`quiet_prediction`), Lightning's notes about devices, workers and a
-`predict_step` that returns nothing. The standard library only: fit.py and generate.py import this before torch loads.
-"""
+"""Lightning's and torch's messages that no user of this project can act on, silenced where they start, each matched
+narrowly so that anything else from the same places still shows (docs/guide/faults-and-exits.md, "Messages silenced",
+lists them and why). The standard library only: fit.py and generate.py import this before torch loads."""
 
 from __future__ import annotations
 

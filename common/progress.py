@@ -1,8 +1,7 @@
-"""Progress for long work: a bar on a terminal, one line a stage (or every N steps) in a file, the same line in
-every command (`progress_line`): data preparation, training (training/progress.py), evaluation and corpus
-generation (inference/generation/run.py). All decide by `is_terminal()`: a bar in a file is either nothing until the
-end or thousands of carriage returns in a scheduler's log.
-"""
+"""Progress for long work: a bar on a terminal, one line a stage (or every N steps) in a file, the same line in every
+command (`progress_line`): data preparation, training (training/progress.py), evaluation and corpus generation
+(inference/generation/run.py). All decide by `is_terminal()`: a bar in a file is either nothing until the end or
+thousands of carriage returns in a scheduler's log."""
 
 from __future__ import annotations
 

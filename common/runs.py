@@ -14,16 +14,10 @@ from pathlib import Path
 
 
 def run_folder(trainer) -> Path:
-    """The folder of this run's own records: `config.yaml`, `summary.json`, the figures, and (unless
-    `--checkpoint.dirpath` says otherwise) `checkpoints/`. Every run gets a folder of its own, whatever the
-    logger, so a second run in one root directory overwrites nothing of the first:
-
-    - W&B: `<root>/<project>/<run id>` (a resumed run continues its W&B run, and its folder);
-    - CSV, TensorBoard: `<root>/version_<n>` (their `save_dir`, `name` and `version`);
-    - no logger (`--trainer.logger false`): `<root>/version_<n>` too, numbered with theirs (`claim_run_folder`).
-
-    Not `trainer.log_dir`, which for W&B is the `save_dir` that every run of the root directory shares, and
-    for no logger the root directory itself. Ask on rank zero (the W&B run id exists there)."""
+    """The folder of this run's own records (`config.yaml`, `summary.json`, the figures, `checkpoints/`), one per run
+    whatever the logger (README, "Training": W&B's `<root>/<project>/<run id>`, else `<root>/version_<n>`). Not
+    `trainer.log_dir`, which for W&B is shared by every run of the root directory, and for no logger is the root
+    directory itself. Ask on rank zero (the W&B run id exists there)."""
     logger = trainer.loggers[0] if trainer.loggers else None
     if logger is None:
         return _UNLOGGED_RUN_FOLDERS.get(trainer, Path(trainer.default_root_dir))

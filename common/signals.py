@@ -1,18 +1,8 @@
-"""SIGTERM and SIGINT, for every script that runs long (fit, generate; docs/guide/training.md and
-docs/guide/corpus-generation.md say what a user sees): how a signal reaches a run, `Stopped`, the one exception that
-ends a run early, and the line, resume command and exit status a stop ends with (`exit_on_stop`: 128 + the signal,
-as a shell reports a process the signal killed); `Relay`, for a script that runs such programs one after another
-(ablate).
-
-Lightning alone turns SIGTERM (what schedulers send some seconds before they kill a job) into a `SystemExit` without
-a code (status 0, no checkpoint), raised at points of its own, one of them in the middle of validation; and Ctrl-C
-into status 1 wherever the step was. Here `install()` makes both raise `Stopped` at once (before training there is
-nothing to save), and `defer()` only notes the first (`received()`) until the work reaches its next boundary
-(training/stopping.py, inference/generation); a second raises `Stopped` at once. Lightning's handler of SLURM's
-requeue signal (SIGUSR1) is never touched.
-
-Only the standard library: `install()` runs, and `Stopped` may be raised, before torch and Lightning are imported.
-"""
+"""SIGTERM and SIGINT, for every script that runs long (fit, generate): `Stopped`, the one exception that ends a run
+early, and the line, resume command and exit status (128 + the signal) a stop ends with (`exit_on_stop`); `Relay`,
+for a script that runs such programs one after another (ablate). docs/guide/training.md ("How a signal reaches a
+run") says why Lightning's own handling is replaced and how. Only the standard library: `install()` runs, and
+`Stopped` may be raised, before torch and Lightning are imported."""
 
 from __future__ import annotations
 
@@ -31,10 +21,8 @@ _received: int | None = None  # the signal noted while training, acted on at the
 _deferring = False
 _stopping = False  # a stop is under way: further signals change nothing
 _trainer = None  # the Trainer that trains (`watch`), for the exit line of a stop at once
-# Lightning's DDP processes and the one that launched them (rank 0), which decides every stop at once, so that it
-# prints the line: another process passes its second signal on to the launcher (`RELAYED`, one for each signal),
-# and the launcher's stop at once ends the others (`ENDED`) with status 0, so that Lightning's watch over its
-# children does not SIGKILL the launcher (status 137, no line) when one of them ends.
+# Under DDP the launcher (rank 0) decides every stop at once: another process relays its second signal to it
+# (`RELAYED`), and it ends the others (`ENDED`). docs/guide/training.md, "How a signal reaches a run", says why.
 _children: tuple = ()  # the launcher's processes (`defer`)
 _forward = False  # whether a noted signal is passed on to them
 _launcher: int | None = None  # in another process: the launcher's pid
@@ -43,13 +31,9 @@ ENDED = signal.SIGRTMIN + 2
 
 
 class Stopped(BaseException):
-    """The one exception that ends a run early: raised at the end of a step by `stopping.StopAtStep` for each of
-    its triggers, and at once by a second signal or one outside training. A BaseException, like
-    KeyboardInterrupt, so that it leaves `trainer.fit` the way Lightning lets a stop leave it and no
-    `except Exception` on the way swallows it. `signum` is the signal, None for a stop at the time limit or
-    `max_steps` (`why` names it), which `training.cli.run_fit` takes as the end of fitting; a signal's ends the
-    script (`exit_on_stop`). `checkpoint` is the path of the checkpoint written at the stop's step (None when
-    the stop came at once); `epoch` and `step` say where training stood."""
+    """The one exception that ends a run early (a BaseException, so that no `except Exception` swallows it).
+    `signum`: the signal, None for a stop at the time limit or `max_steps` (`why` names it); `checkpoint`: the one
+    written at the stop's step, None for a stop at once; `epoch` and `step`: where training stood."""
 
     def __init__(
         self,
@@ -116,13 +100,9 @@ _children_shielded = False
 
 
 def resend_when_swallowed(kind: type[BaseException], before: Callable[[BaseException], None] = lambda stop: None) -> None:
-    """A handler runs wherever the main thread is, a finalizer or a weakref callback included (Lightning's and
-    torch's free objects all the time), and an exception raised there cannot leave it: Python prints it with its
-    traceback ("Exception ignored in ...") and drops it, and the stop is lost. Installed in `sys.unraisablehook`
-    for the exceptions of `kind` (which carry the `signum` that raised them): such a one is sent again instead,
-    after `before(it)`, and its handler raises it at the next point that can raise it; nothing is printed. Sent
-    by a thread a moment later: sent from the hook, the handler would run within the hook, where it cannot raise
-    either (one that lands in another finalizer comes back here, and is sent again)."""
+    """In `sys.unraisablehook`: an exception of `kind` raised by a handler inside a finalizer, which Python would
+    print and drop, is sent again as its `signum` by a thread, after `before(it)`, and raised at the next point that
+    can raise it (docs/guide/training.md, "How a signal reaches a run")."""
     previous = sys.unraisablehook
 
     def hook(unraisable) -> None:
@@ -152,20 +132,14 @@ def _stop_again(stop: BaseException) -> None:
 
 
 def _shield_child() -> None:
-    # A forked helper (a DataLoader worker) leaves the signals to this process, which stops in order and
-    # shuts its workers down. Killed by the signal of its process group (SLURM's, `kill -- -PGID`, Ctrl-C),
-    # a worker would make torch raise "DataLoader worker is killed by signal" in the middle of a step.
-    # Blocked rather than ignored: torch's workers install a SIGTERM handler of their own. A program
-    # started with subprocess runs no at-fork hook, so it keeps the default signals.
+    # A forked helper (a DataLoader worker) leaves the signals to this process, which shuts it down in order
+    # (docs/guide/training.md, "How a signal reaches a run": why blocked, not ignored).
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
 
 
 def ignore_further() -> None:
-    """Once a stop is under way, further signals are ignored: the process is already on its way out, and a
-    second SIGTERM (a scheduler's, or a group's signal arriving twice) must neither raise in the middle of
-    printing the line nor kill the process before its exit status is set. SIG_IGN rather than a handler that
-    returns: the interpreter's exit resets Python handlers to the default (death by the signal), not SIG_IGN.
-    SIGKILL still ends a hung exit."""
+    """Once a stop is under way, further signals are ignored (SIG_IGN, which the interpreter's exit keeps), so that
+    none interrupts the line or kills the process before its exit status is set; SIGKILL still ends a hung exit."""
     global _stopping
     _stopping = True
     with contextlib.suppress(ValueError):  # signal.signal works from the main thread only
@@ -205,11 +179,9 @@ def deferred():
 
 
 class Relay:
-    """SIGINT and SIGTERM while a script runs other programs one after another (scripts/ablate.py's runs): the
-    signal is noted (`signum`) and passed on to the program under way (`wait`), which stops its own way
-    (scripts/fit.py: at the end of its step, with a checkpoint; a second signal at once); the script then runs
-    no more. The programs start in a process group of their own, so Ctrl-C at a terminal reaches each once,
-    through here."""
+    """SIGINT and SIGTERM while a script runs other programs one after another (scripts/ablate.py's runs): noted
+    (`signum`) and passed on to the program under way (`wait`), which stops its own way; the script runs no more.
+    Each program has a process group of its own, so Ctrl-C at a terminal reaches it once, through here."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -267,11 +239,9 @@ def stop_message(stop: Stopped, last_checkpoint: str | None, resume: str) -> str
 
 @contextlib.contextmanager
 def exit_on_stop(resume: str = "", last_checkpoint: Callable[[Any], str | None] | None = None):
-    """A signal's `Stopped` ends the script with one line on stderr (rank zero's) and exit status 128 + the
-    signal. Around the imports (a signal while importing torch, seconds) with no `resume`; around the CLI and
-    the run with the command that resumes it and `last_checkpoint` (training/resume.py's), which names the
-    checkpoint a stop at once leaves (a second signal, or one outside training); such a stop is placed at the
-    step the Trainer had reached (`watch`)."""
+    """A signal's `Stopped` ends the script with one line on stderr (rank zero's) and exit status 128 + the signal.
+    Around the imports with no `resume`; around the CLI and the run with the resume command and `last_checkpoint`
+    (training/resume.py's), which names the checkpoint a stop at once leaves, placed at the Trainer's step."""
     try:
         yield
     except Stopped as stop:

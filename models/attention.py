@@ -1,16 +1,6 @@
-"""Multi-head attention on `F.scaled_dot_product_attention`, with a key/value cache for decoding (models.cache).
-
-Masks follow SDPA's convention (bool, True = may attend), built once per forward by `models.masks` and broadcast
-as (B, 1, T, S) across heads. Options, each off by default (which is `torch.nn.MultiheadAttention` exactly):
-  - `num_kv_heads` < `nhead`: grouped-query attention (Ainslie et al., 2023), or multi-query with 1 (Shazeer,
-    2019): query head h reads key/value head h // (nhead // num_kv_heads), and the projections and the cache hold
-    only num_kv_heads heads, which is what saves memory;
-  - `qk_norm`: queries and keys normalised per head over head_dim before the dot product (Henry et al., 2020;
-    Dehghani et al., 2023), one gain shared by the heads: the logits can no longer blow up with the weights;
-  - `rope`: rotary positions (models.positional), applied after the norm, in self-attention only;
-  - `attn_bias`: a relative position bias (models.relative), folded with the bool mask into one float mask
-    (models.masks.with_bias; docs/guide/variants.md, "Kernels", says which GPU kernels that rules out).
-"""
+"""Multi-head attention on `F.scaled_dot_product_attention`, with a key/value cache for decoding (models.cache). Masks
+are SDPA's (bool, True = may attend; models.masks), broadcast as (B, 1, T, S) across heads. Each option is off by
+default, which is `torch.nn.MultiheadAttention` exactly: docs/guide/variants.md ("Attention options") lists them."""
 
 from __future__ import annotations
 

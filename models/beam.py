@@ -1,22 +1,6 @@
-"""Batched beam search with n-best lists, over the networks of models/decoding.py. docs/guide/decoding.md gives the
-score (GNMT's length penalty), the length limit and when a sentence's search ends; here is how.
-
-B sentences × K beams run as one (B*K, ...) batch. Each step takes the 2K best one-token extensions of a sentence's
-K live hypotheses by total log-prob. Those ending in `<eos>` among the K best are finished, ranked by penalised
-score, and the N best (`nbest`) are kept, growing only a padding column per step; the K best that do not end in
-`<eos>` stay live (2K candidates always hold K of them). At the step before the limit only the non-`<eos>`
-candidates among the K best stay live: CTranslate2's beam search finishes exactly those at its last step, so that
-its engine (deploy/ctranslate2_translator.py) can finish the same hypotheses.
-
-A sentence is done once its N-th best finished hypothesis beats anything a live one can become: log-probs are <= 0
-(the forced `<eos>`'s too), so a live score can only fall, and with alpha >= 0 its penalised score is at most
-score / lp(max_len), the length every hypothesis ends within. Stopping then returns exactly what running to
-`max_len` would. A done sentence's rows leave the batch (`StepScorer.keep`), so each sentence's output is its
-batch-of-one output (tests/test_beam_shrink.py); a static cache (models.static_cache) keeps its rows, as its
-captured step has fixed shapes.
-
-With beam_size=1 and length_penalty=0 beam search is exactly `greedy_decode`.
-"""
+"""Batched beam search with n-best lists, over the networks of models/decoding.py: B sentences × K beams run as one
+(B*K, ...) batch. docs/guide/decoding.md gives the score, the length limit and when a search ends, and ("How beam
+search runs") each step, and why stopping a sentence early returns what running to `max_len` would."""
 
 from __future__ import annotations
 

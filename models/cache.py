@@ -1,19 +1,6 @@
-"""Key/value caches for incremental decoding, one object per search, as Hugging Face's Cache classes.
-
-The decoder's attention knows one interface, whatever the cache:
-  - `update(layer, k, v) -> (keys, values)`: store self-attention's new keys/values of layer `layer` and return
-    every key/value it attends over;
-  - `memory(layer)` / `store_memory(layer, k, v)`: cross-attention's keys/values, projected from the source once;
-  - `offset` (the position of the first new token: an int, or a tensor) and `self_mask(T)` (what the new queries
-    may see), from which the network places its positions (models.positional, models.relative);
-  - `reorder(index)`: rows `index` in place of the rows (beam search's surviving beams, each from its own
-    sentence's beams); `keep(index)`: fewer rows, finished sentences dropped, where `can_drop_rows`;
-    `nbytes(kind)`: its memory.
-
-`DynamicCache` grows by the new tokens at every step (a `torch.cat` per layer): new shapes every step.
-`StaticCache` is written in place, for a captured step (models.static_cache). Both store only the num_kv_heads
-key/value heads (grouped-query attention).
-"""
+"""Key/value caches for incremental decoding, one object per search, as Hugging Face's Cache classes: `DynamicCache`
+grows at every step, `StaticCache` is written in place for a captured step (models.static_cache). The decoder's
+attention knows one interface, whatever the cache (docs/guide/speed.md, "The static cache", lists it)."""
 
 from __future__ import annotations
 

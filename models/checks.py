@@ -1,12 +1,10 @@
-"""Hyperparameter checks that every module runs first thing in `__init__`, one short line per mistake.
+"""Hyperparameter checks that every module runs first thing in `__init__`, one short line per mistake:
 
     check_hparams(self, locals(), {"d_model": at_least(1), "dropout": fraction}, divisible("d_model", "nhead"))
 
-Each entry of the mapping checks one argument (a value of None, an unset optional argument, passes);
-the functions after it relate several arguments and run only once every single argument is valid, so a
-bad value is reported as itself rather than as a ZeroDivisionError. All problems go into one
-`HyperparameterError`: "Seq2SeqTransformer: d_model=30 must be divisible by nhead=4".
-"""
+Each entry checks one argument (None, an unset optional one, passes); the relations after it run only once every
+argument is valid, so a bad value is reported as itself, not as a ZeroDivisionError. All problems make one
+`HyperparameterError`: "Seq2SeqTransformer: d_model=30 must be divisible by nhead=4"."""
 
 from __future__ import annotations
 

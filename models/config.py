@@ -1,13 +1,7 @@
-"""Each network's settings, declared once: one typed, frozen dataclass per network that checks its own values
-(a bad value or combination is one `HyperparameterError` line naming the config: models.checks).
-
-`TransformerConfig` is the encoder–decoder stack (`models.transformer.Transformer`); `Seq2SeqSettings` and
-`MnistNetSettings` add their network's own fields (what a user chooses: a task module's `net` argument), and
-`Seq2SeqConfig` and `MnistNetConfig`, what the networks are built from, add what the data decides.
-docs/guide/variants.md ("A network's settings") shows how a recipe and a flag reach these fields, and how
-`nested_hparams` reads checkpoints written before the tasks took `net`. Each field's name, type, default and check
-are written here only; a default that differs is a recipe's (configs/*.yaml).
-"""
+"""Each network's settings, declared once: one typed, frozen dataclass per network that checks its own values (one
+`HyperparameterError` line naming the config: models.checks). Each field's name, type, default and check are written
+here only; a default that differs is a recipe's (configs/*.yaml). docs/guide/variants.md ("A network's settings")
+says what each class holds and how a recipe, a flag and an old checkpoint reach these fields."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
-"""Decoding as functions over a network's `encode` and `decode`: what every search shares, and greedy search.
-Any module with `encode(src) -> (memory, src_pad)`, `decode(tgt, memory, src_pad, cache) -> logits`,
-`new_cache()`, `pad_id` and `max_len` can be decoded (`models.Seq2SeqNet` is one), or a list of such networks, an
-ensemble (`StepScorer`); the network does not know about decoding, so nothing imports in a circle. The other
-searches are in models/beam.py and models/sampling.py; models/constraints.py masks what an output may not hold,
-models/scoring.py scores and aligns given outputs.
-
-docs/guide/decoding.md gives the rules every search keeps through this module: `max_len` counts generated tokens,
-`<eos>` included, and at the limit `<eos>` is forced with its own log-prob (fairseq's rule), so scoring an output
-as a given target (`score_targets`) gives its search score back; no search generates `<pad>` or `<bos>`
-(`no_specials`; Marian's decoder starts from `<pad>`).
-"""
+"""Decoding as functions over a network's `encode` and `decode`: what every search shares, and greedy search. Any module
+with `encode(src) -> (memory, src_pad)`, `decode(tgt, memory, src_pad, cache) -> logits`, `new_cache()`, `pad_id` and
+`max_len` can be decoded, or a list of them (an ensemble: `StepScorer`); the network knows nothing of decoding, so
+nothing imports in a circle. The rules every search keeps here (the length limit, the forced `<eos>` and its log-prob,
+no `<pad>` or `<bos>` generated): docs/guide/decoding.md; the other searches: docs/guide/layout.md."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Encoder and decoder layers, post-norm (the 2017 paper, PyTorch's default) or pre-norm.
-
-Every norm is `norm` (LayerNorm or RMSNorm, models.norms); the attention options (`num_kv_heads`,
-`qk_norm`, rotary positions, an additive bias) live in models.attention; the feed-forward is below, its
-activations (by name) in models.activations.
-"""
+"""Encoder and decoder layers, post-norm (the 2017 paper, PyTorch's default) or pre-norm. Every norm is `norm`
+(models.norms); the attention options live in models.attention; the feed-forward is below, its activations (by name)
+in models.activations."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""Marian (OPUS-MT) models in our core: their config as our options (`options_from_config`), their weights under
-our names (`state_dict_from_marian`), and both backwards for the Hugging Face export.
-
-docs/guide/pretrained.md lists the options a Marian model sets (no final norm, [sin | cos] sinusoids, SiLU, an
-output bias, `<pad>` as the last id and the decoder's start, one or two vocabularies, tied tables or not: which,
-inference/marian.py reads from the weights). Marian's attention projects q, k and v with three matrices where ours
-fuses them (one q/k/v matmul in self-attention, one k/v matmul of the memory in cross-attention), so the weights
-are concatenated on import and split on export, as `layer_names` pairs them.
-"""
+"""Marian (OPUS-MT) models in our core: their config as our options (`options_from_config`), their weights under our
+names (`state_dict_from_marian`), and both backwards for the Hugging Face export (docs/guide/pretrained.md lists the
+options a Marian model sets). Marian's q, k and v are three matrices where ours are fused, so the weights are
+concatenated on import and split on export, as `layer_names` pairs them."""
 
 from __future__ import annotations
 

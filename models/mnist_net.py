@@ -1,20 +1,6 @@
-"""An MNIST classifier built on the project's own `Transformer`: image → tokens → encoder → head.
-
-Tokens are rows (28 tokens of 28 pixels, the seed's layout) or square patches (4×4 → 49 tokens, 7×7 → 16 tokens),
-each linearly embedded, on an h × w grid (rows: 28 × 1; 7×7 patches: 4 × 4) that the 2-D position schemes read;
-docs/guide/variants.md ("Position schemes") says how each scheme, 1-D or 2-D, treats the grid, a class token and
-the decoder head's queries. An optional convolutional stem (`stem_channels`, `stem_layers`: 3×3 convolutions at
-full resolution, Xiao et al. 2021, "Early convolutions help transformers see better") runs over the image first;
-a token is then its patch of the stem's feature maps. With `strided_stem` the stem brings each p×p patch down to
-one position: ⌈log2 p⌉ stages, each stage's first convolution of stride 2 and doubling the maps, over the image
-zero-padded to a multiple (28 → 32 → 16 → 8 → 4 for 7×7 patches), so neighbouring tokens see overlapping pixels.
-`stem_norm` puts a BatchNorm after every stem convolution (which then has no bias). Heads:
-  - "decoder": learned query token(s) go through the core's decoder, cross-attending to the encoded image (the
-    seed's design, with a learned query instead of a constant one);
-  - "cls": a learned class token is prepended to the encoder input and read out (ViT);
-  - "mean": the encoder outputs are averaged.
-Each of these settings is a field of `models.config.MnistNetConfig`, which checks them.
-"""
+"""An MNIST classifier built on the project's own `Transformer`: image → tokens (rows or square patches, after an
+optional convolutional stem) → encoder → head ("decoder", "cls" or "mean"), each setting a field of
+`models.config.MnistNetConfig`, which checks them; docs/guide/variants.md ("The MNIST network") says what each does."""
 
 from __future__ import annotations
 

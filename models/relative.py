@@ -1,14 +1,6 @@
-"""Relative position biases: a per-head float added to the attention logits, depending on where a query and a key
-sit relative to each other rather than on where each one is. docs/guide/variants.md ("Position schemes") lists the
-schemes and their sources: T5's buckets (`T5RelativeBias`), `ALiBi` and Swin's 2-D table (`SwinRelativeBias2d`).
-
-Every scheme is a module called once per forward pass, like the masks, with the number of queries, the number of
-keys and the queries' offset (a cached decoder's new queries sit at positions offset … offset + T - 1, its keys at
-0 … offset + T - 1, or 0 … L - 1 in a static cache's buffer, whose offset is a tensor: models.cache). It returns
-(L, H, T, S): L = 1 when every layer of the stack shares the bias, else one slice per layer. The core
-(models.transformer) hands layer i its slice and the attention (models.attention) adds it to the logits through
-SDPA's float mask (models.masks.with_bias): one mechanism for every scheme.
-"""
+"""Relative position biases: a per-head float added to the attention logits, depending on where a query and a key sit
+relative to each other. docs/guide/variants.md ("Position schemes") lists the schemes, their sources and the one way
+every scheme reaches the logits: a module called once per forward pass → (L, H, T, S), layer i's slice its own."""
 
 from __future__ import annotations
 
@@ -24,13 +16,8 @@ from .registry import IMAGE, Scheme, Tokens, lookup
 def t5_bucket(
     relative_position: torch.Tensor, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128
 ) -> torch.Tensor:
-    """T5's bucket of each key position − query position (Mesh TensorFlow's `_relative_position_bucket`).
-
-    Bidirectional: half the buckets for keys after the query, half for keys before. Causal: keys after the
-    query all fall in bucket 0 (the mask hides them anyway). Within a half, distances below max_exact = half
-    of it get a bucket each; longer ones share buckets spaced logarithmically up to `max_distance`, beyond
-    which everything is in the last bucket. Computed in float64 so that no distance rounds to its neighbour's
-    bucket (the boundaries are exact powers for the default sizes)."""
+    """T5's bucket of each key position − query position (Mesh TensorFlow's `_relative_position_bucket`; the buckets:
+    docs/guide/variants.md, "Position schemes"). In float64, so that no distance rounds to its neighbour's bucket."""
     n = -relative_position  # query − key: positive for keys in the past
     bucket = torch.zeros_like(n)
     if bidirectional:

@@ -1,21 +1,8 @@
 """The decoding fast path: the network's own `decode` on a preallocated key/value cache (`models.cache.StaticCache`),
 one step whose shapes and addresses never change, so that `torch.compile` or a CUDA graph can capture it.
-docs/guide/speed.md ("Fast paths") says how the buffers are written and masked, and what the tests check.
-
 `StaticDecoder(net, mode)` presents what the searches of `models.decoding` read from a network, so greedy and beam
-search run on it unchanged; `greedy` and `beam` size the buffers for the steps asked, rounded up to
-`length_multiple` so that the shapes (and compilations) stay few. Modes:
-  - "eager": no capture (the reference);
-  - "compile": `torch.compile` of `net.decode`; mode="reduce-overhead" (CUDA graphs) on CUDA, the inductor's
-    default on the CPU. One compilation per (rows, source length, buffer length);
-  - "cuda-graph": `net.decode` captured in a `torch.cuda.CUDAGraph` per shape and replayed (CUDA only).
-The encoder, the memory's cross-attention keys/values (projected once per source) and the beam reordering run
-eagerly, outside the captured step.
-
-Outputs are token for token the growing cache's: the unwritten positions get attention weight exactly 0. Under bf16
-autocast the attention over the whole buffer rounds otherwise, by up to one bf16 step in the logits: a search may
-part where its top two logits are that close.
-"""
+search run on it unchanged. docs/guide/speed.md ("Fast paths", "The static cache") says how the buffers are written
+and masked, what each mode captures, and why outputs are token for token the growing cache's."""
 
 from __future__ import annotations
 

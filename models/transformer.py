@@ -1,12 +1,7 @@
-"""The encoder–decoder Transformer on embeddings (Vaswani et al., 2017), batch-first.
-
-Its settings are a `models.config.TransformerConfig`, whose names and layer defaults follow `torch.nn.Transformer`,
-including its final LayerNorm after each stack (present in post-norm too), so `Transformer.from_torch` can
-copy its weights. The research options (`norm`, gated `activation`s, `qk_norm`, `num_kv_heads`, and here the
-rotary positions and the relative position biases `encoder_bias` and `decoder_bias`, which the network on top
-builds) are off by default, which is `torch.nn.Transformer` exactly; so is `final_norm=False` (no norm after
-either stack, as in Marian / OPUS-MT models, models/marian.py).
-"""
+"""The encoder–decoder Transformer on embeddings (Vaswani et al., 2017), batch-first. Its settings
+(`models.config.TransformerConfig`) follow `torch.nn.Transformer`'s names and layer defaults, its final LayerNorm after
+each stack included (present in post-norm too), so `Transformer.from_torch` can copy its weights; every research option
+(README, "Research variants"), Marian's `final_norm=False` included, is off by default: `torch.nn.Transformer` exactly."""
 
 from __future__ import annotations
 
