@@ -4,16 +4,7 @@
     .venv/bin/python scripts/import_pretrained.py path/to/marian_folder --out model.ckpt               # a local copy
     .venv/bin/python scripts/translate.py --ckpt opus-mt-de-en.ckpt --beam-size 4 "Ein Hund rennt."
 
-The folder holds config.json, model.safetensors (or pytorch_model.bin), source.spm, target.spm and
-vocab.json (target_vocab.json too when the sides have separate vocabularies), as `save_pretrained` writes
-them; a hub name is downloaded into Hugging Face's cache first. The output is an ordinary
-`Seq2SeqTransformer` checkpoint, its tokenizers inside (inference/marian.py): translate.py, evaluate.py,
-export.py and fit.py (configs/opus_mt_finetune.yaml) take it. `--length-penalty` sets the checkpoint's
-default for beam search (OPUS-MT's `generate` divides by length, which ours, GNMT's, does not: 0 turns
-normalisation off in both). A multilingual model (its vocabulary holds `>>fr<<`, `>>es<<`, ...: OPUS-MT's
-en-ROMANCE, say) imports the same way; its target languages are those tokens, and translate.py takes one as
-`--tgt-lang fr` (datamodules/languages.py). An unknown hub name offline, a folder missing a file, a config.json that is
-not a Marian model's, or an existing --out without --force: one line on stderr, exit status 2, nothing written.
+docs/guide/pretrained.md says what the folder holds, what the checkpoint is, and how multilingual models import.
 """
 
 from __future__ import annotations

@@ -5,9 +5,7 @@ token ids of every split to the memory-mapped cache that every later run and pro
     .venv/bin/python scripts/prepare.py --config configs/multi30k.yaml --data.data_dir ../shared/data/multi30k
     .venv/bin/python scripts/prepare.py --config configs/multi30k.yaml --data.cache_dir /scratch/cache
 
-It reads the same recipe files and `--data.*` options as scripts/fit.py (the rest of a recipe is ignored), so
-a run started afterwards with the same data settings finds the cache and starts at once. Running it when the
-cache exists only prints where it is.
+docs/guide/training.md ("Before and after a run") says which options it reads and what a later run finds.
 """
 
 from __future__ import annotations

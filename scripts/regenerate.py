@@ -1,15 +1,9 @@
-"""Rewrite what is derived from the tables of variants (models/activations.py, norms.py, ...) and the variant files:
+"""Rewrite what is derived from the tables of variants (models/activations.py, norms.py, ...) and the variant files.
 
     .venv/bin/python scripts/regenerate.py
 
-  - each W&B sweep of variants (configs/sweeps/*.yaml with a `config` parameter): its list, every variant file that
-    fits its recipe's network (training/variants.py), and its header's count of runs;
-  - the sentences of README.md and docs/guide/export-deploy.md "The <engine> export refuses, in one line naming the setting: ...":
-    what each exporter's allow-list (`ALLOWED`) refuses of the settings, an activation by its table entry;
-  - scripts/help/fit.txt and prepare.txt: what `fit.py --help` and `prepare.py --help` print, from their parsers
-    (80 columns), which the scripts print at once (common.commands.answer_stored_help).
-tests/test_sweeps.py, tests/test_export_settings.py and tests/test_imports.py fail, naming this command, while a
-file differs from it.
+docs/guide/variants.md ("A network's settings") lists what it rewrites: the sweeps of variants, the docs' lists of
+what each export refuses, and scripts/help/fit.txt and prepare.txt; the tests that fail while a file differs.
 """
 
 from __future__ import annotations

@@ -5,11 +5,8 @@
     .venv/bin/python scripts/translate.py --engine ctranslate2 --model OUT_DIR "Ein Hund rennt."   # scripts/export.py's
     .venv/bin/python scripts/translate.py --ckpt CKPT --device cuda --static-cache compile < sentences.txt   # captured decoding
 
-With sentences as arguments, prints one translation per argument; with none, reads standard input line by line and
-prints one line per input line, in order, in chunks of --batch-size lines so that output streams while input is
-still coming (an empty input line gives an empty output line). docs/guide/decoding.md: the flags, n-best lists,
-scores, alignments, prefixes, constraints, ensembles and `--engine ctranslate2`; docs/guide/faults-and-exits.md: the
-errors and exit statuses.
+docs/guide/decoding.md: arguments and standard input, the flags, n-best lists, scores, alignments, prefixes,
+constraints, ensembles and `--engine ctranslate2`; docs/guide/faults-and-exits.md: the errors and exit statuses.
 """
 
 from __future__ import annotations
