@@ -21,14 +21,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+with contextlib.suppress(ModuleNotFoundError):  # imported as scripts.NAME, not run: the repository is on the path
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.commands import invocation, program, resume_command, script_parser  # noqa: E402
+from common.environment import ROOT  # noqa: E402
 from common.errors import InputError, OutputError  # noqa: E402
 from common.exits import exit_on_user_error, print_lines, write_fault  # noqa: E402
 from common.files import atomic_output, atomic_write_text  # noqa: E402

@@ -10,16 +10,11 @@ docs/guide/decoding.md ("Comparing systems") says what each number is and how it
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+with contextlib.suppress(ModuleNotFoundError):  # imported as scripts.NAME, not run: the repository is on the path
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.commands import add_tokenize_argument, require_at_least_one, script_parser  # noqa: E402
 from common.errors import InputError  # noqa: E402

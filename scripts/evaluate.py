@@ -11,16 +11,11 @@ docs/guide/decoding.md ("Scoring a checkpoint") says how the metrics are wired, 
 from __future__ import annotations
 
 import argparse
-import sys
+import contextlib
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+with contextlib.suppress(ModuleNotFoundError):  # imported as scripts.NAME, not run: the repository is on the path
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.checkpoints import add_weights_argument, read_checkpoint, weights_label  # noqa: E402
 from common.commands import add_tokenize_argument, script_parser  # noqa: E402

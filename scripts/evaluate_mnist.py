@@ -8,15 +8,10 @@ docs/guide/training.md ("Before and after a run") says which split, weights and 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import contextlib
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+with contextlib.suppress(ModuleNotFoundError):  # imported as scripts.NAME, not run: the repository is on the path
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 import torch  # noqa: E402
 

@@ -11,16 +11,12 @@ checks every export passes before OUT_DIR is written.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+with contextlib.suppress(ModuleNotFoundError):  # imported as scripts.NAME, not run: the repository is on the path
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.checkpoints import add_weights_argument, load_checkpoint, read_checkpoint  # noqa: E402
 from common.commands import invocation, script_parser  # noqa: E402

@@ -14,6 +14,7 @@ batches and shards, several processes, the stop and `--resume` that give a byte-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -22,12 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+with contextlib.suppress(ModuleNotFoundError):  # imported as scripts.NAME, not run: the repository is on the path
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common import signals  # noqa: E402
 from common.checkpoints import add_weights_argument  # noqa: E402

@@ -10,17 +10,13 @@ docs/guide/training.md ("Before and after a run") says which options it reads an
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+with contextlib.suppress(ModuleNotFoundError):  # imported as scripts.NAME, not run: the repository is on the path
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.commands import answer_stored_help  # noqa: E402
 

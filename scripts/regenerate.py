@@ -8,23 +8,20 @@ what each export refuses, and scripts/help/fit.txt and prepare.txt; the tests th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+with contextlib.suppress(ModuleNotFoundError):  # imported as scripts.NAME, not run: the repository is on the path
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 import yaml  # noqa: E402
 
 from common.commands import help_key, script_parser, stored_help_path  # noqa: E402
+from common.environment import ROOT  # noqa: E402
 
 COMMAND = ".venv/bin/python scripts/regenerate.py"
 DOCS = ("README.md", "docs/guide/export-deploy.md")

@@ -12,17 +12,13 @@ constraints, ensembles and `--engine ctranslate2`; docs/guide/faults-and-exits.m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import warnings
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+with contextlib.suppress(ModuleNotFoundError):  # imported as scripts.NAME, not run: the repository is on the path
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.commands import script_parser  # noqa: E402
 from common.errors import InputError  # noqa: E402
