@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-with contextlib.suppress(ModuleNotFoundError):  # imported as scripts.NAME, not run: the repository is on the path
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
     import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.commands import invocation, program, resume_command, script_parser  # noqa: E402

@@ -10,10 +10,9 @@ docs/guide/decoding.md ("Comparing systems") says what each number is and how it
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 
-with contextlib.suppress(ModuleNotFoundError):  # imported as scripts.NAME, not run: the repository is on the path
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
     import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.commands import add_tokenize_argument, require_at_least_one, script_parser  # noqa: E402

@@ -11,10 +11,9 @@ docs/guide/decoding.md ("Scoring a checkpoint") says how the metrics are wired, 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
 
-with contextlib.suppress(ModuleNotFoundError):  # imported as scripts.NAME, not run: the repository is on the path
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
     import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.checkpoints import add_weights_argument, read_checkpoint, weights_label  # noqa: E402

@@ -8,9 +8,7 @@ docs/guide/training.md ("Before and after a run") says which split, weights and 
 
 from __future__ import annotations
 
-import contextlib
-
-with contextlib.suppress(ModuleNotFoundError):  # imported as scripts.NAME, not run: the repository is on the path
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
     import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 import torch  # noqa: E402

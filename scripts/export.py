@@ -11,11 +11,10 @@ checks every export passes before OUT_DIR is written.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import shlex
 from pathlib import Path
 
-with contextlib.suppress(ModuleNotFoundError):  # imported as scripts.NAME, not run: the repository is on the path
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
     import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.checkpoints import add_weights_argument, load_checkpoint, read_checkpoint  # noqa: E402

@@ -11,12 +11,11 @@ Any `--trainer.*`, `--model.*`, `--data.*` and `--checkpoint.*` option works as 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import sys
 import warnings
 
-with contextlib.suppress(ModuleNotFoundError):  # imported as scripts.NAME, not run: the repository is on the path
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
     import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.commands import answer_stored_help  # noqa: E402

@@ -14,7 +14,6 @@ batches and shards, several processes, the stop and `--resume` that give a byte-
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shlex
@@ -23,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-with contextlib.suppress(ModuleNotFoundError):  # imported as scripts.NAME, not run: the repository is on the path
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
     import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common import signals  # noqa: E402

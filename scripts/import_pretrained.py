@@ -10,10 +10,9 @@ docs/guide/pretrained.md says what the folder holds, what the checkpoint is, and
 from __future__ import annotations
 
 import argparse
-import contextlib
 from pathlib import Path
 
-with contextlib.suppress(ModuleNotFoundError):  # imported as scripts.NAME, not run: the repository is on the path
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
     import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.checkpoints import add_output_arguments, output_checkpoint  # noqa: E402

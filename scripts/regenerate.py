@@ -8,14 +8,13 @@ what each export refuses, and scripts/help/fit.txt and prepare.txt; the tests th
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import re
 import subprocess
 import sys
 
-with contextlib.suppress(ModuleNotFoundError):  # imported as scripts.NAME, not run: the repository is on the path
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
     import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 import yaml  # noqa: E402

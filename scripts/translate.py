@@ -12,12 +12,11 @@ constraints, ensembles and `--engine ctranslate2`; docs/guide/faults-and-exits.m
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import warnings
 from collections.abc import Iterable, Iterator
 
-with contextlib.suppress(ModuleNotFoundError):  # imported as scripts.NAME, not run: the repository is on the path
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
     import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.commands import script_parser  # noqa: E402
