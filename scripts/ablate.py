@@ -6,23 +6,7 @@ the score, the size and the speed of a baseline you trust.
     .venv/bin/python scripts/ablate.py --recipe configs/multi30k.yaml --variants baseline rotary my_variant.yaml \
         -- --data.data_dir ../shared/data/multi30k --trainer.max_time 00:00:10:00
 
-A variant is a name in configs/variants/ or the path of a variant file of one's own (training/variants.py), labelled
-by its file's name; by default, every file of configs/variants/ whose `fits` lists the recipe's network, and a
-variant named that does not fit it is refused in one line. Each run is `scripts/fit.py --config RECIPE --config
-<variant file> --seed_everything S` plus whatever follows `--`, in a folder of its own under `--root`, one run
-after another; a line says where each starts. W&B logs them in one group, `ablation-<recipe>`, each named
-`<variant>-s<seed>`. The table gives, per variant: the test score (mean ± sample standard deviation over the
-seeds), the best validation score, the parameters, the median training step and the wall time of a run. One
-seed gives no standard deviation: read differences smaller than the seed-to-seed spread as noise. A translation
-recipe's table also gives each variant's test BLEU minus the baseline's (the variant named `baseline`, else the
-first) and that difference's p-value by sacrebleu's paired bootstrap (tasks/significance.py, 1000 resamples): each
-run keeps its test translations (`test_hypotheses.txt` beside its summary.json), and a variant's are paired sentence
-by sentence with the baseline's of the same seed and pooled over the seeds both ran, as one test set. MNIST's
-accuracy has no such test: its table has no such columns.
-
-Ctrl-C (or SIGTERM) stops the run under way as scripts/fit.py stops (at the end of its step), then prints the
-table of the runs that finished and the command that runs the rest: the same one with `--resume`, which reads
-the finished runs back from `--root` instead of running them again.
+docs/guide/variants.md ("Ablation") says which variants run, what the table gives and how a stopped sweep resumes.
 """
 
 from __future__ import annotations
@@ -37,14 +21,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.commands import invocation, program, resume_command, script_parser  # noqa: E402
+from common.environment import ROOT  # noqa: E402
 from common.errors import InputError, OutputError  # noqa: E402
 from common.exits import exit_on_user_error, print_lines, write_fault  # noqa: E402
 from common.files import atomic_output, atomic_write_text  # noqa: E402
@@ -225,10 +206,7 @@ def finished(folder: Path) -> dict | None:
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    """A full disk or an unwritable --out or --root is one line naming it, exit status 1; --out's place
-    is tried (temporary files beside it) before the first run, and the table and its .json appear only
-    once complete. A signal ends the sweep after the run under way, with the table of the finished runs and the
-    command that resumes the rest, exit status 128 + the signal's number."""
+    """The sweep; its exit statuses (a signal: 128 + its number) are in docs/guide/faults-and-exits.md."""
     script, argv = invocation(argv, "ablate")
     args, extra = parse_args(argv)
     recipe = Path(args.recipe)

@@ -3,26 +3,15 @@
     .venv/bin/python scripts/average_checkpoints.py CKPT CKPT [CKPT ...] --out averaged.ckpt
     .venv/bin/python scripts/average_checkpoints.py RUN/checkpoints --last 5 --out averaged.ckpt
 
-The run must have kept a checkpoint per epoch (`fit.py ... --checkpoint.save_top_k -1`). The output
-loads like any checkpoint (`load_from_checkpoint`, `weights_only=True`, scripts/evaluate.py,
-scripts/translate.py, scripts/export.py) and carries the last one's hyperparameters and tokenizers;
-it holds no optimiser state, so a run cannot resume from it. Of EMA checkpoints the averaged weights
-are averaged, unless `--weights training`. An existing --out is replaced only with --force, and never
-when it is one of the inputs; --out is written whole or not at all. Bad input: one line on stderr, exit
-status 2; a full disk or an unwritable --out: one line naming it, exit status 1.
+docs/guide/training.md ("Before and after a run") says what the output holds and what it can be used for.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.checkpoints import add_output_arguments, add_weights_argument, output_checkpoint, read_checkpoint  # noqa: E402
 from common.commands import script_parser  # noqa: E402

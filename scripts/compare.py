@@ -4,36 +4,16 @@
     .venv/bin/python scripts/compare.py --ref REF --hyps BASE SYS1 SYS2 [--metrics bleu] [--paired-bs-n 1000] \
         [--paired-ar-n 10000] [--seed 12345] [--json results.json]
 
-The first --hyps file is the baseline; every other is compared with it. Per system: BLEU and chrF, the paired
-bootstrap's estimate of the score with the half-width of its 95% confidence interval; per system after the baseline:
-its difference to the baseline and that difference's p-value by paired bootstrap resampling (--paired-bs-n resamples)
-and by approximate randomisation (--paired-ar-n trials). All of it is sacrebleu's own implementation (its
-`--paired-bs` and `--paired-ar`, tasks/significance.py): the same files, numbers of resamples and seed give the
-numbers `sacrebleu REF -i BASE SYS1 --paired-bs` prints, and the signatures printed say so. The interval is the
-system's score's, as sacrebleu gives it, not the difference's. A p-value below 0.05 is marked "*": a difference this
-large would seldom arise by chance were the two systems one process; it does not say which system is better. A
-difference of exactly 0 (the same translations) is never marked, though sacrebleu's p is then its floor, 1/(n + 1).
-
-Files may be gzip (name ending in .gz) or plain text, one sentence a line, line i of each --hyps translating the
-sentence of line i of --ref. BLEU is cased, with the 13a tokenizer (zh for Chinese references) unless --tokenize,
-as scripts/evaluate.py scores it. A missing file, files of different line counts, fewer than two systems or one
-given twice: one line on stderr, exit status 2; an unwritable --json (tried before the tests; written whole or not
-at all): one line naming it, exit status 1.
+docs/guide/decoding.md ("Comparing systems") says what each number is and how it matches sacrebleu's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.commands import add_tokenize_argument, require_at_least_one, script_parser  # noqa: E402
 from common.errors import InputError  # noqa: E402

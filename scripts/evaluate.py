@@ -4,37 +4,17 @@
         --ref data/multi30k/test_2016_flickr.en.gz [--beam-size 4] [--batch-size 64] [--hyp-out FILE]
     .venv/bin/python scripts/evaluate.py --engine ctranslate2 --model OUT_DIR [--compute-type int8] --src ... --ref ...
 
-Files may be gzip (name ending in .gz) or plain text; line i of --ref translates line i of --src. A multilingual
-model's direction is `--pair de-en`: the target's tag (`>>en<<`) is put in front of every source line
-(datamodules/languages.py), `--source-tag` adds the source's too. `--language-text fr=FILE` (one for each language
-the outputs may be in, the target's among them) also prints the share of outputs in the target language
-(tasks.metrics.LanguageIdentifier): a zero-shot direction answering in English scores low for another reason than
-a poor translation.
-The metrics are wired exactly as during training (tasks/metrics.py): cased BLEU with the 13a
-tokenizer (zh for Chinese references), then the same BLEU lowercased, labelled as such, because many
-papers and tutorials report that one. A checkpoint of a run with `--ema_decay` holds the averaged
-weights and the training weights: the averaged ones are scored unless `--weights training`; the output
-says which weights were scored. Several --ckpt decode as an ensemble; the decoding tools' flags
-(--sampling, --no-repeat-ngram-size, --min-len, --ban-unk, ...) are scripts/translate.py's. With standard
-error not a terminal (nohup, SLURM), a progress line about every tenth of the input instead of a bar.
-Files of different lengths, a missing file or a bad checkpoint: one line on stderr, exit status 2; a
-full disk or an unwritable --hyp-out (tried before translating; the file is written whole or not at
-all): one line naming it, exit status 1.
+docs/guide/decoding.md ("Scoring a checkpoint") says how the metrics are wired, and what --pair, --language-text,
+--weights and several --ckpt do.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.checkpoints import add_weights_argument, read_checkpoint, weights_label  # noqa: E402
 from common.commands import add_tokenize_argument, script_parser  # noqa: E402

@@ -3,27 +3,13 @@
     .venv/bin/python scripts/evaluate_mnist.py --ckpt CKPT --data-dir ../shared/data/mnist [--weights training] \
         [--precision bf16-mixed]
 
-The validation split is the recipe's (the checkpoint's data settings: `val_size` and `split_seed`
-as given here, defaults as in configs/mnist_subset.yaml), so the two numbers are the ones a run
-selects on and reports. A checkpoint of a run with `--ema_decay` holds the averaged weights and the
-training weights: the averaged ones are scored unless `--weights training`. The images are scored in
-float32 unless `--precision bf16-mixed`, the autocast a recipe with `precision: bf16-mixed` tests under
-(a few images can flip between the two). The output line says which weights and precision were scored.
-With standard error not a terminal (nohup, SLURM), a progress line every 5 batches instead of a bar.
-A missing file or a bad checkpoint: one line on stderr, exit status 2.
+docs/guide/training.md ("Before and after a run") says which split, weights and precision are scored.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 import torch  # noqa: E402
 

@@ -4,41 +4,18 @@
     .venv/bin/python scripts/translate.py --engine ctranslate2 --model OUT_DIR "Ein Hund rennt."
     .venv/bin/python scripts/export.py --ckpt CKPT --to hf OUT_DIR [--push-to-hub USER/NAME] [--force]
 
-OUT_DIR gets CTranslate2's model (model.bin, vocabularies, config.json) and our tokenizers
-(tokenizers.json), so the directory alone translates text (deploy/ctranslate2.py says how the
-weights map and which options cannot). `--quantization` stores the weights as CTranslate2 runs them
-(int8, int16, float16, ...; default float32); a float32 export can still be run in int8 with
-`translate.py --compute-type int8`. A checkpoint of a run with `--ema_decay` is exported with its
-averaged weights unless `--weights training`. OUT_DIR's parent folders are created as `mkdir -p` would;
-an existing OUT_DIR is replaced only with --force, and only if it is an earlier export. A bad checkpoint,
-an option CTranslate2 cannot represent, or no `ctranslate2` package: one line on stderr, exit status 2.
-
-Every export checks itself before OUT_DIR is written (deploy/verify.py): each network setting must be one its
-engine's allow-list has a rule for and allows, each weight is used exactly once, and the exported model, run on a
-few probe sentences, must give our teacher-forced log-probs (within 1e-3) and greedy outputs. Any failure is one
-line naming the setting, the weight or the difference, exit status 2, and nothing written.
-
-`--to hf` writes a Hugging Face model folder instead: a `MarianMTModel` (config.json, model.safetensors), its
-tokenizer, generation_config.json and a model card (README.md), which `transformers` loads with no code of
-ours (deploy/huggingface.py says how the network is rewritten, and which options Marian cannot express, each
-refused in one line naming it). `--push-to-hub USER/NAME` then uploads the folder with `huggingface_hub`
-(logged in with `hf auth login` or HF_TOKEN); an upload that fails is one line, exit status 2, the folder kept.
-A full disk is one line and exit status 1, and leaves nothing half-written.
+docs/guide/export-deploy.md says what each folder holds, how the network is rewritten for each engine, and the
+checks every export passes before OUT_DIR is written.
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.checkpoints import add_weights_argument, load_checkpoint, read_checkpoint  # noqa: E402
 from common.commands import invocation, script_parser  # noqa: E402

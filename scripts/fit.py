@@ -14,14 +14,9 @@ from __future__ import annotations
 import functools
 import sys
 import warnings
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.commands import answer_stored_help  # noqa: E402
 

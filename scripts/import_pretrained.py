@@ -4,30 +4,16 @@
     .venv/bin/python scripts/import_pretrained.py path/to/marian_folder --out model.ckpt               # a local copy
     .venv/bin/python scripts/translate.py --ckpt opus-mt-de-en.ckpt --beam-size 4 "Ein Hund rennt."
 
-The folder holds config.json, model.safetensors (or pytorch_model.bin), source.spm, target.spm and
-vocab.json (target_vocab.json too when the sides have separate vocabularies), as `save_pretrained` writes
-them; a hub name is downloaded into Hugging Face's cache first. The output is an ordinary
-`Seq2SeqTransformer` checkpoint, its tokenizers inside (inference/marian.py): translate.py, evaluate.py,
-export.py and fit.py (configs/opus_mt_finetune.yaml) take it. `--length-penalty` sets the checkpoint's
-default for beam search (OPUS-MT's `generate` divides by length, which ours, GNMT's, does not: 0 turns
-normalisation off in both). A multilingual model (its vocabulary holds `>>fr<<`, `>>es<<`, ...: OPUS-MT's
-en-ROMANCE, say) imports the same way; its target languages are those tokens, and translate.py takes one as
-`--tgt-lang fr` (datamodules/languages.py). An unknown hub name offline, a folder missing a file, a config.json that is
-not a Marian model's, or an existing --out without --force: one line on stderr, exit status 2, nothing written.
+docs/guide/pretrained.md says what the folder holds, what the checkpoint is, and how multilingual models import.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.checkpoints import add_output_arguments, output_checkpoint  # noqa: E402
 from common.commands import script_parser  # noqa: E402

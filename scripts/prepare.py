@@ -5,24 +5,17 @@ token ids of every split to the memory-mapped cache that every later run and pro
     .venv/bin/python scripts/prepare.py --config configs/multi30k.yaml --data.data_dir ../shared/data/multi30k
     .venv/bin/python scripts/prepare.py --config configs/multi30k.yaml --data.cache_dir /scratch/cache
 
-It reads the same recipe files and `--data.*` options as scripts/fit.py (the rest of a recipe is ignored), so
-a run started afterwards with the same data settings finds the cache and starts at once. Running it when the
-cache exists only prints where it is.
+docs/guide/training.md ("Before and after a run") says which options it reads and what a later run finds.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.commands import answer_stored_help  # noqa: E402
 

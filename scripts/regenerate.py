@@ -1,15 +1,9 @@
-"""Rewrite what is derived from the tables of variants (models/activations.py, norms.py, ...) and the variant files:
+"""Rewrite what is derived from the tables of variants (models/activations.py, norms.py, ...) and the variant files.
 
     .venv/bin/python scripts/regenerate.py
 
-  - each W&B sweep of variants (configs/sweeps/*.yaml with a `config` parameter): its list, every variant file that
-    fits its recipe's network (training/variants.py), and its header's count of runs;
-  - the sentences of README.md and docs/guide/export-deploy.md "The <engine> export refuses, in one line naming the setting: ...":
-    what each exporter's allow-list (`ALLOWED`) refuses of the settings, an activation by its table entry;
-  - scripts/help/fit.txt and prepare.txt: what `fit.py --help` and `prepare.py --help` print, from their parsers
-    (80 columns), which the scripts print at once (common.commands.answer_stored_help).
-tests/test_sweeps.py, tests/test_export_settings.py and tests/test_imports.py fail, naming this command, while a
-file differs from it.
+docs/guide/variants.md ("A network's settings") lists what it rewrites: the sweeps of variants, the docs' lists of
+what each export refuses, and scripts/help/fit.txt and prepare.txt; the tests that fail while a file differs.
 """
 
 from __future__ import annotations
@@ -19,18 +13,14 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 import yaml  # noqa: E402
 
 from common.commands import help_key, script_parser, stored_help_path  # noqa: E402
+from common.environment import ROOT  # noqa: E402
 
 COMMAND = ".venv/bin/python scripts/regenerate.py"
 DOCS = ("README.md", "docs/guide/export-deploy.md")

@@ -5,11 +5,8 @@
     .venv/bin/python scripts/translate.py --engine ctranslate2 --model OUT_DIR "Ein Hund rennt."   # scripts/export.py's
     .venv/bin/python scripts/translate.py --ckpt CKPT --device cuda --static-cache compile < sentences.txt   # captured decoding
 
-With sentences as arguments, prints one translation per argument; with none, reads standard input line by line and
-prints one line per input line, in order, in chunks of --batch-size lines so that output streams while input is
-still coming (an empty input line gives an empty output line). docs/guide/decoding.md: the flags, n-best lists,
-scores, alignments, prefixes, constraints, ensembles and `--engine ctranslate2`; docs/guide/faults-and-exits.md: the
-errors and exit statuses.
+docs/guide/decoding.md: arguments and standard input, the flags, n-best lists, scores, alignments, prefixes,
+constraints, ensembles and `--engine ctranslate2`; docs/guide/faults-and-exits.md: the errors and exit statuses.
 """
 
 from __future__ import annotations
@@ -18,14 +15,9 @@ import argparse
 import sys
 import warnings
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install -e .` too
-
-from common.environment import require_environment  # noqa: E402
-
-require_environment()  # another Python than the project's: one line naming .venv/bin/python, not a traceback
+if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
+    import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
 
 from common.commands import script_parser  # noqa: E402
 from common.errors import InputError  # noqa: E402
