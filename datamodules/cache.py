@@ -1,12 +1,5 @@
-"""Prepared data on disk: one folder per key, built once under a lock, and either complete or not used.
-
-    <root>/<name>-<key>/            complete: `meta.json` is written last, and the folder appears by rename
-    <root>/.<name>-<key>.tmp-<pid>/ being built (or left by a build that was killed: removed by the next one)
-    <root>/<name>-<key>.lock        held while building; the processes of a node that arrive later wait on it
-
-The key hashes everything that changes the folder's contents (the source files' sizes, times and ends,
-the tokenizer settings, max_len...), so a stale folder is never found, only a fresh one built beside it.
-"""
+"""Prepared data on disk: one folder per key (a hash of everything that changes its contents), built once under a
+lock, and either complete or not used (the layout: docs/guide/data.md, "The cache")."""
 
 from __future__ import annotations
 

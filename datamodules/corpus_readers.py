@@ -23,13 +23,8 @@ Pair = tuple[str, str]
 
 
 def read_tatoeba(path: str | os.PathLike) -> list[Pair]:
-    """(english, other) pairs from a manythings file: `english<TAB>other<TAB>attribution` per line.
-
-    The byte-order mark the published files start with is dropped (it would otherwise glue itself to
-    the first English sentence); blank lines are skipped; anything else malformed is an error with its
-    line number, because silently skipping it would shift nothing but hide a broken download. So is a
-    file that is not UTF-8 text or holds no pair at all.
-    """
+    """(english, other) pairs from a manythings file: `english<TAB>other<TAB>attribution` per line; the byte-order mark
+    dropped, blank lines skipped, anything else malformed an error with its line number (docs/guide/data.md, "Sources")."""
     pairs = []
     for lineno, line in enumerate(io.StringIO(_read_text(Path(path)), newline="\n"), 1):
         if not line.strip():

@@ -1,12 +1,6 @@
-"""Hugging Face `datasets` translation corpora as a source of sentence pairs: every example holds
-`{"translation": {"de": "...", "en": "..."}}`, as wmt14, wmt16, iwslt2017 and opus_books do.
-
-    hub:    load_splits(None, "wmt14", "de-en", ...)        downloaded once into HF's cache, then memory-mapped Arrow
-    local:  load_splits(Path("data/wmt14"), None, None, ...) `<split>.jsonl`/`.json`/`.parquet`/`.arrow` files,
-            or a folder written by `DatasetDict.save_to_disk`
-
-`datasets` is imported only here, only when such a source is used.
-"""
+"""Hugging Face `datasets` translation corpora (`{"translation": {"de": ..., "en": ...}}` an example) as a source of
+sentence pairs, from the hub or local files; `datasets` is imported only here, only when such a source is used
+(docs/guide/data.md, "Sources")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Token ids of a whole split in two flat files, read through memory maps (fairseq's indexed dataset, simplified).
-
-    <split>.<side>.bin   every sentence's ids back to back (uint16 when the vocabulary fits, else int32)
-    <split>.<side>.idx   int64 offsets, one more than there are sentences: sentence i is bin[idx[i]:idx[i+1]]
-
-Writing appends chunk after chunk, so a corpus never has to fit in memory; reading maps the files, so every
-process of a node shares one copy in the page cache and holds no Python object per sentence.
-"""
+"""Token ids of a whole split in two flat files, `.bin` and `.idx`, read through memory maps (fairseq's indexed
+dataset, simplified), so a corpus never has to fit in memory (docs/guide/data.md, "The cache")."""
 
 from __future__ import annotations
 

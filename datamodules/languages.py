@@ -1,13 +1,6 @@
-"""Language names and the tags that tell a multilingual model which language to write.
-
-docs/guide/multilingual.md and docs/guide/pretrained.md ("Multilingual models") give the rules: a language is its
-ISO 639-1 code (German as `de` in one pair and `deu` in another would be two languages to the model and the
-tokenizer); a direction is `SRC-TGT`; the target's tag `>>fr<<` (and the source's `__de__`) starts the source text,
-one symbol of the joint tokenizer (tokenizers.with_symbols); a model's target languages are the tags its tokenizer
-holds (`target_languages`), and both engines put the tag's id before each sentence's own ids (`target_tag_ids`).
-A model's own tags may name a language otherwise than ISO 639-1 (OPUS-MT's `>>pt_br<<`): decoding takes any name
-its tokenizer has (`language_check`); training names languages by their two-letter codes.
-"""
+"""Language names and the tags that tell a multilingual model which language to write: a language is its ISO 639-1
+code, a direction `SRC-TGT`, a tag one symbol of the joint tokenizer (docs/guide/multilingual.md and
+docs/guide/pretrained.md, "Multilingual models", give the rules)."""
 
 from __future__ import annotations
 

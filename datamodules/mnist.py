@@ -1,15 +1,6 @@
-"""MNIST as (B, 1, 28, 28) normalised images and (B,) labels, on `torchvision.datasets.MNIST`.
-
-Files live in torchvision's layout, `<data_dir>/MNIST/raw/` (the four IDX files, plain or .gz); `data_dir` defaults
-to `data/mnist`, where torchvision downloads them when online. Any number of training images works: our offline
-copy, `../shared/data/mnist` (passed with `--data.data_dir`), holds a 5,000-image training subset with the full
-10,000-image test set.
-
-The images are normalised once, into one tensor (60,000 images are 188 MB of float32), and the augmentation (a
-random affine, optionally an elastic distortion, Simard et al. 2003) is applied to a whole batch on the device: on
-one CPU core an epoch of the 4,500-image subset takes 1.15 s through torchvision's per-image transforms and 0.10 s
-this way, a fifth of the small recipe's 5 s epochs.
-"""
+"""MNIST as (B, 1, 28, 28) normalised images and (B,) labels, on `torchvision.datasets.MNIST`'s files, normalised once
+into one tensor and augmented a whole batch at a time on the device, ten times faster than per image (where the
+files go, and the numbers: docs/guide/data.md, "MNIST")."""
 
 from __future__ import annotations
 
@@ -254,16 +245,9 @@ def random_affine(
     elastic: float = 0.0,  # rms displacement in pixels of an elastic distortion on top; 0 = none
     elastic_sigma: float = 4.0,  # its smoothness: the Gaussian's standard deviation in pixels
 ) -> torch.Tensor:
-    """A random rotation, shift and zoom per image, for a whole batch at once, on its device.
-
-    Digits stay legible under a few degrees of rotation, a couple of pixels of shift and ±10 % zoom
-    (torchvision's RandomAffine(10, (0.1, 0.1), (0.9, 1.1)) draws from the same ranges); flips would
-    turn some digits into others, so none. Pixels from outside the image are black.
-
-    `elastic` adds the distortion of Simard, Steinkraus & Platt (ICDAR 2003), the augmentation that took
-    their MNIST error down the most: uniform noise per pixel and axis, smoothed by a Gaussian, scaled to
-    `elastic` pixels rms (a wobble of the strokes, as handwriting varies), sampled in the same pass.
-    """
+    """A random rotation, shift and zoom per image (torchvision's RandomAffine(10, (0.1, 0.1), (0.9, 1.1))'s ranges; no
+    flips), plus with `elastic` Simard et al.'s elastic distortion of that many pixels rms, for a whole batch at once,
+    on its device; pixels from outside the image are black (docs/guide/data.md, "MNIST")."""
     B = images.size(0)
     u = torch.rand(B, 4, device=images.device) * 2 - 1  # (B, 4) in [-1, 1)
     angle = u[:, 0] * math.radians(degrees)

@@ -1,12 +1,7 @@
-"""The data module of a multilingual model: several translation directions over line-aligned files (Multi30k's four
-languages), one joint tokenizer, the target language as a tag at the start of every source (languages.py), batches
-drawn across the directions by temperature (pair_sampling.py), every direction scored by itself.
-
-Each direction is a corpus of its own, prepared into the cache as a bilingual one is (preparation.py): the tags are
-part of its source text (`TaggedPairs`), so the ids, the raw sentences BLEU translates and a sentence tagged by hand
-agree. The joint tokenizer learns from every language's training text once (English is not counted three times in
-{de, fr, cs} → en) and adds the tags as symbols of its own.
-"""
+"""The data module of a multilingual model: several translation directions over line-aligned files, one joint
+tokenizer, the target language as a tag at the start of every source (languages.py), each direction prepared into
+the cache by itself, batches drawn across them by temperature (pair_sampling.py), every direction scored by itself
+(docs/guide/multilingual.md)."""
 
 from __future__ import annotations
 
@@ -71,17 +66,9 @@ class TaggedPairs(CorpusSource):
 
 
 class MultilingualCorpusDataModule(SplitLoaders, L.LightningDataModule):
-    """Several directions (`pairs: [de-en, fr-en, cs-en]`) of line-aligned `<prefix>.<lang>` files in `data_dir`.
-
-    `test_pairs` are directions scored at test only, never trained (zero-shot de-fr in a model trained on
-    {de, fr, cs} ↔ en): their target must be one the model learns to write. `train_prefixes` gives a trained
-    direction training files of its own (`{de-fr: pivot/train}`: pivot-generated pairs, `pivot/train.de` and
-    `pivot/train.fr` under `data_dir`, where `train.fr` stays the real French of fr-en; the tokenizer learns each
-    language from its first direction's files). `source_tags` adds the source language's tag after the target's.
-    `temperature` sets how often each direction's batches come (pair_sampling.py). The tokenizer (`bpe` or
-    `unigram`) has `vocab_size` entries, the tags among them; one table for both sides, so the model may share all
-    its embeddings. `__init__` reads nothing: the files are read on first need.
-    """
+    """Several directions (`pairs: [de-en, fr-en, cs-en]`) of line-aligned `<prefix>.<lang>` files in `data_dir`, with
+    test-only directions (`test_pairs`), training files of a direction's own (`train_prefixes`), source tags and the
+    temperature (docs/guide/multilingual.md says what each does). `__init__` reads nothing: the files are read on first need."""
 
     def __init__(
         self,

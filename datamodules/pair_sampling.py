@@ -1,12 +1,5 @@
-"""Several prepared corpora (one a translation direction) behind one index, and the batches drawn across them
-(docs/guide/multilingual.md says how the directions take turns).
-
-A batch is drawn from one direction, never mixed, as fairseq's multilingual task batches: its sentences share their
-tag, it packs by length within one corpus as the bilingual sampler does, and a direction's share of the updates is
-exactly the share of its batches, which temperature sampling sets (Arivazhagan et al. 2019: p_i ∝ n_i^(1/T)). A
-small direction's batches then repeat within an epoch and some of a large one's wait for another. An epoch holds as
-many batches as the directions have together, so Lightning's fixed epoch length holds.
-"""
+"""Several prepared corpora (one a translation direction) behind one index, and the batches drawn across them: a batch
+from one direction, never mixed, a direction's share of the batches set by temperature sampling (docs/guide/multilingual.md)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Training loaders that a run killed mid-epoch resumes exactly: the same order, no batch twice.
-
-Lightning stores a loader's `state_dict()` in each checkpoint when it has one; a plain DataLoader
-has none, so a resumed epoch would start over and see some batches twice. `ResumableDataLoader`'s
-state is the number of batches handed out this epoch; on resume it asks its sampler (or its own
-batch sampler) to leave that many batches out of the next pass, without loading them. The order
-itself must be a function of (seed, epoch) alone, which `ShuffleSampler` and
-`corpus.TokenBudgetBatchSampler` are.
-"""
+"""Training loaders that a run killed mid-epoch resumes exactly: the same order, no batch twice. A loader's state is
+the number of batches handed out this epoch, and the order a function of (seed, epoch) alone (docs/guide/data.md,
+"Resumable loaders")."""
 
 from __future__ import annotations
 
@@ -31,13 +25,9 @@ def run_seed() -> int:
 
 
 class ShuffleSampler(DistributedSampler):
-    """A permutation drawn from `seed + epoch` (Lightning calls `set_epoch` before each epoch), this
-    process's shard of it, minus the first `skip` indices of the next pass.
-
-    It is a DistributedSampler so that Lightning leaves it in place under DDP: Lightning replaces any
-    other sampler with an unshuffled DistributedSampler when it cannot tell that it shuffles.
-    Every rank must draw the same permutation: with no `seed`, it is `run_seed()`.
-    """
+    """A permutation drawn from `seed + epoch` (with no `seed`, `run_seed()`: every rank the same), this process's shard
+    of it, minus the first `skip` indices of the next pass; a DistributedSampler, so that Lightning leaves it in place
+    under DDP (docs/guide/data.md, "Resumable loaders")."""
 
     skip = 0
 

@@ -84,19 +84,9 @@ def deal(batches: list, shuffle: bool, num_replicas: int, rank: int) -> list:
 
 
 class TokenBudgetBatchSampler(ShardedBatchSampler):
-    """Batches of example indices whose padded size `len(batch) * max(lengths in batch)` stays ≤ `max_tokens`.
-
-    Examples are sorted by length and packed greedily, so a batch holds similar lengths (little padding).
-    With `shuffle`, equal lengths are ordered at random before packing and the batches are shuffled,
-    both from seed + epoch (Lightning calls `set_epoch`): batch contents and order change every epoch.
-    Shuffled buckets (fairseq's way) would mix more, but they change the number of batches from epoch
-    to epoch, and Lightning fixes that number at setup: an epoch one batch short would skip validation.
-    Sorting everything keeps the sequence of lengths, hence the packing and the count, identical.
-    Without `shuffle`: the same batches, in length order, every time.
-    With `num_replicas` > 1 each rank takes every `num_replicas`-th batch, all ranks the same count (`deal`).
-
-    Everything is arrays: 4.5M lengths are 18 MB and an epoch's batches take about a second to draw.
-    """
+    """Batches of example indices whose padded size `len(batch) * max(lengths in batch)` stays ≤ `max_tokens`, packed
+    greedily in length order, shuffled from seed + epoch with the same count every epoch, dealt across ranks; all
+    arrays (why: docs/guide/data.md, "Batches")."""
 
     def __init__(
         self,

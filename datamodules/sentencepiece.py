@@ -1,13 +1,6 @@
-"""A SentencePiece model with its own id table: the tokenizer of a Marian (OPUS-MT) model (docs/guide/pretrained.md
-names the files it is read from: `source.spm`, `target.spm`, `vocab.json`).
-
-Its special ids are not ours (datamodules.vocab): `</s>` is 0, `<unk>` 1 and `<pad>` the last id, and the decoder
-starts from `<pad>`; a `SentencePieceVocab` carries them (`pad_id`, `bos_id` = the decoder's start, `eos_id`,
-`unk_id`), which `tasks.Seq2SeqTransformer` reads from its tokenizers. `encode` is `transformers.MarianTokenizer`'s
-(a leading `>>xx<<` language code kept as one piece, unknown pieces as `<unk>`) without the `</s>` that the framing
-appends (datamodules.batching.frame_source). The model and the table go into the checkpoint (`to_dict`, base64
-and a list), so a checkpoint translates with no file beside it.
-"""
+"""A SentencePiece model with its own id table and special ids (`</s>` 0, `<unk>` 1, `<pad>` last, the decoder
+starting from `<pad>`): the tokenizer of a Marian (OPUS-MT) model, `encode` being `transformers.MarianTokenizer`'s,
+stored whole in the checkpoint (docs/guide/data.md, "Tokenizers")."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Where a corpus's raw sentence pairs come from: one small class per kind of source, behind one interface
-(`CorpusSource`), made from a data module's settings by `corpus_source`.
-
-- `TatoebaFile`: a Tatoeba/manythings file (`cmn.txt`: English, other language, attribution), split here.
-- `AlignedFiles`: line-aligned files per split (`train.de.gz` + `train.en.gz`, Multi30k's layout).
-- `HFDataset`: a Hugging Face `datasets` translation corpus, from the hub or from local files (hf_source.py).
-
-Reading the files: corpus_readers.py; what is made of the pairs (tokenizers, token ids): preparation.py.
-"""
+"""Where a corpus's raw sentence pairs come from: one small class per kind of source (`TatoebaFile`, `AlignedFiles`,
+`HFDataset`) behind one interface (`CorpusSource`), made from a data module's settings by `corpus_source`
+(docs/guide/data.md, "Sources")."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Subword tokenizers (BPE, unigram) built on Hugging Face `tokenizers`, and one factory for every kind.
-
-Why subwords: a closed word vocabulary turns every rare word into `<unk>`, which caps BLEU; BPE or
-unigram pieces cover any word seen as characters in training. The Hugging Face library trains an
-8k vocabulary on 30k sentences in about a second, and its JSON form (`to_str`) fits in a checkpoint's
-hyperparameters, so a trained model carries the exact tokenizer it was trained with.
-"""
+"""Subword tokenizers (BPE, unigram) built on Hugging Face `tokenizers`, and one factory for every kind; their JSON
+form fits in a checkpoint, so a model carries the exact tokenizer it was trained with (docs/guide/data.md,
+"Tokenizers")."""
 
 from __future__ import annotations
 
@@ -22,12 +18,8 @@ TokenizerKind = Literal["bpe", "unigram", "char", "word"]
 
 
 class SubwordTokenizer:
-    """A trained Hugging Face tokenizer behind the project's `Tokenizer` protocol.
-
-    NFKC normalisation folds compatibility forms (full-width Ｌａｔｉｎ, ligatures) into one spelling;
-    the Metaspace pre-tokenizer keeps spaces as `▁` inside the pieces, so `decode` restores the
-    original spacing and casing ("Hello, world!" → … → "Hello, world!") with no detokenizer.
-    """
+    """A trained Hugging Face tokenizer behind the project's `Tokenizer` protocol: NFKC-normalised, spaces kept as `▁`
+    inside the pieces, so `decode` restores the original spacing and casing with no detokenizer."""
 
     kind = "subword"
     pad_id, bos_id, eos_id, unk_id = PAD, BOS, EOS, UNK
@@ -87,13 +79,8 @@ class SubwordTokenizer:
 
 
 def _canonical_unigram(tok: HFTokenizer) -> HFTokenizer:
-    """The same unigram model with pieces in a reproducible id order.
-
-    The unigram trainer's EM sums floats in a thread- and hash-dependent order, so two runs on the same
-    text give the same pieces with scores differing in the last bits, and pieces of (nearly) equal
-    score in a different order: different ids, and a checkpoint that no longer matches a retrained
-    tokenizer. Sorting pieces by string and rounding scores far below any meaningful difference fixes both.
-    """
+    """The same unigram model with pieces in a reproducible id order (sorted by string, scores rounded), as the unigram
+    trainer's float sums are not (docs/guide/data.md, "Tokenizers")."""
     data = json.loads(tok.to_str())
     vocab = data["model"]["vocab"]
     n = len(SPECIAL_TOKENS)
@@ -104,12 +91,9 @@ def _canonical_unigram(tok: HFTokenizer) -> HFTokenizer:
 def train_tokenizer(
     texts: Iterable[str], kind: TokenizerKind, vocab_size: int = 8000, show_progress: bool = False
 ) -> SubwordTokenizer | Vocab:
-    """Train a tokenizer of `kind` on `texts` (the training split only: held-out text must not shape the vocabulary).
-
-    "bpe"/"unigram" give a `SubwordTokenizer`; "char" gives a character `Vocab` (a good fit for Chinese,
-    where ~3,500 characters cover Tatoeba; it drops whitespace, so it is a poor fit for English
-    targets); "word" a whitespace-split `Vocab`. For `Vocab`s, `vocab_size` keeps the most frequent tokens.
-    """
+    """Train a tokenizer of `kind` on `texts` (the training split only: held-out text must not shape the vocabulary):
+    "bpe"/"unigram" a `SubwordTokenizer`, "char" or "word" a `Vocab` of the `vocab_size` most frequent tokens (which
+    kind fits which language: docs/guide/data.md, "Tokenizers")."""
     if kind in ("bpe", "unigram"):
         return SubwordTokenizer.train(texts, kind, vocab_size, show_progress)
     if kind in ("char", "word"):

@@ -1,10 +1,5 @@
-"""Token vocabularies shared by every translation data module and by `Seq2SeqTransformer`.
-
-Every tokenizer in the project (this word/char `Vocab`, the subword ones) uses the same four
-special ids, so the model, the collate function and the decoder can rely on them.
-A tokenizer serialises to plain JSON-able data (`to_dict`) so it can live in a checkpoint's
-hyperparameters and reload with `torch.load(weights_only=True)`.
-"""
+"""Token vocabularies shared by every translation data module and by `Seq2SeqTransformer`: every tokenizer of the
+project uses the same four special ids and serialises to plain JSON-able data (`to_dict`) for the checkpoint."""
 
 from __future__ import annotations
 

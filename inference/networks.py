@@ -1,12 +1,7 @@
-"""One way from a checkpoint to a network: `read_network` reads what a task's checkpoint holds (its settings,
-tokenizers, decoding defaults and the network's weights), `read_pretrained` the same of a Hugging Face Marian
-model, and `build_network` makes the network of settings and tokenizers. The task modules (`__init__`,
-`load_from_checkpoint`, `from_pretrained`), the `Translator`, the exporters (through the task's load) and the
-importers go through these three and no other path.
-
-A checkpoint of the other task, or one whose network settings hold a name this version does not know (written
-by a later version, say), is one `CheckpointError` line naming it, before Lightning or jsonargparse sees it.
-"""
+"""One way from a checkpoint to a network: `read_network` (a task's checkpoint), `read_pretrained` (a Hugging Face
+Marian model) and `build_network` (settings and tokenizers → the network); every load goes through these, and a
+checkpoint of the other task or with an unknown setting is one `CheckpointError` line (docs/guide/variants.md, "A
+network's settings")."""
 
 from __future__ import annotations
 

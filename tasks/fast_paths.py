@@ -1,10 +1,6 @@
-"""Training fast paths of `Seq2SeqTransformer`, each behind a flag that is off by default (docs/guide/speed.md, "Fast
-paths", says what each does and which test checks it). `torch.compile` over the length buckets of `pad_to_multiple`
-(the data module's collate function pads every batch's lengths up to a multiple): the lengths stay static and only
-the batch size is symbolic, so the graphs number at most (source buckets) × (target buckets), counted by
-`compiled_graphs()`; without bucketing it compiles with dynamic shapes. Fused AdamW is
-tasks.schedules.adamw_with_warmup's; bf16 is the trainer's.
-"""
+"""Training fast paths of `Seq2SeqTransformer`, each behind a flag that is off by default: `torch.compile` over the
+length buckets of `pad_to_multiple` (graphs counted by `compiled_graphs()`), or with dynamic shapes without them.
+Fused AdamW is tasks.schedules.adamw_with_warmup's; bf16 is the trainer's (docs/guide/speed.md, "Fast paths")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""A task module from its checkpoint, through `inference.networks.read_network` first: a checkpoint of the other
-task, or one whose network settings hold a name this version does not know, is one `CheckpointError` line
-(rather than Lightning's "blocked to prevent arbitrary code execution" or a jsonargparse traceback), and the
-settings of a checkpoint written before the task modules took `net` are gathered into it (Lightning passes a
-checkpoint's hyperparameters to `__init__` by name and drops those it does not take, which would build the
-default network)."""
+"""A task module from its checkpoint, through `inference.networks.read_network` first: the wrong task or an unknown
+setting is one `CheckpointError` line (not Lightning's "blocked to prevent arbitrary code execution" or a
+jsonargparse traceback), and a checkpoint's settings from before the tasks took `net` are gathered into it, where
+Lightning would drop them and build the default network (docs/guide/variants.md, "A network's settings")."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Corpus-level translation metrics, wired once for the module and for scripts/evaluate.py. Scores come from `sacrebleu`
-itself (0–100), so every BLEU the project prints or logs carries sacrebleu's signature and can be compared with
-published numbers that give theirs. Hypotheses are the model's decoded output and references the raw sentences of
-the corpus file (never re-decoded from ids). sacrebleu takes references as a list of *streams* (one list of strings
-per reference set; one flat list would pair hypothesis i with reference set i): `corpus_scores` does the wrapping,
-and refuses anything but one string per hypothesis.
-"""
+"""Corpus-level translation metrics from `sacrebleu` itself, wired once for the module and for scripts/evaluate.py, so
+every score carries sacrebleu's signature (docs/guide/scores.md, "Scores")."""
 
 from __future__ import annotations
 
@@ -50,12 +45,9 @@ def corpus_scores(
 
 
 class LanguageIdentifier:
-    """Which of a few languages a sentence is written in: naive Bayes over its character 1- to 3-grams (lowercased,
-    with the sentence's edges as spaces), each language's n-gram probabilities add-one smoothed from its example
-    sentences. On Multi30k's four languages, trained on 100 validation sentences of each, it names the language of
-    all 4,000 test_2016_flickr sentences (tests/test_language_id.py trains on 1,014). A zero-shot direction's
-    outputs in the wrong language (English for de→fr, say) are what it is for: their BLEU alone cannot tell a wrong
-    language from a poor translation."""
+    """Which of a few languages a sentence is written in: naive Bayes over its character 1- to 3-grams (lowercased, with
+    the sentence's edges as spaces), add-one smoothed from each language's example sentences; it tells a zero-shot
+    direction's output in the wrong language from a poor translation (docs/guide/multilingual.md)."""
 
     ORDERS = (1, 2, 3)
 
@@ -115,15 +107,9 @@ class TokenMean(Metric):
 
 
 def scores_by_set(stage: str, sets: Sequence, hyps: Sequence[str]) -> tuple[dict[str, float], list[str], dict[str, str]]:
-    """BLEU and chrF of each evaluation set, and their mean over the sets that count in it.
-
-    `sets`: (name, [(source, reference), ...], in_mean) each, `hyps` every set's hypotheses in that order. One set
-    without a name is a bilingual corpus: `{stage}/bleu`, `{stage}/chrf`. Named sets (directions of a multilingual
-    model) get `{stage}/bleu/<name>` each, and `{stage}/bleu` their mean over those `in_mean`, so a checkpoint is
-    kept by the mean (`val/bleu`) or by one direction (`val/bleu/de-en`). Where the sets translate into more than one
-    language, `{stage}/on_target/<name>` too: the percentage of a set's outputs in its target language
-    (`LanguageIdentifier`, from the sets' references in each target language). Returns the values to log, a line
-    a set and the first set's signatures."""
+    """BLEU and chrF of each evaluation set, and their mean over the sets that count in it (the names they are logged
+    under: docs/guide/scores.md, "Scores"). `sets`: (name, [(source, reference), ...], in_mean) each, `hyps` every
+    set's hypotheses in that order. Returns the values to log, a line a set and the first set's signatures."""
     values: dict[str, float] = {}
     lines: list[str] = []
     signatures: dict[str, str] = {}

@@ -1,20 +1,6 @@
 """Paired significance tests between systems' outputs of one test set, by sacrebleu's own implementation
-(`sacrebleu.significance.PairedTest`), never one of ours: what `sacrebleu REF -i BASE SYS ... --paired-bs` and
-`--paired-ar` compute, as plain data. scripts/compare.py prints it for files; scripts/ablate.py for the test outputs
-each translation run keeps (`test_hypotheses.txt`, `test_references.txt` in its folder: training/records.py).
-
-Per system, for each metric (BLEU, chrF): the score; with the paired bootstrap (`bs_n` resamples), the bootstrap
-estimate of the true mean and the half-width of its 95% confidence interval, as sacrebleu reports them (the
-interval is the system's score's, not the difference's); for each system after the first (the baseline), the
-difference to the baseline and the p-values of both tests: the probability, were both systems one process, of an
-absolute difference at least this large (two-sided; sacrebleu's "+1" estimate, so never below 1/(n + 1)). Where the
-difference is exactly 0 (the same translations; both at BLEU 0), no resample exceeds it and sacrebleu's p is that
-floor too: `significant` says no there.
-
-sacrebleu seeds its generators from the environment variable SACREBLEU_SEED (12345 unless set), read when a test
-is set up: `paired_tests(seed=...)` sets it for that moment only. sacrebleu takes a seed of 0 for "no seed", so 0
-is refused here (and so are negative seeds, which numpy refuses).
-"""
+(`sacrebleu.significance.PairedTest`), as plain data, for scripts/compare.py and scripts/ablate.py; what the
+results hold, and the seed: docs/guide/scores.md, "Paired significance tests"."""
 
 from __future__ import annotations
 
@@ -74,15 +60,9 @@ def paired_tests(
     ar_n: int | None = DEFAULT_AR_N,
     seed: int = DEFAULT_SEED,
 ) -> dict:
-    """Every system of `systems` ((name, hypotheses), the baseline first) against the baseline, on one reference
-    each (`refs`), by paired bootstrap resampling (`bs_n` resamples) and, unless `ar_n` is None, approximate
-    randomisation (`ar_n` trials). Returns plain data (JSON):
-
-        {"seed", "paired_bs_n", "paired_ar_n", "tokenize", "signatures": {metric: {"bs": ..., "ar": ...}},
-         "systems": [{"name", "baseline", metric: {"score", "mean", "ci", and but for the baseline: "delta",
-                      "p_bs", "p_ar"}}, ...]}
-
-    `mean` ± `ci`: the bootstrap's estimate of the score and the half-width of its 95% interval (sacrebleu's)."""
+    """Every system of `systems` ((name, hypotheses), the baseline first) against the baseline, on one reference each
+    (`refs`), by paired bootstrap resampling (`bs_n` resamples) and, unless `ar_n` is None, approximate randomisation
+    (`ar_n` trials). Returns plain data (JSON; its layout: docs/guide/scores.md, "Paired significance tests")."""
     systems = [(str(name), list(hyps)) for name, hyps in systems]
     refs = list(refs)
     if len(systems) < 2:
@@ -132,11 +112,9 @@ def pooled_bootstrap(
     bs_n: int = DEFAULT_BS_N,
     seed: int = DEFAULT_SEED,
 ) -> dict | None:
-    """A system against the baseline over several runs of each (scripts/ablate.py's seeds): {key: (hypotheses,
-    references)} each, paired sentence by sentence of the same key, pooled over the keys both have with the same
-    references, as one test set, by the paired bootstrap on BLEU: {"delta", "p_bs", "keys", "signature"}; None without
-    such a key.
-    Pooled, the sentences of one test set repeated once a seed are resampled as independent ones."""
+    """A system against the baseline over several runs of each (scripts/ablate.py's seeds), {key: (hypotheses,
+    references)} each, pooled over the keys both have with the same references, by the paired bootstrap on BLEU:
+    {"delta", "p_bs", "keys", "signature"}; None without such a key (docs/guide/scores.md)."""
     keys = [k for k in system if k in baseline and baseline[k][1] == system[k][1]]
     if not keys:
         return None

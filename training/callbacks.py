@@ -27,14 +27,9 @@ from .lightning_internals import hand_over_loader_states, logged_in_running_loop
 
 
 class RngStateCallback(Callback):
-    """Saves the torch (CPU and CUDA), Python and NumPy generator states in each checkpoint, as
-    tensors and plain lists (the checkpoint still loads with `torch.load(weights_only=True)`), and
-    puts them back when training resumes. Lightning restores weights, optimiser, schedulers and loop
-    counters but not these, so without it dropout after a resume draws other masks.
-
-    The states are restored in `on_train_start`, after the sanity check and the data loader setup,
-    right before the first resumed step. Under DDP the checkpoint holds rank zero's states and every
-    rank gets them (ranks are seeded alike by `seed_everything` anyway)."""
+    """Saves the torch (CPU and CUDA), Python and NumPy generator states in each checkpoint and puts them back when
+    training resumes (Lightning does not), so dropout after a resume draws the same masks (docs/guide/training.md,
+    "How the callbacks keep these promises")."""
 
     def __init__(self) -> None:
         self._pending: dict[str, Any] | None = None
@@ -79,13 +74,9 @@ class LoaderStateRestore(Callback):
 
 
 class FiniteLossCheck(Callback):
-    """Raises `TrainingDivergedError` ("the training loss became nan at step N (epoch E)") before the
-    backward pass of a step whose loss is NaN or infinite, so no NaN update is applied and no
-    checkpoint of a diverged model is saved.
-
-    The check reads one boolean from the device: free on a CPU, one host–device sync per checked
-    step on a GPU (cheap next to a step, but it stops the CPU running ahead of the GPU). Set
-    `every_n_steps` > 1 to check less often, or 0 to switch the check off."""
+    """Raises `TrainingDivergedError` ("the training loss became nan at step N (epoch E)") before the backward pass of a
+    step whose loss is NaN or infinite, so no NaN update is applied and no checkpoint of a diverged model is saved; its
+    cost on a GPU and `every_n_steps`: docs/guide/training.md, "How the callbacks keep these promises"."""
 
     def __init__(self, every_n_steps: int = 1) -> None:
         self.every_n_steps = every_n_steps
@@ -141,26 +132,9 @@ class LogConfigCallback(SaveConfigCallback):
 
 
 class EMA(WeightAveraging):
-    """An exponential moving average of the weights, updated after every optimiser step: Lightning's
-    `WeightAveraging` (which swaps the average in for validation, stores it in checkpoints as `state_dict`
-    with the training weights as `current_model_state`, and copies it into the model when training ends),
-    through its public hooks only, with two fixes that matter for evaluation:
-
-    - The average stays swapped in until `on_validation_end` (Lightning swaps it back in
-      `on_validation_epoch_end`, and callbacks' hooks run before the module's, so the module's own
-      epoch-end work, here BLEU on the decoded validation set, would score the training weights).
-      `ModelCheckpoint`s run after every other callback, so checkpoints still store the training
-      weights as `current_model_state` and the average as `state_dict`.
-    - Outside fitting (`trainer.test(ckpt_path="best")`, `trainer.validate`), the checkpoint's
-      `state_dict` (the average) is what gets evaluated; Lightning would load the training weights
-      over it, and `validate` would swap in the stale average left from fitting.
-
-    `load_from_checkpoint` reads `state_dict`, so a reloaded model translates with the averaged weights.
-
-    The decay warms up as min(decay, (1 + n) / (10 + n)) after n updates (TensorFlow's and timm's
-    convention): with a fixed 0.999 the average would still hold 0.999^500 ≈ 60 % of the random
-    initial weights after 500 steps, and the first epochs' validation scores would be noise.
-    """
+    """An exponential moving average of the weights, updated after every optimiser step, with a decay warm-up: Lightning's
+    `WeightAveraging` through its public hooks, with the average kept in for the module's own validation BLEU and
+    evaluated from the checkpoint outside fitting (docs/guide/training.md, "How the callbacks keep these promises")."""
 
     def __init__(self, decay: float = 0.999, **kwargs: Any) -> None:
         super().__init__(avg_fn=_ema_with_warmup(decay), **kwargs)  # kwargs: device, use_buffers
@@ -189,13 +163,8 @@ class EMA(WeightAveraging):
 
 class EarlyStoppingWhenComputed(EarlyStopping):
     """Lightning's `EarlyStopping`, its checks, counts, reasons and checkpointed state unchanged, asked only after a
-    validation that computed its metric. Lightning's `callback_metrics` keep a metric's last value until it is
-    logged again, so a metric computed every n epochs (val/bleu with `bleu_every_n_epochs`) would count its old
-    value as "no improvement" in the epochs between, and a patience of 2 would stop after one real validation;
-    one not logged yet would stop the run with an error. `BestCheckpoint` waits for it likewise. It judges at the
-    validation's end (`check_on_train_epoch_end=False`), before the checkpoints of that validation are written (Lightning
-    runs checkpoint callbacks last): a checkpoint holds the count after its own validation, so a run resumed from it
-    stops where an uninterrupted one stops."""
+    validation that computed its metric, at the validation's end, before that validation's checkpoints are written
+    (docs/guide/training.md, "How the callbacks keep these promises")."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -1,11 +1,6 @@
-"""Where checkpoints are written, and when (docs/guide/training.md, "Checkpoints and exact resume", says what a user
-sees): `checkpoint_callbacks`, what the CLI gives every recipe, one job a callback, on Lightning's documented hooks and
-`ModelCheckpoint`'s arguments: the best k (`BestCheckpoint`), `last.ckpt` (`last_checkpoints`) and its rollback after
-a NaN (`KeepLastUntilFinite`); and `write_last`, for a run that stops at a step (training/stopping.py). `last.ckpt`
-has plain `ModelCheckpoint`s of its own because since Lightning 2.6 `save_last`'s file is written only with a top-k
-checkpoint of the same step: with `save_top_k=1` it would stay at the best epoch, and `--ckpt_path last` would throw
-away every epoch since (seen here: a 2-hour run's last.ckpt stuck at epoch 7 of 24). How a checkpoint reaches the
-disk is training/checkpoint_io.py; Lightning's private state is read in training/lightning_internals.py only."""
+"""Where checkpoints are written, and when: `checkpoint_callbacks`, one job a callback: the best k (`BestCheckpoint`),
+`last.ckpt` (`last_checkpoints`), its rollback after a NaN (`KeepLastUntilFinite`), and `write_last` for a run that
+stops at a step. Why each is as it is: docs/guide/training.md, "How the callbacks keep these promises"."""
 
 from __future__ import annotations
 
@@ -30,21 +25,9 @@ LAST = "last"  # last.ckpt
 
 
 class BestCheckpoint(ModelCheckpoint):
-    """`ModelCheckpoint` for the best checkpoints, checked after each validation. `save_last`,
-    `every_n_train_steps` and `train_time_interval` say when `last.ckpt` is written (`last_checkpoints`):
-    at every epoch's end, and every n steps or every interval if asked; the best are chosen when the
-    monitored metric is computed, at validation, not from a metric of the last validation at a later step.
-
-    `ties="later"` (the default) lets a score equal to the k-th best replace it, and makes the latest of
-    equally good checkpoints the best one, as fairseq's `checkpoint_best.pt` does (`is_better` is
-    `a >= b` in fairseq/checkpoint_utils.py); Lightning keeps the earliest (`ties="earlier"`). Coarse
-    metrics tie often (accuracy on 500 images moves in steps of 0.2 %), and the earliest of a run of
-    equal scores is the checkpoint that has trained and averaged least.
-
-    A metric computed every n epochs (val/bleu with `bleu_every_n_epochs` > 1) is waited for: no best
-    checkpoint before it first exists (rather than Lightning's error), and its value kept from an earlier
-    epoch does not tie with itself. At the start of fitting, temporary files that killed runs left in the
-    folder are removed (`remove_stale_temporaries`)."""
+    """`ModelCheckpoint` for the best checkpoints, chosen when the monitored metric is computed; ties go to the later by default.
+    A metric computed every n epochs is waited for, and killed runs' temporary files are removed at the start of fitting
+    (why, and fairseq's rule for ties: docs/guide/training.md, "How the callbacks keep these promises")."""
 
     def __init__(
         self,
@@ -130,12 +113,9 @@ class BestCheckpoint(ModelCheckpoint):
 
 
 def last_checkpoints(best: BestCheckpoint) -> list[ModelCheckpoint]:
-    """The plain `ModelCheckpoint`s that write `best`'s folder's `last.ckpt`, none when `best.keeps_last` is
-    off: one where Lightning checks for the best (at each epoch's end, after its validation; at each
-    validation instead when there are several an epoch, `val_check_interval`, or none some epochs,
-    `check_val_every_n_epoch`), and one every `every_n_train_steps` steps and one every
-    `train_time_interval` if `best` was given them (Lightning takes one of the three per callback). With
-    no monitor and `save_top_k=1`, each overwrites the one file."""
+    """The plain `ModelCheckpoint`s that write `best`'s folder's `last.ckpt` (none when `best.keeps_last` is off):
+    where Lightning checks for the best, and every `every_n_train_steps` / `train_time_interval` if `best` has them
+    (docs/guide/training.md, "How the callbacks keep these promises")."""
     if not best.keeps_last:
         return []
     same = dict(dirpath=best.dirpath, filename=LAST, monitor=None, save_top_k=1, enable_version_counter=False)
@@ -185,13 +165,9 @@ def write_last(trainer: L.Trainer) -> str | None:
 
 
 class KeepLastUntilFinite(Callback):
-    """`last.ckpt` always holds weights whose training loss was seen finite (with `FiniteLossCheck` on every
-    step, its default). A checkpoint's weights show their loss only at the next step, so before each point
-    where `last.ckpt` may be written (a step's end, a validation's, an epoch's: the checkpoint callbacks
-    run after this one there) the file in place is kept as a hard link, `.last.ckpt.prev-<pid>`, which costs no copy. When
-    `TrainingDivergedError` comes at the step `last.ckpt` was written at, the kept one becomes `last.ckpt`
-    again; with none kept (no hard links on the file system, or the first save), the diverged file is removed.
-    Rank zero only: it owns the files."""
+    """`last.ckpt` always holds weights whose training loss was seen finite: the file in place is kept as a hard
+    link before each save, and put back when the loss of the step it was written at diverges; rank zero only
+    (docs/guide/training.md, "How the callbacks keep these promises")."""
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         if isinstance(exception, TrainingDivergedError):

@@ -1,10 +1,5 @@
-"""Weights & Biases as the default logger, deciding online/offline *before* `wandb.init`.
-
-A run logs online only when it can: `WANDB_MODE` does not say otherwise, an API key is known
-(`WANDB_API_KEY` or a `~/.netrc` entry for api.wandb.ai) and the W&B server answers an HTTPS
-request within ~2 s. Otherwise the run is written offline under `<save_dir>/wandb/offline-run-*` and the end
-of `scripts/fit.py` prints the `wandb sync …` command that uploads it later. No login prompt, ever.
-"""
+"""Weights & Biases as the default logger, deciding online/offline *before* `wandb.init`, so a run never prompts and
+never waits on the network (README, "Experiment tracking (Weights & Biases)", says when it logs online)."""
 
 from __future__ import annotations
 
@@ -129,15 +124,9 @@ def continue_wandb_run(loggers: list[Logger], checkpoint: dict) -> str | None:
 
 
 class WandbRunId(Callback):
-    """Stores the W&B run id in each checkpoint (see `continue_wandb_run`), with the run's step, and
-    on resume keeps W&B's own step (`_step`) increasing across the two runs.
-
-    Online, the W&B server continues `_step` after the last row it holds. Offline, wandb would start
-    the resumed run at `_step` 0, and `wandb sync` would then write its rows over the first run's (wandb
-    issue #5865); so the resumed run jumps ahead, past every row of the earlier offline folders of the
-    same run (rows logged after the checkpoint too: the test metrics, a killed run's last steps), or
-    past the step stored in the checkpoint when those folders are not there. `trainer/global_step`,
-    the x axis of Lightning's charts, continues from the checkpoint by itself."""
+    """Stores the W&B run id in each checkpoint (see `continue_wandb_run`), with the run's step, and on resume keeps
+    W&B's own step (`_step`) increasing across the two runs, offline too (docs/guide/training.md, "How the callbacks
+    keep these promises")."""
 
     def __init__(self) -> None:
         self._logger: WandbLogger | None = None

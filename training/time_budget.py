@@ -1,11 +1,7 @@
-"""A time-limited run against its learning-rate schedule (docs/guide/training.md says what a user sees). On a slower
-machine than the recipe's, `--trainer.max_time` stops training long before the schedule's decay ends. `TimeBudget`,
-which every run gets (training/cli.py), says so in one line once the step rate is known (over `MEASURED_STEPS` steps
-after the first, which compiles and warms up), with what to do. With `--fit_schedule_to_time true` it fits the
-schedule instead, then and after each validation: the schedule after its warm-up (never shortened) runs faster by the
-factor that puts its last step's multiplier on the step the limit allows, the learning rate going on from where it
-stood. It works on any `LambdaLR`, by the step its multiplier sees (`step_seen`). The fit, three numbers, is kept in
-checkpoints, so a resumed run goes on with the schedule it had; every rank fits alike (rank zero's rate)."""
+"""A time-limited run against its learning-rate schedule: `TimeBudget`, every run's (training/cli.py), says once the
+step rate is known where `--trainer.max_time` will stop the schedule, or with `--fit_schedule_to_time true` fits the
+schedule to the limit, the fit kept in checkpoints (docs/guide/training.md, "Checkpoints and exact resume" and
+"How the callbacks keep these promises")."""
 
 from __future__ import annotations
 

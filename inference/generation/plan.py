@@ -1,10 +1,6 @@
-"""Decoding a whole corpus (scripts/generate.py): how the input (input.py) is cut into batches and shards, how the
-shards are written and put together, and the record of what made the output. docs/guide/corpus-generation.md says
-what the output folder holds and how the plan is made: from the input and the settings alone, and every shard
-decoded in the same batches whichever process decodes it, so that the output depends neither on the number of
-processes nor on where a run was stopped. The shards are DIR/shards/NNNNN.jsonl, `[line, [output, ...]]` a line,
-each written whole, beside DIR/shards/plan.json; the final files are written once every shard is there.
-"""
+"""Decoding a whole corpus (scripts/generate.py): how the input (input.py) is cut into batches and shards, made from the
+input and the settings alone, how the shards are written and put together, and the record of what made the output
+(docs/guide/corpus-generation.md says what the output folder holds)."""
 
 from __future__ import annotations
 

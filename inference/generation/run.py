@@ -1,8 +1,6 @@
-"""The processes of scripts/generate.py: Lightning's prediction loop, on one process or under DDP, over the shards of
-a plan (plan.py). Each rank takes the shards not yet written round-robin (the list of written ones is rank 0's,
-broadcast, so that every rank sees the same), decodes each shard's planned batches, and writes the shard whole as
-soon as its last batch is done. A stop (SIGTERM, SIGINT: common/signals.py's `defer`; the time limit) ends each rank
-once the shard it is decoding is written; a SIGKILL loses that shard only, which the resumed run decodes again."""
+"""The processes of scripts/generate.py: Lightning's prediction loop, on one process or under DDP, over the shards of a
+plan (plan.py), each rank writing a shard whole once its batches are decoded; a stop ends each rank once its shard is
+written (docs/guide/corpus-generation.md, "Processes" and "Stopping and resuming")."""
 
 from __future__ import annotations
 
