@@ -143,7 +143,7 @@ def test_the_corpus_is_translate_many_line_by_line(cases, capsys, tmp_path, name
     assert record["counts"]["lines"] == len(sources) and not (out / "shards").exists()
     warnings = [line for line in err.splitlines() if line.startswith("warning:")]
     progress = [line for line in err.splitlines() if line.startswith("generating: ")]
-    assert progress and re.fullmatch(rf"generating: {len(todo)}/{len(todo)} sentences \| [\d.,]+ sentences/s \| [\d,]+ tok/s"
+    assert progress and re.fullmatch(rf"generating: {len(todo)}/{len(todo)} sentences \| [\d.,]+ sentences/s \| [\d.,]+ tok/s"
                                      r" \| elapsed [\d:]+ \| eta [\d:]+", progress[-1]), err  # fmt: skip
     if name == "toy":  # said once, with the counts; the lines kept in place
         assert len(warnings) == 1 and "1 empty line (" in warnings[0] and "1 line longer" in warnings[0], err

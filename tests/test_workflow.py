@@ -243,7 +243,7 @@ def test_output_to_a_file_shows_progress_lines(tmp_path):
     by_steps = ["--log_every_n_seconds", "0"]  # (lines by time too on a slow machine: test_progress_lines_by_time)
     result = fit(tmp_path, "--trainer.max_epochs", "2", "--trainer.logger", "CSVLogger", "--test", "false", *by_steps)
     assert result.returncode == 0, result.stderr[-3000:]
-    pattern = re.compile(r"^epoch (\d) step (\d+)/32 \| loss \d+\.\d{3} \| lr \S+ \| [\d,]+ tok/s \| elapsed \S+ \| eta \S+$")
+    pattern = re.compile(r"^epoch (\d) step (\d+)/32 \| loss \d+\.\d{3} \| lr \S+ \| [\d.,]+ tok/s \| elapsed \S+ \| eta \S+$")
     lines = [m for m in map(pattern.match, result.stderr.splitlines()) if m]
     assert [(int(m[1]), int(m[2])) for m in lines] == [(0, 1), (0, 8), (0, 16), (1, 24), (1, 32)], result.stderr[-3000:]
     assert "\r" not in result.stderr  # no bar redrawn into the file
