@@ -39,7 +39,7 @@ from .lightning_internals import checkpoint_io_chosen
 from .loggers import AutoWandbLogger, WandbRunId, default_logger_dir
 from .precision import asked_precision, check_accelerator, machine_precision, precision_line
 from .progress import EpochBar, ProgressLog
-from .records import StepTimer, best_checkpoint, write_summary
+from .records import StepTimer, best_checkpoint, early_stopping, write_summary
 from .resume import prepare_resume
 from .stopping import StopAtStep, report_time_limit
 from .time_budget import TimeBudget
@@ -254,6 +254,7 @@ def run_fit(cli: TransformerCLI, resume: Callable[[dict[str, str]], str] = lambd
             raise  # the script ends with the signal's line and status (signals.exit_on_stop)
         # A time limit or max_steps mid-epoch ends fit with last.ckpt written at the step: go on as after any end.
     fit_seconds = time.monotonic() - start
+    stopping = early_stopping(trainer)  # before the test, whose checkpoint restores the callbacks' states of its epoch
     if trainer.is_global_zero:
         report_time_limit(trainer, resume)
     tested = None
@@ -262,7 +263,7 @@ def run_fit(cli: TransformerCLI, resume: Callable[[dict[str, str]], str] = lambd
         # the summary prints the test's scores, once (Lightning's table would print them a second time).
         trainer.test(model, datamodule=datamodule, ckpt_path=best_checkpoint(trainer) or None, verbose=False)
         tested = evaluated_label(trainer)
-    write_summary(trainer, model, datamodule, fit_seconds, tested)
+    write_summary(trainer, model, datamodule, fit_seconds, tested, stopping)
 
 
 def _has_split(datamodule, hook: str) -> bool:

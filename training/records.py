@@ -50,12 +50,15 @@ def best_checkpoint(trainer: L.Trainer) -> str:
     return trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
 
 
-def write_summary(trainer: L.Trainer, model: L.LightningModule, datamodule, fit_seconds: float, tested: str | None) -> None:
+def write_summary(
+    trainer: L.Trainer, model: L.LightningModule, datamodule, fit_seconds: float, tested: str | None, stopping: dict | None
+) -> None:
     """Print the end-of-run summary (what the task's `run_summary(best, datamodule)` hook reports: sample lines and
     the test's line and signatures; then the checkpoints, the test metrics, size and speed, where the logs are) and
     write it as plain data, `summary.json`, in the run's folder (rank zero only). The test's signatures also go to
     the loggers (`log_text`). The test's outputs, where the task reports them, are written there too, one sentence a
-    line (`TEST_OUTPUTS`): what scripts/ablate.py's paired tests compare."""
+    line (`TEST_OUTPUTS`): what scripts/ablate.py's paired tests compare. `stopping`: `early_stopping(trainer)` as fit
+    left it."""
     if not trainer.is_global_zero:
         return
     folder = run_folder(trainer)
@@ -88,7 +91,7 @@ def write_summary(trainer: L.Trainer, model: L.LightningModule, datamodule, fit_
         "step_ms": timer.median_ms() if timer else None,
         "fit_seconds": fit_seconds,
         "log_dir": log_dir,
-        "early_stopping": early_stopping(trainer),
+        "early_stopping": stopping,
         "test_outputs": write_test_outputs(folder, test.get("outputs")),
     }
     lines = ["", "Summary"]
