@@ -11,7 +11,7 @@ import pytest
 import yaml
 from lightning.pytorch.callbacks import EarlyStopping
 
-from tests.helpers import ROOT, run_script
+from tests.helpers import ROOT, recipe_args, run_script
 
 RUN = ["--trainer.logger", "CSVLogger", "--test", "false", "--trainer.enable_progress_bar", "false"]
 # A min_delta larger than any loss: only the first validation improves (on infinity), then patience 2 runs out at the
@@ -102,3 +102,18 @@ def test_a_resumed_run_stops_where_an_uninterrupted_one_stops(tmp_path, capsys, 
     more = ["--early_stopping.patience", "3", "--early_stopping.min_delta", "100", "--trainer.max_epochs", "4"]
     code, text, longer = fit(capsys, caplog, tmp_path / "parts", *more, "--ckpt_path", "last")
     assert code == 0 and longer["steps"] > 48, text[-3000:]
+
+
+def test_the_summary_says_where_fit_stopped_though_the_test_restores_an_earlier_checkpoint(tmp_path, capsys, caplog):
+    """The test loads the best checkpoint, and with it every callback's state as of that checkpoint's epoch: the
+    summary reports the stop as fit left it. The loss falls from epoch to epoch, so with mode max the best checkpoint
+    is epoch 0's, two epochs before the stop (only the first validation gains the min_delta of 100)."""
+    data = recipe_args("corpus", tmp_path / "data")
+    inverted = ["--checkpoint.monitor", "val/loss", "--checkpoint.mode", "max", "--test", "true"]
+    root = tmp_path / "run"  # after the recipe, which names its own
+    code, text, summary = fit(capsys, caplog, root, *data, "--trainer.default_root_dir", str(root), *inverted, *STOP)
+    assert code == 0, text[-3000:]
+    assert Path(summary["best_checkpoint"]).name.startswith("epoch000-") and summary["test"], summary
+    stop = summary["early_stopping"]
+    assert stop["stopped"] and stop["epoch"] == 2 and stop["wait_count"] == 2 and stop["reason"] == "patience_exhausted"
+    assert "early stopping: stopped at epoch 2 (patience 2, min_delta 100)" in text
