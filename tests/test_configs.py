@@ -22,7 +22,7 @@ from models.norms import NORMS
 from models.positional import POSITIONALS
 from models.relative import RELATIVE_BIASES
 from tasks import MnistSequenceClassifier, Seq2SeqTransformer
-from tests.helpers import FIT, ROOT, run
+from tests.helpers import FIT, ROOT, SHARED_DATA, run
 
 # What the data decides: the network's config has it, the settings a user gives (the task's `net`) do not.
 DERIVED = {Seq2SeqTransformer: {"src_vocab_size", "tgt_vocab_size", "pad_id"}, MnistSequenceClassifier: {"num_classes"}}
@@ -286,3 +286,31 @@ def test_the_back_translation_models_are_the_students_network_with_more_dropout(
     assert result.returncode == 0, result.stderr[-2000:]
     printed = yaml.safe_load(result.stdout)["model"]["init_args"]["net"]
     assert {k: printed[k] for k in net} == net
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        ["multi30k.yaml", "distillation/multi30k_student.yaml"],
+        ["multi30k.yaml", "backtranslation/multi30k_10k.yaml"],
+        ["multi30k.yaml"],
+        ["multi30k_many_to_one.yaml"],
+        ["multi30k_zero_shot.yaml"],
+    ],
+    ids=lambda r: r[-1].removesuffix(".yaml"),
+)
+def test_the_convergence_protocol_on_any_compared_recipe_leaves_no_budget_but_epochs_and_validation(recipe, tmp_path):
+    """configs/protocols/convergence.yaml applied last: whatever wall-time limit, step budget or time-fitted schedule
+    the recipe has, the run is defined by epochs and early stopping on the recipe's checkpoint metric."""
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    from training.cli import TransformerCLI
+
+    configs = [a for name in [*recipe, "protocols/convergence.yaml"] for a in ("--config", str(ROOT / "configs" / name))]
+    data = ["--data.data_dir", str(SHARED_DATA / "multi30k"), "--data.cache_dir", str(tmp_path / "cache")]
+    cli = TransformerCLI(args=[*configs, *data, "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path)])
+    config, trainer = cli.config, cli.trainer
+    assert (trainer.max_epochs, trainer.max_steps, config.trainer.max_time) == (80, -1, None)
+    assert not config.fit_schedule_to_time and cli.model.hparams.lr_schedule == "inverse_sqrt"
+    (stop,) = [c for c in trainer.callbacks if isinstance(c, EarlyStopping)]
+    assert (stop.monitor, stop.patience, stop.min_delta) == (config.checkpoint.monitor, 5, 0.1)
