@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from datamodules.corpus_readers import iter_lines
 from tests.helpers import ENV, SHARED_DATA, assert_one_line_error, run, run_script, script
 
 SACREBLEU = str(Path(sys.executable).with_name("sacrebleu"))
@@ -54,12 +55,11 @@ def files(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
-def sacrebleu(files: dict[str, Path], test: str) -> tuple[dict, dict]:
-    """sacrebleu's --paired-bs or --paired-ar on the three systems: ({system: {metric: result}}, {metric: signature}).
+def sacrebleu(ref: Path, systems: list[Path], test: str) -> tuple[dict, dict]:
+    """sacrebleu's --paired-bs or --paired-ar on the systems: ({system: {metric: result}}, {metric: signature}).
     Its --format json cannot write a bootstrap's means (numpy float32s; sacrebleu 2.6), so its table is read, at 4
     decimals."""
-    systems = [str(files[name]) for name in ("base.txt.gz", "swapped.txt", "mixed.txt")]
-    cmd = [SACREBLEU, str(files["ref"]), "-i", *systems, "-m", "bleu", "chrf", f"--paired-{test}", f"--paired-{test}-n", str(N)]
+    cmd = [SACREBLEU, str(ref), "-i", *map(str, systems), "-m", "bleu", "chrf", f"--paired-{test}", f"--paired-{test}-n", str(N)]
     result = run([*cmd, "-q", "--no-color", "-f", "text", "-w", "4"], env={**ENV, "SACREBLEU_SEED": str(SEED)})
     assert result.returncode == 0, result.stderr[-3000:]
     rows: dict[str, list[str]] = {}
@@ -89,8 +89,8 @@ def test_the_numbers_are_sacrebleus(files, capsys, tmp_path):
     assert code == 0, err
     ours = json.loads((tmp_path / "out.json").read_text())
     assert [s["name"] for s in ours["systems"]] == [str(files[n]) for n in names]
-    bootstrap, bs_signatures = sacrebleu(files, "bs")
-    randomised, ar_signatures = sacrebleu(files, "ar")
+    bootstrap, bs_signatures = sacrebleu(files["ref"], [files[n] for n in names], "bs")
+    randomised, ar_signatures = sacrebleu(files["ref"], [files[n] for n in names], "ar")
     at4 = lambda value: f"{value:.4f}"  # noqa: E731
     p_values = []
     for system in ours["systems"]:
@@ -127,6 +127,7 @@ def test_help_is_fast_and_names_the_defaults():
         ("one system", ["give at least two systems"]),
         ("twice", ["given twice"]),
         ("short", ["short.txt has 199 lines", "has 200"]),
+        ("seeds", ["every system needs as many seeds' files", "swapped.txt 1"]),
     ],
 )
 def test_bad_input_is_one_line(files, tmp_path, capsys, case, words):
@@ -135,7 +136,7 @@ def test_bad_input_is_one_line(files, tmp_path, capsys, case, words):
     shutil.copy(files["ref"], short)
     short.write_text("".join(short.read_text().splitlines(keepends=True)[:-1]))
     hyps = {"missing": [base, str(tmp_path / "nowhere.txt")], "one system": [base], "twice": [base, other, base]}
-    hyps["short"] = [base, str(short)]
+    hyps["short"], hyps["seeds"] = [base, str(short)], [f"{base},{files['mixed.txt']}", other]
     code, out, err = run_script(capsys, "compare", "--ref", str(files["ref"]), "--hyps", *hyps[case])
     assert code == 2 and not out
     assert_one_line_error(subprocess.CompletedProcess([], code, out, err), *words)
@@ -151,3 +152,51 @@ def test_the_same_translations_are_no_significant_difference(files, capsys, tmp_
     assert code == 0, err
     (line,) = [line for line in out.splitlines() if line.startswith(str(copy))]
     assert line.split()[-3:] == ["+0.00", f"{1 / 51:.4f}", f"{1 / 51:.4f}"]
+
+
+def test_several_seeds_are_tested_pooled_as_sacrebleu_tests_the_joined_files_and_seed_by_seed(files, capsys, tmp_path):
+    """Two seeds a system: the pooled numbers are sacrebleu's on each system's files joined, against the references
+    repeated; each seed's are compare.py's on that seed's files alone."""
+    lines = {n: list(iter_lines(files[n])) for n in ("base.txt.gz", "swapped.txt", "mixed.txt")}
+    seeds = {"a0": lines["base.txt.gz"], "a1": lines["swapped.txt"], "b0": lines["mixed.txt"], "b1": lines["base.txt.gz"]}
+    for name, text in seeds.items():
+        (tmp_path / name).write_text("".join(line + "\n" for line in text), encoding="utf-8")
+    joined = {}
+    for system in ("a", "b"):
+        joined[system] = tmp_path / f"{system}.joined"
+        joined[system].write_text("".join(line + "\n" for i in "01" for line in seeds[system + i]), encoding="utf-8")
+    refs2 = tmp_path / "ref2.en"
+    refs2.write_text(files["ref"].read_text(encoding="utf-8") * 2, encoding="utf-8")
+    a, b = (f"{tmp_path / (s + '0')},{tmp_path / (s + '1')}" for s in ("a", "b"))
+    tests = ["--paired-bs-n", str(N), "--paired-ar-n", str(N), "--seed", str(SEED)]
+    code, out, err = run_script(
+        capsys, "compare", "--ref", str(files["ref"]), "--hyps", a, b, *tests, "--json", str(tmp_path / "o.json")
+    )
+    assert code == 0, err
+    ours = json.loads((tmp_path / "o.json").read_text())
+    assert ours["pooled_seeds"] == 2 and "2 seeds a system, pooled" in out
+    for test in ("bs", "ar"):
+        theirs, _ = sacrebleu(refs2, [joined["a"], joined["b"]], test)
+        for metric in ("bleu", "chrf"):
+            cell, their = ours["systems"][1][metric], theirs[str(joined["b"])][metric]
+            assert f"{cell['score']:.4f}" == their["score"] and f"{cell['p_' + test]:.4f}" == their["p"]
+    for i in (0, 1):
+        alone = tmp_path / f"seed{i}.json"
+        code, _, err = run_script(
+            capsys,
+            "compare",
+            "--ref",
+            str(files["ref"]),
+            "--hyps",
+            *(str(tmp_path / f"{s}{i}") for s in "ab"),
+            *tests,
+            "--json",
+            str(alone),
+        )
+        assert code == 0, err
+        single = json.loads(alone.read_text())["systems"]
+        assert [{m: r[m] for m in ("bleu", "chrf")} for r in ours["by_seed"][i]["systems"]] == [
+            {m: r[m] for m in ("bleu", "chrf")} for r in single
+        ]
+        delta, p = single[1]["bleu"]["delta"], single[1]["bleu"]["p_bs"]
+        assert f"({delta:+.2f}, p {p:.3f})" in out
