@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from pathlib import Path
 
 if __name__ == "__main__":  # run as a file, not imported as scripts.NAME (the tests)
     import _checkout  # noqa: F401  (first: the repository's packages importable, and this Python the project's)
@@ -58,7 +59,7 @@ def read_files(ref: str, hyps: list[str]) -> tuple[list[str], list[list[list[str
     both counts."""
     if len(hyps) < 2:
         raise InputError(f"--hyps: give at least two systems, the baseline first (got {len(hyps)})")
-    seeds = [h.split(",") for h in hyps]
+    seeds = [[h] if Path(h).is_file() else h.split(",") for h in hyps]  # a file whose name has a comma is one file
     if len({len(files) for files in seeds}) > 1:
         counts = ", ".join(f"{h} {len(files)}" for h, files in zip(hyps, seeds))
         raise InputError(f"--hyps: every system needs as many seeds' files, the i-th of each paired ({counts})")
