@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
     # --json's place is tried (a temporary file beside it) before the tests; the file appears only once complete.
     with atomic_output(args.json) as json_tmp:
         from tasks.metrics import default_bleu_tokenize
-        from tasks.significance import paired_tests
+        from tasks.significance import paired_tests, pooled
 
         tokenize = args.tokenize or default_bleu_tokenize(refs)
         k = len(systems[0])
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> dict:
             return paired_tests(named, references, args.metrics, tokenize, args.paired_bs_n, args.paired_ar_n, args.seed)
 
         # Several seeds: pooled, the i-th run of each system against the baseline's i-th, one test set repeated.
-        results = test([[line for run in runs for line in run] for runs in systems], refs * k)
+        results = test([pooled(runs) for runs in systems], pooled([refs] * k))
         results["references"], results["pooled_seeds"] = args.ref, k
         if k > 1:
             results["by_seed"] = [test([runs[i] for runs in systems], refs) for i in range(k)]

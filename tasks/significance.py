@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 
 from common.errors import InputError
 
@@ -105,6 +105,12 @@ def paired_tests(
     }
 
 
+def pooled(runs: Iterable[Sequence[str]]) -> list[str]:
+    """Several runs' lines as one test set, run after run: the i-th run of each system then faces the baseline's
+    i-th, sentence by sentence, when both are pooled in the same order."""
+    return [line for run in runs for line in run]
+
+
 def pooled_bootstrap(
     baseline: Mapping[Hashable, tuple[list[str], list[str]]],
     system: Mapping[Hashable, tuple[list[str], list[str]]],
@@ -118,8 +124,8 @@ def pooled_bootstrap(
     keys = [k for k in system if k in baseline and baseline[k][1] == system[k][1]]
     if not keys:
         return None
-    hyps = [[line for k in keys for line in runs[k][0]] for runs in (baseline, system)]
-    refs = [line for k in keys for line in baseline[k][1]]
+    hyps = [pooled(runs[k][0] for k in keys) for runs in (baseline, system)]
+    refs = pooled(baseline[k][1] for k in keys)
     test = paired_tests([("baseline", hyps[0]), ("system", hyps[1])], refs, ["bleu"], tokenize, bs_n, None, seed)
     bleu = test["systems"][1]["bleu"]
     return {"delta": bleu["delta"], "p_bs": bleu["p_bs"], "keys": keys, "signature": test["signatures"]["bleu"]["bs"]}
