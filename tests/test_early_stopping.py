@@ -99,9 +99,16 @@ def test_a_resumed_run_stops_where_an_uninterrupted_one_stops(tmp_path, capsys, 
     # Resumed once more, it has nothing left to train: said, status 3, as for max_steps; a larger patience trains on.
     code, text, _ = fit(capsys, caplog, tmp_path / "parts", *STOP, "--ckpt_path", "last")
     assert code == 3 and "nothing to train: --early_stopping.patience 2: " in text and "stopped early" in text, text[-3000:]
-    more = ["--early_stopping.patience", "3", "--early_stopping.min_delta", "100", "--trainer.max_epochs", "4"]
+    # The larger patience is the resumed run's own (Lightning's checkpointed state would bring back 2): it stops where
+    # an uninterrupted run with patience 4 stops, at epoch 4, not at epoch 3 one validation after the resume.
+    more = ["--early_stopping.patience", "4", "--early_stopping.min_delta", "100", "--trainer.max_epochs", "10"]
     code, text, longer = fit(capsys, caplog, tmp_path / "parts", *more, "--ckpt_path", "last")
-    assert code == 0 and longer["steps"] > 48, text[-3000:]
+    assert code == 0, text[-3000:]
+    code, text, patient = fit(capsys, caplog, tmp_path / "patient", *more)
+    assert code == 0 and (patient["early_stopping"]["epoch"], patient["steps"]) == (4, 80), text[-3000:]
+    for key in ("stopped", "epoch", "patience", "wait_count", "best_score", "message"):
+        assert longer["early_stopping"][key] == patient["early_stopping"][key], key
+    assert longer["steps"] == patient["steps"] and longer["best_score"] == patient["best_score"]
 
 
 def test_the_summary_says_where_fit_stopped_though_the_test_restores_an_earlier_checkpoint(tmp_path, capsys, caplog):

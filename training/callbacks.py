@@ -181,6 +181,13 @@ class EarlyStoppingWhenComputed(EarlyStopping):
         if self._computed_at == trainer.global_step:
             super().on_train_epoch_end(trainer, pl_module)
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # Lightning restores the patience too, so a run resumed with a larger --early_stopping.patience (what a
+        # stopped run is told to pass) would stop again one validation later: the count resumes, the setting is this run's.
+        patience = self.patience
+        super().load_state_dict(state_dict)
+        self.patience = patience
+
 
 class ModelSummaryWithoutZeroFlops(RichModelSummary):
     """Lightning's rich model summary, without the FLOPs it did not count: Lightning counts them only for a
