@@ -164,7 +164,7 @@ class EMA(WeightAveraging):
 class EarlyStoppingWhenComputed(EarlyStopping):
     """Lightning's `EarlyStopping`, its checks, counts, reasons and checkpointed state unchanged, asked only after a
     validation that computed its metric, at the validation's end, before that validation's checkpoints are written
-    (docs/guide/training.md, "How the callbacks keep these promises")."""
+    (docs/guide/training.md, "How the callbacks keep these promises"); resumed, it keeps the patience it was given."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
